@@ -1,0 +1,337 @@
+// Package cluster runs a real Kubernetes control plane on loopback for tests and `make dev`: etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler built from the Go module proxy, and
+// KWOK simulating nodes and pods.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Options configure a control plane.
+type Options struct {
+	// Nodes is the number of KWOK nodes; 1 when zero.
+	Nodes int
+	// NodeCapacity is each node's capacity and allocatable, by resource name; defaults give
+	// 32 CPUs, 128Gi memory and 110 pods. Add "nvidia.com/gpu" for GPU nodes.
+	NodeCapacity map[string]string
+	// CRDDirs are directories (or files) of CRDs installed before Start returns.
+	CRDDirs []string
+	// Progress receives one line per binary built and per component started; nil discards.
+	Progress io.Writer
+	// Dir holds the data and logs; a new temporary directory when empty, removed by Stop.
+	Dir string
+}
+
+// Cluster is a running control plane.
+type Cluster struct {
+	// Config is an admin (system:masters) client configuration.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file for the admin identity.
+	Kubeconfig string
+	// Dir holds data directories, certificates and component logs.
+	Dir string
+
+	pki       pki
+	procs     []*process
+	ownsDir   bool
+	nodeCount int
+	opts      Options
+}
+
+// Start builds (first run only) and starts a control plane on free loopback ports. On error,
+// everything already started is stopped again.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.Nodes == 0 {
+		opts.Nodes = 1
+	}
+	assets, err := EnsureAssets(ctx, opts.Progress)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Dir: opts.Dir, opts: opts}
+	if c.Dir == "" {
+		if c.Dir, err = os.MkdirTemp("", "evalsi-cluster-"); err != nil {
+			return nil, err
+		}
+		c.ownsDir = true
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if c.pki, err = writePKI(c.Dir); err != nil {
+		return nil, fmt.Errorf("writing certificates: %w", err)
+	}
+	etcdURL, err := c.startEtcd(ctx, assets.Etcd)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.startAPIServer(ctx, assets.KubeAPIServer, etcdURL); err != nil {
+		return nil, err
+	}
+	if err := c.startControllers(assets); err != nil {
+		return nil, err
+	}
+	if err := c.startKwok(assets); err != nil {
+		return nil, err
+	}
+	if err := c.AddNodes(ctx, opts.Nodes, opts.NodeCapacity); err != nil {
+		return nil, err
+	}
+	for _, d := range opts.CRDDirs {
+		if err := c.InstallCRDs(ctx, d); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.waitDefaultServiceAccount(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Stop ends every process the cluster started and removes its directory when Start created it.
+func (c *Cluster) Stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		c.procs[i].stop(10 * time.Second)
+	}
+	c.procs = nil
+	if c.ownsDir {
+		os.RemoveAll(c.Dir)
+	}
+}
+
+// PIDs returns the process ids of the running components.
+func (c *Cluster) PIDs() []int {
+	var pids []int
+	for _, p := range c.procs {
+		if !p.exited() {
+			pids = append(pids, p.cmd.Process.Pid)
+		}
+	}
+	return pids
+}
+
+// Dynamic returns a dynamic client with the admin identity.
+func (c *Cluster) Dynamic() *dynamic.DynamicClient {
+	return dynamic.NewForConfigOrDie(c.Config)
+}
+
+// Clientset returns a typed client with the admin identity, for test set-up.
+func (c *Cluster) Clientset() *kubernetes.Clientset {
+	return kubernetes.NewForConfigOrDie(c.Config)
+}
+
+func (c *Cluster) startEtcd(ctx context.Context, bin string) (string, error) {
+	ports, err := freePortList(2)
+	if err != nil {
+		return "", err
+	}
+	clientURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	p, err := c.start("etcd", bin,
+		"--name=default",
+		"--data-dir="+filepath.Join(c.Dir, "etcd"),
+		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=default="+peerURL,
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	)
+	if err != nil {
+		return "", err
+	}
+	return clientURL, p.poll(ctx, 100*time.Millisecond, httpOK(http.DefaultClient, clientURL+"/health"))
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error {
+	ports, err := freePortList(1)
+	if err != nil {
+		return err
+	}
+	host := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	p, err := c.start("kube-apiserver", bin,
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(ports[0]),
+		"--tls-cert-file="+c.pki.ServingCert, "--tls-private-key-file="+c.pki.ServingKey,
+		"--client-ca-file="+c.pki.CACert,
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+c.pki.SAPub,
+		"--service-account-signing-key-file="+c.pki.SAKey,
+		"--api-audiences=https://kubernetes.default.svc",
+		"--authorization-mode=Node,RBAC",
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--allow-privileged=true",
+		// Nodes are created by the harness; the node lifecycle controller, which would lift
+		// this admission plugin's not-ready taint, is not run.
+		"--disable-admission-plugins=TaintNodesByCondition",
+		"--enable-priority-and-fairness=false",
+		// The kubernetes Service cannot point at a loopback address.
+		"--endpoint-reconciler-type=none",
+		"--storage-media-type=application/json",
+	)
+	if err != nil {
+		return err
+	}
+	c.Config = &rest.Config{
+		Host: host,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile: c.pki.CACert, CertFile: c.pki.AdminCert, KeyFile: c.pki.AdminKey,
+		},
+		QPS: 200, Burst: 400,
+	}
+	if err := c.writeKubeconfig(); err != nil {
+		return err
+	}
+	hc, err := rest.HTTPClientFor(c.Config)
+	if err != nil {
+		return err
+	}
+	return p.poll(ctx, 200*time.Millisecond, httpOK(hc, host+"/readyz"))
+}
+
+func (c *Cluster) startControllers(a Assets) error {
+	ports, err := freePortList(2)
+	if err != nil {
+		return err
+	}
+	_, err = c.start("kube-controller-manager", a.KubeControllerManager,
+		"--kubeconfig="+c.Kubeconfig,
+		"--authentication-kubeconfig="+c.Kubeconfig, "--authorization-kubeconfig="+c.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[0]),
+		"--leader-elect=false",
+		"--controllers=garbagecollector,deployment,replicaset,namespace,clusterrole-aggregation,serviceaccount",
+		"--concurrent-gc-syncs=5",
+		"--root-ca-file="+c.pki.CACert,
+	)
+	if err != nil {
+		return err
+	}
+	_, err = c.start("kube-scheduler", a.KubeScheduler,
+		"--kubeconfig="+c.Kubeconfig,
+		"--authentication-kubeconfig="+c.Kubeconfig, "--authorization-kubeconfig="+c.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[1]),
+		"--leader-elect=false",
+	)
+	return err
+}
+
+func (c *Cluster) startKwok(a Assets) error {
+	ports, err := freePortList(1)
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=" + kwokAnnotation + "=fake",
+		"--node-ip=127.0.0.1",
+		"--cidr=10.244.0.0/16",
+		"--server-address=127.0.0.1:" + strconv.Itoa(ports[0]),
+	}
+	for _, s := range a.KwokStages {
+		args = append(args, "--config="+s)
+	}
+	_, err = c.start("kwok", a.Kwok, args...)
+	return err
+}
+
+func (c *Cluster) start(name, bin string, args ...string) (*process, error) {
+	fmt.Fprintf(c.opts.Progress, "starting %s\n", name)
+	p, err := startProcess(c.Dir, name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+// process returns the running component called name.
+func (c *Cluster) process(name string) *process {
+	for _, p := range c.procs {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) writeKubeconfig() error {
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["evalsi"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthority: c.pki.CACert}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificate: c.pki.AdminCert, ClientKey: c.pki.AdminKey}
+	cfg.Contexts["evalsi"] = &clientcmdapi.Context{Cluster: "evalsi", AuthInfo: "admin"}
+	cfg.CurrentContext = "evalsi"
+	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
+}
+
+// waitDefaultServiceAccount waits until the service-account controller has made the default
+// namespace's ServiceAccount, without which pods are not admitted.
+func (c *Cluster) waitDefaultServiceAccount(ctx context.Context) error {
+	cs := c.Clientset()
+	return c.process("kube-controller-manager").poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", getOpts)
+		return err
+	})
+}
+
+// httpOK returns a check that url answers 200.
+func httpOK(hc *http.Client, url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+		}
+		return nil
+	}
+}
+
+// freePortList returns n distinct free loopback ports, held open until all are chosen.
+func freePortList(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, errors.Join(errors.New("finding a free port"), err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

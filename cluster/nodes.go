@@ -1,0 +1,93 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// kwokAnnotation marks the nodes that KWOK manages.
+const kwokAnnotation = "kwok.x-k8s.io/node"
+
+var (
+	nodesGVR = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	getOpts  = metav1.GetOptions{}
+)
+
+// defaultCapacity is a KWOK node's capacity unless Options.NodeCapacity overrides it.
+var defaultCapacity = map[string]string{"cpu": "32", "memory": "128Gi", "pods": "110"}
+
+// AddNodes creates n more KWOK nodes with the given capacity (merged over the defaults) and waits
+// until they are Ready.
+func (c *Cluster) AddNodes(ctx context.Context, n int, capacity map[string]string) error {
+	cap := maps.Clone(defaultCapacity)
+	maps.Copy(cap, capacity)
+	nodes := c.Dynamic().Resource(nodesGVR)
+	var names []string
+	for range n {
+		name := fmt.Sprintf("kwok-node-%d", c.nodeCount)
+		c.nodeCount++
+		node := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1",
+			"kind":       "Node",
+			"metadata": map[string]any{
+				"name":        name,
+				"annotations": map[string]any{kwokAnnotation: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+				"labels": map[string]any{
+					"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+					"type": "kwok",
+				},
+			},
+			"status": map[string]any{
+				"capacity":    toAny(cap),
+				"allocatable": toAny(cap),
+			},
+		}}
+		if _, err := nodes.Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating node %s: %w", name, err)
+		}
+		names = append(names, name)
+	}
+	kwok := c.process("kwok")
+	for _, name := range names {
+		err := kwok.poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+			node, err := nodes.Get(ctx, name, getOpts)
+			if err != nil {
+				return err
+			}
+			if !conditionTrue(node, "Ready") {
+				return fmt.Errorf("node %s is not Ready", name)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// conditionTrue reports whether obj's status condition of type t is True.
+func conditionTrue(obj *unstructured.Unstructured, t string) bool {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == t && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+func toAny(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,43 @@
+// Command evalsi-operator is the Kubernetes operator of the Evals.si evaluation platform.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Set by the Makefile through -ldflags.
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+// kubernetesMinor is the one Kubernetes minor that this operator supports and is tested against.
+const kubernetesMinor = "1.37"
+
+func main() {
+	app := &cli.App{
+		Name:  "evalsi-operator",
+		Usage: "the Kubernetes operator of the Evals.si evaluation platform",
+		Commands: []*cli.Command{
+			versionCommand(),
+		},
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "evalsi-operator:", err)
+		os.Exit(1)
+	}
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version, the commit and the supported Kubernetes minor",
+		Action: func(c *cli.Context) error {
+			_, err := fmt.Fprintf(c.App.Writer, "evalsi-operator %s (commit %s, Kubernetes %s)\n", version, commit, kubernetesMinor)
+			return err
+		},
+	}
+}
