@@ -291,3 +291,21 @@ func alivePIDs(pids []int, dir string) []int {
 	}
 	return alive
 }
+
+func TestGPUNodes(t *testing.T) {
+	ctx := testContext(t)
+	before := env.nodeCount
+	if err := env.AddNodes(ctx, 1, map[string]string{"nvidia.com/gpu": "4"}); err != nil {
+		t.Fatal(err)
+	}
+	node, err := env.Clientset().CoreV1().Nodes().Get(ctx, fmt.Sprintf("kwok-node-%d", before), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpus := node.Status.Allocatable["nvidia.com/gpu"]; gpus.String() != "4" {
+		t.Errorf("allocatable nvidia.com/gpu = %s, want 4", gpus.String())
+	}
+	if len(node.Spec.Taints) != 0 {
+		t.Errorf("node taints %v, want none", node.Spec.Taints)
+	}
+}

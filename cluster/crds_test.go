@@ -103,3 +103,20 @@ func TestEvalRunSpecIsImmutable(t *testing.T) {
 		t.Fatalf("changing labels: %v", err)
 	}
 }
+
+func TestKedaScaledObjectCRDFromModule(t *testing.T) {
+	ctx := testContext(t)
+	if err := env.InstallKedaCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	list, err := env.Clientset().Discovery().ServerResourcesForGroupVersion("keda.sh/v1alpha1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "scaledobjects" {
+			return
+		}
+	}
+	t.Errorf("keda.sh/v1alpha1 serves %v, want scaledobjects", list.APIResources)
+}

@@ -1,0 +1,106 @@
+package render
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Autoscaling scales a pool with KEDA on its queue depth in evalsid.
+type Autoscaling struct {
+	MinReplicas      *int32    `json:"minReplicas,omitempty"`
+	MaxReplicas      int32     `json:"maxReplicas"`
+	IdleReplicas     *int32    `json:"idleReplicas,omitempty"`
+	TargetQueueDepth int32     `json:"targetQueueDepth,omitempty"`
+	PollingInterval  string    `json:"pollingInterval,omitempty"`
+	CooldownPeriod   string    `json:"cooldownPeriod,omitempty"`
+	Fallback         *Fallback `json:"fallback,omitempty"`
+}
+
+// Fallback is the replica count KEDA keeps when the queue depth cannot be read.
+type Fallback struct {
+	FailureThreshold int32 `json:"failureThreshold,omitempty"`
+	Replicas         int32 `json:"replicas"`
+}
+
+// Defaults of an autoscaling block.
+const (
+	defaultTargetQueueDepth = 10
+	defaultFailureThreshold = 3
+)
+
+// scaledObject renders KEDA's ScaledObject for the Deployment named target, scaling on the queue
+// that evalsid serves for queue (a project and a pool name).
+func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueURL string) (*unstructured.Unstructured, error) {
+	spec := map[string]any{
+		"scaleTargetRef":  map[string]any{"name": target},
+		"maxReplicaCount": int64(a.MaxReplicas),
+	}
+	if a.MinReplicas != nil {
+		spec["minReplicaCount"] = int64(*a.MinReplicas)
+	}
+	if a.IdleReplicas != nil {
+		spec["idleReplicaCount"] = int64(*a.IdleReplicas)
+	}
+	for field, d := range map[string]string{"pollingInterval": a.PollingInterval, "cooldownPeriod": a.CooldownPeriod} {
+		if d == "" {
+			continue
+		}
+		secs, err := seconds("spec.autoscaling."+field, d)
+		if err != nil {
+			return nil, err
+		}
+		spec[field] = secs
+	}
+	if f := a.Fallback; f != nil {
+		threshold := f.FailureThreshold
+		if threshold == 0 {
+			threshold = defaultFailureThreshold
+		}
+		spec["fallback"] = map[string]any{"failureThreshold": int64(threshold), "replicas": int64(f.Replicas)}
+	}
+	depth := a.TargetQueueDepth
+	if depth == 0 {
+		depth = defaultTargetQueueDepth
+	}
+	spec["triggers"] = []any{map[string]any{
+		"type": "metrics-api",
+		"metadata": map[string]any{
+			"url":           queueURL,
+			"format":        "json",
+			"valueLocation": "depth",
+			"targetValue":   strconv.Itoa(int(depth)),
+		},
+	}}
+	return o.object("keda.sh/v1alpha1", "ScaledObject", target, namespace, component, map[string]any{"spec": spec}), nil
+}
+
+// queueURL is evalsid's queue-depth endpoint of one pool.
+func queueURL(api, project, kind, name string) string {
+	return fmt.Sprintf("%s/v1/queues/%s/%s/%s", api, url.PathEscape(project), url.PathEscape(kind), url.PathEscape(name))
+}
+
+// seconds parses a duration such as "30s" or "5m" into whole seconds.
+func seconds(field, d string) (int64, error) {
+	v, err := time.ParseDuration(d)
+	if err != nil || v <= 0 || v%time.Second != 0 {
+		return 0, fmt.Errorf("%s: %q is not a positive whole number of seconds such as \"30s\"", field, d)
+	}
+	return int64(v / time.Second), nil
+}
+
+// fixedReplicas is the replica count of a pool that nothing scales: spec.replicas, else the
+// autoscaling minimum (at least 1), else 1.
+func fixedReplicas(replicas *int32, a *Autoscaling) int32 {
+	switch {
+	case replicas != nil:
+		return *replicas
+	case a != nil && a.MinReplicas != nil && *a.MinReplicas > 0:
+		return *a.MinReplicas
+	default:
+		return 1
+	}
+}

@@ -1,0 +1,192 @@
+package render
+
+import (
+	"fmt"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// CheckpointServerSpec is a CheckpointServer's spec: a vLLM server for one checkpoint.
+type CheckpointServerSpec struct {
+	Image           string        `json:"image,omitempty"`
+	Model           string        `json:"model"`
+	ServedModelName string        `json:"servedModelName,omitempty"`
+	CheckpointClaim string        `json:"checkpointClaim,omitempty"`
+	Lora            *Lora         `json:"lora,omitempty"`
+	APIKeySecret    *SecretKeyRef `json:"apiKeySecret,omitempty"`
+	GPUs            int32         `json:"gpus,omitempty"`
+	Resources       Resources     `json:"resources,omitempty"`
+	Env             []EnvVar      `json:"env,omitempty"`
+	ExtraArgs       []string      `json:"extraArgs,omitempty"`
+	Replicas        *int32        `json:"replicas,omitempty"`
+	Port            int32         `json:"port,omitempty"`
+	Scheduling
+}
+
+// Lora serves the checkpoint as a LoRA adapter on top of a base model.
+type Lora struct {
+	BaseModel   string `json:"baseModel"`
+	MaxLoraRank int32  `json:"maxLoraRank,omitempty"`
+}
+
+// SecretKeyRef names a key of a Secret in the object's namespace.
+type SecretKeyRef struct {
+	Name string `json:"name"`
+	Key  string `json:"key,omitempty"`
+}
+
+// Settings of a vLLM server.
+const (
+	defaultVLLMPort = 8000
+	checkpointMount = "/checkpoints"
+	// startupProbeBudget is how long a model may take to load before the pod is restarted:
+	// period x failureThreshold = 30 minutes.
+	startupPeriodSeconds    = 10
+	startupFailureThreshold = 180
+	defaultAPIKeySecretKey  = "api-key"
+	gpuResource             = "nvidia.com/gpu"
+)
+
+// Served is what a CheckpointServer offers to clients.
+type Served struct {
+	Deployment, Service string
+	// Endpoint is the OpenAI-compatible base URL: the Service's cluster address with /v1.
+	Endpoint string
+	// ModelName is the name clients ask for.
+	ModelName string
+}
+
+// CheckpointServer renders a CheckpointServer into a vLLM Deployment and its Service.
+//
+// vLLM images run as root and write caches under the root filesystem, so the pod keeps the
+// image's user and a writable root filesystem (looser than the operator's own pods); privilege
+// escalation is off, every capability is dropped and seccomp is RuntimeDefault.
+func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Unstructured, Served, error) {
+	var spec CheckpointServerSpec
+	if err := decodeSpec(obj, &spec); err != nil {
+		return nil, Served{}, err
+	}
+	if spec.Model == "" {
+		return nil, Served{}, fmt.Errorf("spec.model: required")
+	}
+	image := spec.Image
+	if image == "" {
+		image = opts.VLLMImage
+	}
+	if image == "" {
+		return nil, Served{}, fmt.Errorf("spec.image: required (the operator has no --vllm-image)")
+	}
+	port := spec.Port
+	if port == 0 {
+		port = defaultVLLMPort
+	}
+	name := obj.GetName() + "-vllm"
+	served := Served{
+		Deployment: name,
+		Service:    name,
+		Endpoint:   fmt.Sprintf("http://%s.%s.svc:%d/v1", name, obj.GetNamespace(), port),
+		ModelName:  spec.ServedModelName,
+	}
+	if served.ModelName == "" {
+		served.ModelName = obj.GetName()
+	}
+
+	args := []string{"--host=0.0.0.0", "--port=" + strconv.Itoa(int(port))}
+	env := []EnvVar{}
+	if spec.Lora != nil {
+		if spec.Lora.BaseModel == "" {
+			return nil, served, fmt.Errorf("spec.lora.baseModel: required")
+		}
+		args = append(args, "--model="+spec.Lora.BaseModel, "--enable-lora",
+			"--lora-modules="+served.ModelName+"="+spec.Model)
+		if spec.Lora.MaxLoraRank > 0 {
+			args = append(args, "--max-lora-rank="+strconv.Itoa(int(spec.Lora.MaxLoraRank)))
+		}
+		env = append(env, EnvVar{Name: "VLLM_ALLOW_RUNTIME_LORA_UPDATING", Value: "True"})
+	} else {
+		args = append(args, "--model="+spec.Model, "--served-model-name="+served.ModelName)
+	}
+	if spec.GPUs > 1 {
+		args = append(args, "--tensor-parallel-size="+strconv.Itoa(int(spec.GPUs)))
+	}
+	args = append(args, spec.ExtraArgs...)
+	if s := spec.APIKeySecret; s != nil {
+		key := s.Key
+		if key == "" {
+			key = defaultAPIKeySecretKey
+		}
+		env = append(env, EnvVar{Name: "VLLM_API_KEY", ValueFrom: map[string]any{
+			"secretKeyRef": map[string]any{"name": s.Name, "key": key},
+		}})
+	}
+
+	if spec.GPUs > 0 {
+		gpus := Quantity(strconv.Itoa(int(spec.GPUs)))
+		for _, m := range []*map[string]Quantity{&spec.Resources.Limits, &spec.Resources.Requests} {
+			if *m == nil {
+				*m = map[string]Quantity{}
+			}
+			(*m)[gpuResource] = gpus
+		}
+	}
+	resources, err := spec.Resources.render("spec.resources")
+	if err != nil {
+		return nil, served, err
+	}
+
+	health := map[string]any{"path": "/health", "port": "http"}
+	mounts := []any{map[string]any{"name": "dshm", "mountPath": "/dev/shm"}}
+	volumes := []any{map[string]any{"name": "dshm", "emptyDir": map[string]any{"medium": "Memory"}}}
+	if spec.CheckpointClaim != "" {
+		mounts = append(mounts, map[string]any{"name": "checkpoints", "mountPath": checkpointMount, "readOnly": true})
+		volumes = append(volumes, map[string]any{"name": "checkpoints", "persistentVolumeClaim": map[string]any{
+			"claimName": spec.CheckpointClaim, "readOnly": true,
+		}})
+	}
+	container := map[string]any{
+		"name":  "vllm",
+		"image": image,
+		"args":  toAnySlice(args),
+		"ports": []any{map[string]any{"name": "http", "containerPort": int64(port), "protocol": "TCP"}},
+		"startupProbe": map[string]any{
+			"httpGet":          health,
+			"periodSeconds":    int64(startupPeriodSeconds),
+			"failureThreshold": int64(startupFailureThreshold),
+		},
+		"readinessProbe": map[string]any{
+			"httpGet":          health,
+			"periodSeconds":    int64(5),
+			"failureThreshold": int64(3),
+		},
+		"securityContext": map[string]any{
+			"allowPrivilegeEscalation": false,
+			"capabilities":             map[string]any{"drop": []any{"ALL"}},
+		},
+		"volumeMounts": mounts,
+	}
+	setIf(container, "env", envList(env, spec.Env))
+	setIf(container, "resources", resources)
+	pod := map[string]any{
+		"securityContext":              map[string]any{"seccompProfile": map[string]any{"type": "RuntimeDefault"}},
+		"containers":                   []any{container},
+		"volumes":                      volumes,
+		"automountServiceAccountToken": false,
+	}
+	spec.Scheduling.apply(pod)
+
+	o := OwnerOf(obj)
+	replicas := int32(1)
+	if spec.Replicas != nil {
+		replicas = *spec.Replicas
+	}
+	// Recreate: a replacement pod must not wait for GPUs that its predecessor holds.
+	deploy := o.deployment(name, obj.GetNamespace(), "model-server", &replicas, "Recreate", pod)
+	svc := o.object("v1", "Service", name, obj.GetNamespace(), "model-server", map[string]any{"spec": map[string]any{
+		"selector": o.selector(),
+		"ports": []any{map[string]any{
+			"name": "http", "port": int64(port), "targetPort": "http", "protocol": "TCP",
+		}},
+	}})
+	return []*unstructured.Unstructured{deploy, svc}, served, nil
+}

@@ -1,0 +1,109 @@
+package render
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// EvaluatorSpec is an Evaluator's spec: a pool of evaluation workers.
+type EvaluatorSpec struct {
+	Image              string       `json:"image,omitempty"`
+	Args               []string     `json:"args,omitempty"`
+	Replicas           *int32       `json:"replicas,omitempty"`
+	Autoscaling        *Autoscaling `json:"autoscaling,omitempty"`
+	Resources          Resources    `json:"resources,omitempty"`
+	Env                []EnvVar     `json:"env,omitempty"`
+	ServiceAccountName string       `json:"serviceAccountName,omitempty"`
+	SandboxClass       string       `json:"sandboxClass,omitempty"`
+	Scheduling
+}
+
+// Pool is what the controller needs to know about a rendered pool besides its objects.
+type Pool struct {
+	// Deployment is the name of the pool's Deployment ("" for a pool without pods).
+	Deployment string
+	// Namespace is where the pool runs.
+	Namespace string
+	// Autoscaled says whether a ScaledObject owns the Deployment's replicas.
+	Autoscaled bool
+	// AutoscalingUnavailable says that autoscaling was asked for but KEDA is not served.
+	AutoscalingUnavailable bool
+	// Replicas is the fixed replica count when not autoscaled.
+	Replicas int32
+}
+
+// Project returns obj's evalsid project: the label evals.si/project, else the namespace.
+func Project(obj *unstructured.Unstructured) string {
+	if p := obj.GetLabels()[Group+"/project"]; p != "" {
+		return p
+	}
+	return obj.GetNamespace()
+}
+
+// Evaluator renders an Evaluator into its Deployment and, when autoscaling is set and KEDA is
+// served, its ScaledObject.
+func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Unstructured, Pool, error) {
+	var spec EvaluatorSpec
+	if err := decodeSpec(obj, &spec); err != nil {
+		return nil, Pool{}, err
+	}
+	o := OwnerOf(obj)
+	name := obj.GetName() + "-evaluator"
+	pool := Pool{Deployment: name, Namespace: obj.GetNamespace()}
+	image := spec.Image
+	if image == "" {
+		image = opts.DefaultImage
+	}
+	if image == "" {
+		return nil, pool, fmt.Errorf("spec.image: required (the operator has no --default-image)")
+	}
+	resources, err := spec.Resources.render("spec.resources")
+	if err != nil {
+		return nil, pool, err
+	}
+	project := Project(obj)
+	tmp, tmpMount := tmpVolume()
+	container := map[string]any{
+		"name":            "evaluator",
+		"image":           image,
+		"args":            toAnySlice(append([]string{"evaluator", "--pool=" + obj.GetName()}, spec.Args...)),
+		"securityContext": restrictedContainer(),
+		"volumeMounts":    []any{tmpMount},
+		"env": envList([]EnvVar{
+			{Name: "EVALSI_API_URL", Value: opts.APIURL},
+			{Name: "EVALSI_PROJECT", Value: project},
+			{Name: "EVALSI_EVALUATOR", Value: obj.GetName()},
+			{Name: "EVALSI_SANDBOX_CLASS", Value: spec.SandboxClass},
+		}, spec.Env),
+	}
+	setIf(container, "resources", resources)
+	pod := map[string]any{
+		"securityContext": restrictedPod(),
+		"containers":      []any{container},
+		"volumes":         []any{tmp},
+	}
+	setIf(pod, "serviceAccountName", spec.ServiceAccountName)
+	spec.Scheduling.apply(pod)
+
+	var replicas *int32
+	var scaled *unstructured.Unstructured
+	switch {
+	case spec.Autoscaling != nil && opts.Autoscaling:
+		pool.Autoscaled = true
+		scaled, err = o.scaledObject(spec.Autoscaling, name, obj.GetNamespace(), "evaluator",
+			queueURL(opts.APIURL, project, "evaluators", obj.GetName()))
+		if err != nil {
+			return nil, pool, err
+		}
+	default:
+		pool.AutoscalingUnavailable = spec.Autoscaling != nil
+		pool.Replicas = fixedReplicas(spec.Replicas, spec.Autoscaling)
+		replicas = &pool.Replicas
+	}
+	objs := []*unstructured.Unstructured{o.deployment(name, obj.GetNamespace(), "evaluator", replicas, "", pod)}
+	if scaled != nil {
+		objs = append(objs, scaled)
+	}
+	return objs, pool, nil
+}

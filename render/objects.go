@@ -1,0 +1,233 @@
+// Package render holds the pure functions that turn an evals.si object into the Kubernetes objects
+// the operator applies for it. Nothing here reads a clock, the environment, a client or randomness:
+// the controller, the `render` command and the golden tests call the same functions and get the
+// same objects, field for field.
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Group is the API group of the evalsi kinds.
+const Group = "evals.si"
+
+// Label keys written on every child.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelComponent = "app.kubernetes.io/component"
+	// ManagedBy is the value of LabelManagedBy on children; the operator watches children by it.
+	ManagedBy = "evalsi"
+	// AnnotationSpecHash holds a hash of the applied object so that a change of the desired object
+	// (including a removed field) is seen without comparing whole objects.
+	AnnotationSpecHash = "evals.si/spec-hash"
+)
+
+// Options are the operator-wide settings that rendering depends on.
+type Options struct {
+	// DefaultImage is the platform image, used by Evaluators and SandboxClasses without an image.
+	DefaultImage string
+	// VLLMImage is the image of CheckpointServers without an image.
+	VLLMImage string
+	// SandboxNamespace is where SandboxClass pools run.
+	SandboxNamespace string
+	// APIURL is evalsid's base URL, given to workers and to KEDA's queue-depth trigger.
+	APIURL string
+	// Autoscaling reports whether KEDA's ScaledObject is served; without it, pools run fixed
+	// replicas.
+	Autoscaling bool
+}
+
+// Owner identifies the evals.si object that children are rendered for.
+type Owner struct {
+	Kind      string
+	Name      string
+	Namespace string // empty for cluster-scoped kinds
+	UID       string
+}
+
+// OwnerOf returns the owner identity of obj.
+func OwnerOf(obj *unstructured.Unstructured) Owner {
+	return Owner{Kind: obj.GetKind(), Name: obj.GetName(), Namespace: obj.GetNamespace(), UID: string(obj.GetUID())}
+}
+
+// LabelKind returns the label key that names an owner of kind on its children: evals.si/<kind>.
+func LabelKind(kind string) string {
+	return Group + "/" + strings.ToLower(kind)
+}
+
+// labels returns the labels every child of o carries; component says what the child is.
+func (o Owner) labels(component string) map[string]any {
+	return map[string]any{
+		LabelManagedBy:     ManagedBy,
+		LabelName:          strings.ToLower(o.Kind),
+		LabelInstance:      o.Name,
+		LabelComponent:     component,
+		LabelKind(o.Kind): o.Name,
+	}
+}
+
+// selector returns the labels that select o's pods: stable across spec changes.
+func (o Owner) selector() map[string]any {
+	return map[string]any{LabelName: strings.ToLower(o.Kind), LabelInstance: o.Name}
+}
+
+// object returns a child of o with apiVersion, kind, metadata (name, namespace, labels and a
+// controller ownerReference) and the given spec fields.
+func (o Owner) object(apiVersion, kind, name, namespace, component string, fields map[string]any) *unstructured.Unstructured {
+	meta := map[string]any{
+		"name":   name,
+		"labels": o.labels(component),
+		"ownerReferences": []any{map[string]any{
+			"apiVersion":         Group + "/v1alpha1",
+			"kind":               o.Kind,
+			"name":               o.Name,
+			"uid":                o.UID,
+			"controller":         true,
+			"blockOwnerDeletion": true,
+		}},
+	}
+	if namespace != "" {
+		meta["namespace"] = namespace
+	}
+	obj := map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": meta}
+	for k, v := range fields {
+		obj[k] = v
+	}
+	return &unstructured.Unstructured{Object: obj}
+}
+
+// decodeSpec decodes obj's spec into out, rejecting unknown fields so that a typo is an error
+// naming the field rather than a silently ignored setting.
+func decodeSpec(obj *unstructured.Unstructured, out any) error {
+	spec, ok := obj.Object["spec"]
+	if !ok {
+		return fmt.Errorf("spec: required")
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("spec: %w", describeJSONError(err))
+	}
+	return nil
+}
+
+// describeJSONError turns encoding/json's errors into ones that name the field as a path.
+func describeJSONError(err error) error {
+	if te, ok := err.(*json.UnmarshalTypeError); ok {
+		return fmt.Errorf("%s: expected %s, got %s", te.Field, te.Type, te.Value)
+	}
+	return err
+}
+
+// Quantity is a resource quantity written as a string ("500m", "4Gi") or a number (2).
+type Quantity string
+
+// UnmarshalJSON accepts a string or a number, as Kubernetes does.
+func (q *Quantity) UnmarshalJSON(data []byte) error {
+	var n json.Number
+	if err := json.Unmarshal(data, &n); err == nil {
+		*q = Quantity(n)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("a quantity is a string such as \"500m\" or a number")
+	}
+	*q = Quantity(s)
+	return nil
+}
+
+// quantities returns a resource map with every quantity in canonical form, so that the applied
+// value equals what the API server stores and steady state needs no write.
+func quantities(field string, in map[string]Quantity) (map[string]any, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]any, len(in))
+	for name, v := range in {
+		q, err := resource.ParseQuantity(string(v))
+		if err != nil {
+			return nil, fmt.Errorf("%s.%s: %q is not a quantity", field, name, v)
+		}
+		out[name] = q.String()
+	}
+	return out, nil
+}
+
+// Resources are a container's requests and limits.
+type Resources struct {
+	Requests map[string]Quantity `json:"requests,omitempty"`
+	Limits   map[string]Quantity `json:"limits,omitempty"`
+}
+
+// render returns the container resources field, or nil when empty.
+func (r Resources) render(field string) (map[string]any, error) {
+	out := map[string]any{}
+	for name, m := range map[string]map[string]Quantity{"requests": r.Requests, "limits": r.Limits} {
+		q, err := quantities(field+"."+name, m)
+		if err != nil {
+			return nil, err
+		}
+		if q != nil {
+			out[name] = q
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// setIf sets m[key] = v when v is not empty.
+func setIf(m map[string]any, key string, v any) {
+	switch x := v.(type) {
+	case nil:
+		return
+	case string:
+		if x == "" {
+			return
+		}
+	case map[string]any:
+		if len(x) == 0 {
+			return
+		}
+	case []any:
+		if len(x) == 0 {
+			return
+		}
+	case map[string]string:
+		if len(x) == 0 {
+			return
+		}
+		v = toAnyMap(x)
+	}
+	m[key] = v
+}
+
+func toAnyMap(in map[string]string) map[string]any {
+	out := make(map[string]any, len(in))
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}
+
+func toAnySlice(in []string) []any {
+	out := make([]any, len(in))
+	for i, v := range in {
+		out[i] = v
+	}
+	return out
+}

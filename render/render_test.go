@@ -1,0 +1,66 @@
+package render
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"evals.si/operator/internal/golden"
+)
+
+// goldenOptions are the operator settings of every golden rendering; a case may override them
+// with an options.yaml beside its input.
+var goldenOptions = Options{
+	DefaultImage:     "evalsi/platform:1.4.0",
+	VLLMImage:        "vllm/vllm-openai:v0.11.0",
+	SandboxNamespace: "evalsi-sandbox",
+	APIURL:           "http://evalsid.evalsi.svc:8080",
+	Autoscaling:      true,
+}
+
+// TestGoldenRender renders testdata/render/<kind>/<case>/input.yaml and compares the objects
+// with output.yaml.
+func TestGoldenRender(t *testing.T) {
+	inputs, err := filepath.Glob("../testdata/render/*/*/input.yaml")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no golden cases: %v", err)
+	}
+	for _, in := range inputs {
+		dir := filepath.Dir(in)
+		t.Run(filepath.Base(filepath.Dir(dir))+"/"+filepath.Base(dir), func(t *testing.T) {
+			obj := readObject(t, in)
+			opts := goldenOptions
+			if data, err := os.ReadFile(filepath.Join(dir, "options.yaml")); err == nil {
+				if err := yaml.UnmarshalStrict(data, &opts); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := Object(obj, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := WriteYAML(&out, r.Objects); err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, filepath.Join(dir, "output.yaml"), out.Bytes())
+		})
+	}
+}
+
+func readObject(t *testing.T, path string) *unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}

@@ -1,0 +1,136 @@
+package render
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Sandbox rungs: how strongly a trial is isolated.
+const (
+	RungPod        = "pod"
+	RungBubblewrap = "bubblewrap"
+	RungLandlock   = "landlock"
+)
+
+// SandboxClassSpec is a SandboxClass's spec: a pool of sandboxes that trials run in.
+type SandboxClassSpec struct {
+	Rung             string       `json:"rung"`
+	Image            string       `json:"image,omitempty"`
+	UserNamespaces   bool         `json:"userNamespaces,omitempty"`
+	RuntimeClassName string       `json:"runtimeClassName,omitempty"`
+	Replicas         *int32       `json:"replicas,omitempty"`
+	Autoscaling      *Autoscaling `json:"autoscaling,omitempty"`
+	Resources        Resources    `json:"resources,omitempty"`
+	Scheduling
+}
+
+// SandboxClass renders a SandboxClass's pool into the sandbox namespace. The `pod` rung has no
+// pool (each trial gets a pod of its own) and renders nothing.
+func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Unstructured, Pool, error) {
+	var spec SandboxClassSpec
+	if err := decodeSpec(obj, &spec); err != nil {
+		return nil, Pool{}, err
+	}
+	pool := Pool{Namespace: opts.SandboxNamespace}
+	switch spec.Rung {
+	case RungPod:
+		return nil, pool, nil
+	case RungBubblewrap, RungLandlock:
+	default:
+		return nil, pool, fmt.Errorf("spec.rung: %q is not one of pod, bubblewrap, landlock", spec.Rung)
+	}
+	if opts.SandboxNamespace == "" {
+		return nil, pool, fmt.Errorf("the operator has no --sandbox-namespace to run SandboxClass pools in")
+	}
+	image := spec.Image
+	if image == "" {
+		image = opts.DefaultImage
+	}
+	if image == "" {
+		return nil, pool, fmt.Errorf("spec.image: required (the operator has no --default-image)")
+	}
+	resources, err := spec.Resources.render("spec.resources")
+	if err != nil {
+		return nil, pool, err
+	}
+	o := OwnerOf(obj)
+	name := "sandbox-" + obj.GetName()
+	pool.Deployment = name
+
+	podSecurity, containerSecurity := sandboxSecurity(spec)
+	container := map[string]any{
+		"name":            "sandboxd",
+		"image":           image,
+		"args":            []any{"sandboxd", "--rung=" + spec.Rung, "--class=" + obj.GetName()},
+		"securityContext": containerSecurity,
+		"env": envList([]EnvVar{
+			{Name: "EVALSI_API_URL", Value: opts.APIURL},
+			{Name: "EVALSI_SANDBOX_CLASS", Value: obj.GetName()},
+		}, nil),
+	}
+	setIf(container, "resources", resources)
+	pod := map[string]any{
+		"securityContext":              podSecurity,
+		"containers":                   []any{container},
+		"automountServiceAccountToken": false,
+	}
+	if spec.Rung == RungLandlock {
+		tmp, mount := tmpVolume()
+		pod["volumes"] = []any{tmp}
+		container["volumeMounts"] = []any{mount}
+	}
+	if spec.UserNamespaces {
+		pod["hostUsers"] = false
+	}
+	setIf(pod, "runtimeClassName", spec.RuntimeClassName)
+	spec.Scheduling.apply(pod)
+
+	var replicas *int32
+	var scaled *unstructured.Unstructured
+	if spec.Autoscaling != nil && opts.Autoscaling {
+		pool.Autoscaled = true
+		scaled, err = o.scaledObject(spec.Autoscaling, name, opts.SandboxNamespace, "sandbox",
+			queueURL(opts.APIURL, "_cluster", "sandboxclasses", obj.GetName()))
+		if err != nil {
+			return nil, pool, err
+		}
+	} else {
+		pool.AutoscalingUnavailable = spec.Autoscaling != nil
+		pool.Replicas = fixedReplicas(spec.Replicas, spec.Autoscaling)
+		replicas = &pool.Replicas
+	}
+	objs := []*unstructured.Unstructured{o.deployment(name, opts.SandboxNamespace, "sandbox", replicas, "", pod)}
+	if scaled != nil {
+		objs = append(objs, scaled)
+	}
+	return objs, pool, nil
+}
+
+// sandboxSecurity returns the pod and container security contexts of a rung:
+//   - landlock confines trials with the kernel's Landlock LSM from an unprivileged process, so the
+//     pool passes Pod Security `restricted`;
+//   - bubblewrap with user namespaces (hostUsers: false) creates its namespaces with capabilities
+//     that exist only inside the pod's user namespace: unprivileged, no escalation, but seccomp
+//     and /proc masking must allow nested namespaces;
+//   - bubblewrap without user namespaces needs a privileged container, which the sandbox
+//     namespace (and only it) admits.
+func sandboxSecurity(spec SandboxClassSpec) (pod, container map[string]any) {
+	switch {
+	case spec.Rung == RungLandlock:
+		return restrictedPod(), restrictedContainer()
+	case spec.UserNamespaces:
+		return map[string]any{"seccompProfile": map[string]any{"type": "Unconfined"}},
+			map[string]any{
+				"privileged":               false,
+				"allowPrivilegeEscalation": false,
+				"procMount":                "Unmasked",
+				"capabilities": map[string]any{
+					"drop": []any{"ALL"},
+					"add":  []any{"SETUID", "SETGID", "SYS_ADMIN", "SYS_CHROOT"},
+				},
+			}
+	default:
+		return map[string]any{}, map[string]any{"privileged": true}
+	}
+}
