@@ -22,6 +22,8 @@ func main() {
 		Name:  "evalsi-operator",
 		Usage: "the Kubernetes operator of the Evals.si evaluation platform",
 		Commands: []*cli.Command{
+			runCommand(),
+			renderCommand(),
 			versionCommand(),
 		},
 	}

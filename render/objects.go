@@ -66,10 +66,10 @@ func LabelKind(kind string) string {
 // labels returns the labels every child of o carries; component says what the child is.
 func (o Owner) labels(component string) map[string]any {
 	return map[string]any{
-		LabelManagedBy:     ManagedBy,
-		LabelName:          strings.ToLower(o.Kind),
-		LabelInstance:      o.Name,
-		LabelComponent:     component,
+		LabelManagedBy:    ManagedBy,
+		LabelName:         strings.ToLower(o.Kind),
+		LabelInstance:     o.Name,
+		LabelComponent:    component,
 		LabelKind(o.Kind): o.Name,
 	}
 }

@@ -35,9 +35,10 @@ func envList(fixed []EnvVar, user []EnvVar) []any {
 	for _, list := range [][]EnvVar{fixed, user} {
 		for _, e := range list {
 			v := map[string]any{"name": e.Name}
+			// An empty value is stored as no value; render it so, or it would look like drift.
 			if e.ValueFrom != nil {
 				v["valueFrom"] = e.ValueFrom
-			} else {
+			} else if e.Value != "" {
 				v["value"] = e.Value
 			}
 			out = append(out, v)

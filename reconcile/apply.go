@@ -1,0 +1,259 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"evals.si/operator/render"
+)
+
+// replicasHandoverManager briefly owns a Deployment's spec.replicas while the operator stops
+// applying it, so that dropping the field from the operator's apply does not reset it to 1.
+const replicasHandoverManager = "evalsi-operator-replicas-handover"
+
+// children maps a child's "Kind/namespace/name" to the live object.
+type children map[string]*unstructured.Unstructured
+
+func childKey(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
+
+// get returns the live child of kind in namespace called name, or nil.
+func (c children) get(kind, namespace, name string) *unstructured.Unstructured {
+	return c[childKey(kind, namespace, name)]
+}
+
+// syncChildren makes owner's children what desired says: each desired child that is missing,
+// changed by the operator's rendering, or drifted (a field the operator sets differs) is applied
+// with server-side apply; children of the owner that are no longer desired are deleted. Children
+// that already match are left alone, so steady state writes nothing. It returns the live
+// children after the changes.
+func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.Unstructured, desired []*unstructured.Unstructured) (children, error) {
+	live := children{}
+	ns := k.childNamespace(e.cfg)
+	for _, gvr := range k.children {
+		inf := e.childInformer(gvr, ns)
+		if inf == nil {
+			continue
+		}
+		objs, err := inf.GetIndexer().ByIndex(ownerIndex, string(owner.GetUID()))
+		if err != nil {
+			return nil, fmt.Errorf("listing children: %w", err)
+		}
+		for _, o := range objs {
+			u := o.(*unstructured.Unstructured)
+			live[childKey(u.GetKind(), u.GetNamespace(), u.GetName())] = u
+		}
+	}
+
+	out := children{}
+	for _, want := range desired {
+		key := childKey(want.GetKind(), want.GetNamespace(), want.GetName())
+		cur := live[key]
+		delete(live, key)
+		why := staleness(want, cur)
+		if why == "" {
+			out[key] = cur
+			continue
+		}
+		e.log.Debug("applying child", "owner", owner.GetName(), "child", key, "why", why)
+		applied, err := e.apply(ctx, want)
+		if err != nil {
+			return nil, err
+		}
+		verb := "Created"
+		if cur != nil {
+			verb = "Updated"
+		}
+		e.recorder.Eventf(owner, corev1.EventTypeNormal, verb, "%s %s %s", strings.ToLower(verb), want.GetKind(), want.GetName())
+		out[key] = applied
+	}
+	for _, stale := range live {
+		if err := e.deleteChild(ctx, stale); err != nil {
+			return nil, err
+		}
+		e.recorder.Eventf(owner, corev1.EventTypeNormal, "Deleted", "deleted %s %s: no longer desired", stale.GetKind(), stale.GetName())
+	}
+	return out, nil
+}
+
+// staleness says why live is not the applied form of want, or "" when it is: the rendering
+// changed (spec hash), or a field that want sets holds another value in live (drift). Fields
+// others add or the API server defaults are not compared.
+func staleness(want, live *unstructured.Unstructured) string {
+	if live == nil {
+		return "missing"
+	}
+	if want.GetAnnotations()[render.AnnotationSpecHash] != live.GetAnnotations()[render.AnnotationSpecHash] {
+		return "rendering changed"
+	}
+	if path := uncovered(live.Object, want.Object, ""); path != "" {
+		return "drifted at " + path
+	}
+	return ""
+}
+
+// uncovered returns the first path at which live does not hold want's value, or "". Lists must
+// have the same length with each element covered; empty values in want match absent ones;
+// numbers compare by value.
+func uncovered(live, want any, path string) string {
+	switch w := want.(type) {
+	case map[string]any:
+		l, ok := live.(map[string]any)
+		if !ok {
+			if live == nil && len(w) == 0 {
+				return ""
+			}
+			return path
+		}
+		for _, k := range sortedKeys(w) {
+			if p := uncovered(l[k], w[k], path+"."+k); p != "" {
+				return p
+			}
+		}
+		return ""
+	case []any:
+		l, ok := live.([]any)
+		if !ok {
+			if live == nil && len(w) == 0 {
+				return ""
+			}
+			return path
+		}
+		if len(l) != len(w) {
+			return path
+		}
+		for i := range w {
+			if p := uncovered(l[i], w[i], fmt.Sprintf("%s[%d]", path, i)); p != "" {
+				return p
+			}
+		}
+		return ""
+	case int64, float64, int32, int:
+		lf, lok := number(live)
+		wf, _ := number(w)
+		if lok && lf == wf {
+			return ""
+		}
+		return path
+	default:
+		if live == want {
+			return ""
+		}
+		return path
+	}
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
+}
+
+// apply writes want with server-side apply under the operator's field manager, taking over
+// conflicting fields. A Deployment rendered without spec.replicas (a ScaledObject owns scaling)
+// first hands its replicas to a separate manager, if the operator owned them.
+func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	gvr, ok := childGVRs[want.GetKind()]
+	if !ok {
+		return nil, fmt.Errorf("no resource known for kind %s", want.GetKind())
+	}
+	client := e.client.Resource(gvr).Namespace(want.GetNamespace())
+	if gvr == DeploymentsGVR {
+		if _, set, _ := unstructured.NestedFieldNoCopy(want.Object, "spec", "replicas"); !set {
+			if err := e.handOverReplicas(ctx, want); err != nil {
+				return nil, err
+			}
+		}
+	}
+	applied, err := client.Apply(ctx, want.GetName(), want, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	if apierrors.IsInvalid(err) {
+		// The spec rendered into something the API server rejects; retrying cannot help.
+		return nil, Terminal("InvalidSpec", fmt.Errorf("%s %s: %w", want.GetKind(), want.GetName(), err))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("applying %s %s/%s: %w", want.GetKind(), want.GetNamespace(), want.GetName(), err)
+	}
+	return applied, nil
+}
+
+// handOverReplicas keeps a Deployment's current replica count when the operator stops applying
+// spec.replicas: if the operator's manager owns the field, another manager applies the same value
+// first, so that the field stays owned and is not reset to its default of 1.
+func (e *Engine) handOverReplicas(ctx context.Context, want *unstructured.Unstructured) error {
+	client := e.client.Resource(DeploymentsGVR).Namespace(want.GetNamespace())
+	cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading Deployment %s/%s: %w", want.GetNamespace(), want.GetName(), err)
+	}
+	if !ownsReplicas(cur.GetManagedFields()) {
+		return nil
+	}
+	replicas, _, _ := unstructured.NestedInt64(cur.Object, "spec", "replicas")
+	handover := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": want.GetName(), "namespace": want.GetNamespace()},
+		"spec":     map[string]any{"replicas": replicas},
+	}}
+	_, err = client.Apply(ctx, want.GetName(), handover, metav1.ApplyOptions{FieldManager: replicasHandoverManager, Force: true})
+	if err != nil {
+		return fmt.Errorf("handing over replicas of Deployment %s/%s: %w", want.GetNamespace(), want.GetName(), err)
+	}
+	return nil
+}
+
+// ownsReplicas reports whether the operator's apply manager owns spec.replicas.
+func ownsReplicas(entries []metav1.ManagedFieldsEntry) bool {
+	for _, m := range entries {
+		if m.Manager != FieldManager || m.Operation != metav1.ManagedFieldsOperationApply || m.FieldsV1 == nil {
+			continue
+		}
+		if strings.Contains(string(m.FieldsV1.Raw), `"f:replicas"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// deleteChild deletes a child that is no longer desired, if it is still the object seen.
+func (e *Engine) deleteChild(ctx context.Context, child *unstructured.Unstructured) error {
+	gvr := childGVRs[child.GetKind()]
+	if gvr == (schema.GroupVersionResource{}) {
+		return fmt.Errorf("no resource known for kind %s", child.GetKind())
+	}
+	uid := types.UID(child.GetUID())
+	err := e.client.Resource(gvr).Namespace(child.GetNamespace()).Delete(ctx, child.GetName(), metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uid},
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s %s/%s: %w", child.GetKind(), child.GetNamespace(), child.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// controller is the queue and workers of one kind.
+type controller struct {
+	e      *Engine
+	k      *kind
+	queue  workqueue.TypedRateLimitingInterface[string]
+	lister cache.Indexer
+	synced func() bool
+}
+
+func newController(e *Engine, k *kind) *controller {
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.controller, MetricsProvider: e.metrics.queues},
+	)
+	return &controller{e: e, k: k, queue: q}
+}
+
+// enqueue adds an object's namespace/name key.
+func (c *controller) enqueue(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		c.e.log.Error("cannot key object", "controller", c.k.controller, "err", err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+// enqueueAll adds every object in the cache, for a change that concerns all of them.
+func (c *controller) enqueueAll() {
+	if c.lister == nil {
+		return
+	}
+	for _, key := range c.lister.ListKeys() {
+		c.queue.Add(key)
+	}
+}
+
+// run waits for the cache, runs the workers until ctx ends, then drains.
+func (c *controller) run(ctx context.Context, synced func() bool) {
+	defer c.queue.ShutDown()
+	c.synced = synced
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+		return
+	}
+	done := make(chan struct{})
+	for range c.e.cfg.Workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	for range c.e.cfg.Workers {
+		<-done
+	}
+}
+
+// processNext reconciles one key. Done is always called; Forget on success and on terminal
+// errors; a rate-limited requeue on other errors; AddAfter when the reconcile asked for it.
+func (c *controller) processNext(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+
+	start := time.Now()
+	outcome, err := c.reconcileKey(ctx, key)
+	result := "success"
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+		if outcome.RequeueAfter > 0 {
+			result = "requeue"
+			c.queue.AddAfter(key, outcome.RequeueAfter)
+		}
+	case apierrors.IsConflict(err):
+		// A write raced with another (often our own status write not yet in the cache): the
+		// informer brings the new version, and the retry starts from it.
+		result = "conflict"
+		c.e.log.Debug("conflict; retrying", "controller", c.k.controller, "key", key, "err", err)
+		c.queue.AddRateLimited(key)
+	case isTerminal(err):
+		result = "terminal"
+		c.e.log.Warn("reconcile failed; not retrying until the object changes", "controller", c.k.controller, "key", key, "err", err)
+		c.queue.Forget(key)
+	default:
+		result = "error"
+		c.e.log.Error("reconcile failed; retrying", "controller", c.k.controller, "key", key, "err", err)
+		c.queue.AddRateLimited(key)
+	}
+	c.e.metrics.observeReconcile(c.k.controller, result, time.Since(start))
+	return true
+}
+
+// reconcileKey reads the object from the cache, runs the kind's reconcile with a timeout and a
+// panic guard, and writes the status it returned.
+func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outcome, err error) {
+	cached, exists, err := c.lister.GetByKey(key)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("reading %s from the cache: %w", key, err)
+	}
+	if !exists {
+		// Deleted: children go with their owner (garbage collection); nothing to do.
+		return Outcome{}, nil
+	}
+	obj := cached.(*unstructured.Unstructured).DeepCopy()
+	ctx, cancel := context.WithTimeout(ctx, c.e.cfg.ReconcileTimeout)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic reconciling %s: %v\n%s", key, r, trimStack(debug.Stack()))
+		}
+	}()
+	outcome, err = c.k.reconcile(ctx, c.e, c.k, obj)
+	if outcome.Status != nil {
+		var te *TerminalError
+		if errors.As(err, &te) {
+			outcome.Status.Conditions = append(outcome.Status.Conditions, Ready(false, te.Reason, te.Error()))
+		}
+	} else if te := (*TerminalError)(nil); errors.As(err, &te) {
+		outcome.Status = &Status{Conditions: []Condition{Ready(false, te.Reason, te.Error())}}
+	}
+	if outcome.Status != nil {
+		if serr := c.e.writeStatus(ctx, c.k, obj, outcome.Status); serr != nil {
+			return outcome, errors.Join(err, serr)
+		}
+	}
+	return outcome, err
+}
+
+// trimStack keeps the first lines of a stack trace for a log line.
+func trimStack(stack []byte) string {
+	lines := strings.Split(string(stack), "\n")
+	if len(lines) > 30 {
+		lines = lines[:30]
+	}
+	return strings.Join(lines, "\n")
+}

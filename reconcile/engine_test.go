@@ -1,0 +1,232 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"evals.si/operator/cluster"
+	"evals.si/operator/render"
+)
+
+var env *cluster.Cluster
+
+const crdDir = "../chart/evalsi-crds/crds"
+
+func TestMain(m *testing.M) {
+	os.Exit(cluster.Main(m, cluster.Options{
+		Nodes:        2,
+		NodeCapacity: map[string]string{"nvidia.com/gpu": "8"},
+		CRDDirs:      []string{crdDir},
+	}, &env))
+}
+
+// testOptions are the rendering options of the engines under test.
+var testOptions = render.Options{
+	DefaultImage:     "evalsi/platform:test",
+	VLLMImage:        "vllm/vllm-openai:test",
+	SandboxNamespace: "evalsi-sandbox",
+	APIURL:           "http://evalsid.evalsi.svc:8080",
+}
+
+// runningEngine is an engine under test with its captured log.
+type runningEngine struct {
+	*Engine
+	logs *syncBuffer
+}
+
+// startEngine runs an engine (no leader election) until the test ends.
+func startEngine(t *testing.T, cfg Config) runningEngine {
+	t.Helper()
+	logs := &syncBuffer{}
+	cfg.Rest = env.Config
+	if cfg.Render == (render.Options{}) {
+		cfg.Render = testOptions
+	}
+	if cfg.DiscoveryInterval == 0 {
+		cfg.DiscoveryInterval = 300 * time.Millisecond
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := e.Run(ctx); err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("engine did not stop within 30s")
+		}
+	})
+	return runningEngine{Engine: e, logs: logs}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls check every 100ms until it returns nil or ctx ends.
+func eventually(t *testing.T, ctx context.Context, what string, check func() error) {
+	t.Helper()
+	var err error
+	for {
+		if err = check(); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func client(gvr schema.GroupVersionResource, ns string) dynamic.ResourceInterface {
+	r := env.Dynamic().Resource(gvr)
+	if ns == "" {
+		return r
+	}
+	return r.Namespace(ns)
+}
+
+func newNamespace(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	ns := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name},
+	}}
+	if name == "" {
+		ns.SetGenerateName("test-")
+	}
+	got, err := client(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "").Create(ctx, ns, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return name
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.GetName()
+}
+
+// create makes an evals.si object from YAML-ish nested maps.
+func create(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, ns, kind, name string, spec map[string]any) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": kind,
+		"metadata": map[string]any{"name": name},
+		"spec":     spec,
+	}}
+	got, err := client(gvr, ns).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// readyCondition returns the Ready condition's status and reason.
+func readyCondition(obj *unstructured.Unstructured) (string, string, string) {
+	r := readyOf(obj.Object["status"].(map[string]any))
+	s, _ := r["status"].(string)
+	reason, _ := r["reason"].(string)
+	msg, _ := r["message"].(string)
+	return s, reason, msg
+}
+
+// waitReady waits until the object's Ready condition has status and reason for its current
+// generation, and returns the object.
+func waitReady(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, ns, name, status, reason string) *unstructured.Unstructured {
+	t.Helper()
+	var got *unstructured.Unstructured
+	eventually(t, ctx, fmt.Sprintf("%s %s Ready=%s/%s", gvr.Resource, name, status, reason), func() error {
+		var err error
+		got, err = client(gvr, ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if _, ok := got.Object["status"].(map[string]any); !ok {
+			return fmt.Errorf("no status")
+		}
+		observed, _, _ := unstructured.NestedInt64(got.Object, "status", "observedGeneration")
+		s, r, m := readyCondition(got)
+		if s != status || r != reason || observed != got.GetGeneration() {
+			return fmt.Errorf("Ready=%s reason %s (%s), observedGeneration %d of %d", s, r, m, observed, got.GetGeneration())
+		}
+		return nil
+	})
+	return got
+}
+
+func getObj(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	got, err := client(gvr, ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// writes counts the write requests an engine made, other than its leader Lease.
+func writes(e *Engine) float64 {
+	var n float64
+	for _, verb := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		for _, res := range []string{"deployments", "services", "scaledobjects", "events",
+			"evaluators/status", "sandboxclasses/status", "checkpointservers/status"} {
+			n += e.metrics.KubeRequests(verb, res)
+		}
+	}
+	return n
+}
+
+func mergePatch(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, ns, name, patch string) {
+	t.Helper()
+	if _, err := client(gvr, ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

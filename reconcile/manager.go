@@ -1,0 +1,121 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// ManagerConfig configures a manager: the engine plus leader election and the HTTP endpoints.
+type ManagerConfig struct {
+	Engine Config
+	// LeaderElect runs the engine only while holding the Lease LeaderElectionNamespace/
+	// LeaderElectionName.
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	LeaderElectionName      string
+	// HealthAddr serves /healthz and /readyz; MetricsAddr serves /metrics. Empty or "0" is off.
+	HealthAddr  string
+	MetricsAddr string
+}
+
+// RunManager serves health and metrics, waits for leadership if asked, and runs the engine until
+// ctx ends. Losing leadership is an error: the process should exit and start over.
+func RunManager(ctx context.Context, cfg ManagerConfig) error {
+	e, err := New(cfg.Engine)
+	if err != nil {
+		return err
+	}
+	log := e.log
+	var leading atomic.Bool
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+
+	health := http.NewServeMux()
+	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		// A replica waiting for leadership is ready: it serves its other endpoints.
+		if leading.Load() && !e.Synced() {
+			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	metrics := http.NewServeMux()
+	metrics.Handle("/metrics", promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}))
+	for _, s := range []struct {
+		name, addr string
+		h          http.Handler
+	}{{"health", cfg.HealthAddr, health}, {"metrics", cfg.MetricsAddr, metrics}} {
+		if s.addr == "" || s.addr == "0" {
+			continue
+		}
+		l, err := net.Listen("tcp", s.addr)
+		if err != nil {
+			return fmt.Errorf("listening for %s on %s: %w", s.name, s.addr, err)
+		}
+		log.Info("serving", "endpoint", s.name, "address", l.Addr().String())
+		srv := &http.Server{Handler: s.h, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s server: %w", s.name, err)
+			}
+		}()
+		defer srv.Close()
+	}
+
+	run := func(ctx context.Context) {
+		leading.Store(true)
+		errc <- e.Run(ctx)
+	}
+	if !cfg.LeaderElect {
+		go run(ctx)
+	} else {
+		id, _ := os.Hostname()
+		id += "_" + string(uuid.NewUUID())
+		lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.LeaderElectionNamespace, cfg.LeaderElectionName,
+			e.kube.CoreV1(), e.kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
+		if err != nil {
+			return fmt.Errorf("creating the leader election lock: %w", err)
+		}
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   15 * time.Second,
+			RenewDeadline:   10 * time.Second,
+			RetryPeriod:     2 * time.Second,
+			ReleaseOnCancel: true,
+			Name:            cfg.LeaderElectionName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: run,
+				OnStoppedLeading: func() {
+					if ctx.Err() == nil {
+						errc <- errors.New("lost leadership")
+					}
+				},
+				OnNewLeader: func(identity string) { log.Info("leader", "identity", identity) },
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("configuring leader election: %w", err)
+		}
+		log.Info("waiting for leadership", "lease", cfg.LeaderElectionNamespace+"/"+cfg.LeaderElectionName, "identity", id)
+		go le.Run(ctx)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return err
+	}
+}

@@ -1,0 +1,66 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/render"
+)
+
+// renderOptions are the engine's rendering options with autoscaling set from discovery.
+func (e *Engine) renderOptions() render.Options {
+	opts := e.cfg.Render
+	opts.Autoscaling = e.isServed(ScaledObjectsGVR)
+	return opts
+}
+
+// reconcilePool reconciles an Evaluator or a SandboxClass: render its pool, sync the children and
+// report the Deployment's rollout.
+func reconcilePool(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
+	res, err := render.Object(obj, e.renderOptions())
+	if err != nil {
+		return Outcome{}, Terminal("InvalidSpec", err)
+	}
+	live, err := e.syncChildren(ctx, k, obj, res.Objects)
+	if err != nil {
+		return Outcome{}, err
+	}
+	pool := res.Pool
+	fields := map[string]any{}
+	if obj.GetKind() == "SandboxClass" {
+		fields["namespace"] = pool.Namespace
+	}
+	if pool.Deployment == "" {
+		return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{
+			Ready(true, "NoPool", "trials run in a pod of their own; the pod rung has no pool"),
+		}}}, nil
+	}
+	switch {
+	case pool.Autoscaled:
+		fields["autoscaling"] = "KEDA"
+	case pool.AutoscalingUnavailable:
+		fields["autoscaling"] = "Unavailable"
+	default:
+		fields["autoscaling"] = "Fixed"
+	}
+	if obj.GetKind() == "SandboxClass" {
+		delete(fields, "autoscaling")
+	}
+	deploy := live.get("Deployment", pool.Namespace, pool.Deployment)
+	r := rolloutOf(deploy)
+	fields["replicas"] = r.replicas
+	fields["readyReplicas"] = r.ready
+	var ready Condition
+	switch {
+	case !r.done:
+		ready = Ready(false, "RollingOut", r.message)
+	case pool.AutoscalingUnavailable:
+		ready = Ready(true, "AutoscalingUnavailable", fmt.Sprintf(
+			"autoscaling is set but KEDA's ScaledObject is not served in this cluster: running %d fixed replicas", pool.Replicas))
+	default:
+		ready = Ready(true, "Available", "the pool's current spec is rolled out")
+	}
+	return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{ready}}}, nil
+}

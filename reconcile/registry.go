@@ -1,0 +1,80 @@
+package reconcile
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// kind is one evals.si kind as the engine runs it.
+type kind struct {
+	// controller is the name --controllers selects it by.
+	controller string
+	// name is the Kind.
+	name       string
+	gvr        schema.GroupVersionResource
+	namespaced bool
+	// children are the resources of its children, watched by the managed-by label.
+	children []schema.GroupVersionResource
+	// sandboxChildren says that children live in the sandbox namespace, not the owner's.
+	sandboxChildren bool
+	// reconcile makes the world match one object and returns its status.
+	reconcile func(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error)
+}
+
+// childNamespace is where the informers of k's children watch: the sandbox namespace for
+// SandboxClass pools, else the engine's namespace ("" for all).
+func (k *kind) childNamespace(cfg Config) string {
+	if k.sandboxChildren {
+		return cfg.Render.SandboxNamespace
+	}
+	return cfg.Namespace
+}
+
+// kinds are every controller the engine can run, in a fixed order.
+var kinds = []*kind{
+	{
+		controller: "evaluator", name: "Evaluator", gvr: EvaluatorsGVR, namespaced: true,
+		children:  []schema.GroupVersionResource{DeploymentsGVR, ScaledObjectsGVR},
+		reconcile: reconcilePool,
+	},
+	{
+		controller: "sandboxclass", name: "SandboxClass", gvr: SandboxClassesGVR,
+		children:        []schema.GroupVersionResource{DeploymentsGVR, ScaledObjectsGVR},
+		sandboxChildren: true,
+		reconcile:       reconcilePool,
+	},
+	{
+		controller: "checkpointserver", name: "CheckpointServer", gvr: CheckpointServersGVR, namespaced: true,
+		children:  []schema.GroupVersionResource{DeploymentsGVR, ServicesGVR},
+		reconcile: reconcileCheckpointServer,
+	},
+}
+
+// ControllerNames lists the controllers that --controllers accepts.
+func ControllerNames() []string {
+	var out []string
+	for _, k := range kinds {
+		out = append(out, k.controller)
+	}
+	return out
+}
+
+func kindByController(name string) *kind {
+	for _, k := range kinds {
+		if k.controller == name {
+			return k
+		}
+	}
+	return nil
+}
+
+func kindByName(name string) *kind {
+	for _, k := range kinds {
+		if k.name == name {
+			return k
+		}
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// now is the clock of lastTransitionTime.
+var now = func() time.Time { return time.Now().UTC() }
+
+// writeStatus writes st as obj's status when it differs from what obj holds, and records an
+// Event when the Ready condition changed. Nothing is written at steady state.
+func (e *Engine) writeStatus(ctx context.Context, k *kind, obj *unstructured.Unstructured, st *Status) error {
+	old, _, _ := unstructured.NestedMap(obj.Object, "status")
+	next := buildStatus(old, st, obj.GetGeneration())
+	if sameJSON(old, next) {
+		return nil
+	}
+	obj.Object["status"] = next
+	client := e.client.Resource(k.gvr).Namespace(obj.GetNamespace())
+	if _, err := client.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	before, after := readyOf(old), readyOf(next)
+	if before["status"] != after["status"] || before["reason"] != after["reason"] {
+		kind := corev1.EventTypeNormal
+		if after["status"] != "True" {
+			kind = corev1.EventTypeWarning
+		}
+		reason, _ := after["reason"].(string)
+		msg, _ := after["message"].(string)
+		e.recorder.Event(obj, kind, reason, msg)
+	}
+	return nil
+}
+
+// buildStatus returns the status map for st: its fields, observedGeneration and conditions whose
+// lastTransitionTime is kept from old unless the condition's status flipped.
+func buildStatus(old map[string]any, st *Status, generation int64) map[string]any {
+	next := maps.Clone(st.Fields)
+	if next == nil {
+		next = map[string]any{}
+	}
+	next["observedGeneration"] = generation
+	oldConds := map[string]map[string]any{}
+	if list, ok := old["conditions"].([]any); ok {
+		for _, c := range list {
+			if m, ok := c.(map[string]any); ok {
+				t, _ := m["type"].(string)
+				oldConds[t] = m
+			}
+		}
+	}
+	// The last condition of a type wins (a terminal error's Ready overrides the reconcile's).
+	var order []string
+	byType := map[string]Condition{}
+	for _, c := range st.Conditions {
+		if _, seen := byType[c.Type]; !seen {
+			order = append(order, c.Type)
+		}
+		byType[c.Type] = c
+	}
+	var conds []any
+	for _, t := range order {
+		c := byType[t]
+		transition := now().Format(time.RFC3339)
+		if prev, ok := oldConds[t]; ok && prev["status"] == c.Status {
+			if ts, ok := prev["lastTransitionTime"].(string); ok {
+				transition = ts
+			}
+		}
+		conds = append(conds, map[string]any{
+			"type":               c.Type,
+			"status":             c.Status,
+			"reason":             c.Reason,
+			"message":            c.Message,
+			"observedGeneration": generation,
+			"lastTransitionTime": transition,
+		})
+	}
+	if len(conds) > 0 {
+		next["conditions"] = conds
+	}
+	return next
+}
+
+// readyOf returns the Ready condition in a status map, or an empty map.
+func readyOf(status map[string]any) map[string]any {
+	list, _ := status["conditions"].([]any)
+	for _, c := range list {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			return m
+		}
+	}
+	return map[string]any{}
+}
+
+// sameJSON reports whether a and b encode to the same JSON: map keys are sorted and int64 and
+// float64 of the same value encode alike, so a status read back from the server compares equal
+// to the one computed.
+func sameJSON(a, b any) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}

@@ -1,0 +1,280 @@
+package reconcile
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func TestEvaluatorConvergesAndSteadyStateWritesNothing(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	e := startEngine(t, Config{Namespace: ns, Resync: 500 * time.Millisecond})
+	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{
+		"replicas":  int64(2),
+		"resources": map[string]any{"requests": map[string]any{"cpu": "0.5", "memory": "256Mi"}},
+		"tolerations": []any{map[string]any{
+			"key": "dedicated", "operator": "Equal", "value": "evals", "effect": "NoExecute", "tolerationSeconds": int64(30),
+		}},
+	})
+	got := waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+	if r, _, _ := unstructured.NestedInt64(got.Object, "status", "readyReplicas"); r != 2 {
+		t.Errorf("status.readyReplicas = %d, want 2", r)
+	}
+	if a, _, _ := unstructured.NestedString(got.Object, "status", "autoscaling"); a != "Fixed" {
+		t.Errorf("status.autoscaling = %q, want Fixed", a)
+	}
+	deploy := getObj(t, ctx, DeploymentsGVR, ns, "judge-evaluator")
+	if ref := metav1.GetControllerOf(deploy); ref == nil || ref.Kind != "Evaluator" || ref.UID != got.GetUID() {
+		t.Errorf("Deployment controller owner = %v, want the Evaluator", ref)
+	}
+
+	// Steady state: many resyncs, not one write.
+	before := writes(e.Engine)
+	deployRV, evalRV := deploy.GetResourceVersion(), got.GetResourceVersion()
+	time.Sleep(3 * time.Second)
+	if w := writes(e.Engine) - before; w != 0 {
+		t.Errorf("%v writes at steady state over 6 resyncs, want 0", w)
+	}
+	if rv := getObj(t, ctx, DeploymentsGVR, ns, "judge-evaluator").GetResourceVersion(); rv != deployRV {
+		t.Errorf("Deployment resourceVersion changed at steady state: %s -> %s", deployRV, rv)
+	}
+	if rv := getObj(t, ctx, EvaluatorsGVR, ns, "judge").GetResourceVersion(); rv != evalRV {
+		t.Errorf("Evaluator resourceVersion changed at steady state: %s -> %s", evalRV, rv)
+	}
+}
+
+func TestDriftIsRepaired(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	startEngine(t, Config{Namespace: ns})
+	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{"image": "evalsi/judge:1"})
+	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+
+	// Someone edits a field the operator sets.
+	mergePatch(t, ctx, DeploymentsGVR, ns, "judge-evaluator",
+		`{"spec":{"template":{"spec":{"containers":[{"name":"evaluator","image":"evil/image:1"}]}}}}`)
+	eventually(t, ctx, "image restored", func() error {
+		d := getObj(t, ctx, DeploymentsGVR, ns, "judge-evaluator")
+		cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+		if img := cs[0].(map[string]any)["image"]; img != "evalsi/judge:1" {
+			return fmt.Errorf("image is %v", img)
+		}
+		return nil
+	})
+
+	// Someone deletes the Deployment.
+	if err := client(DeploymentsGVR, ns).Delete(ctx, "judge-evaluator", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "Deployment recreated", func() error {
+		d, err := client(DeploymentsGVR, ns).Get(ctx, "judge-evaluator", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.GetDeletionTimestamp() != nil {
+			return fmt.Errorf("still the deleted one")
+		}
+		return nil
+	})
+}
+
+func TestInvalidSpecIsTerminal(t *testing.T) {
+	for name, tc := range map[string]struct {
+		spec    map[string]any
+		message string
+	}{
+		"unknown field": {map[string]any{"replicaz": int64(2)}, `unknown field "replicaz"`},
+		"rejected by the API server": {
+			map[string]any{"tolerations": []any{map[string]any{"key": "k", "effect": "NoSchedule", "tolerationSeconds": int64(5)}}},
+			"tolerations[0].effect",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			ns := newNamespace(t, ctx, "")
+			e := startEngine(t, Config{Namespace: ns})
+			create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "bad", tc.spec)
+			got := waitReady(t, ctx, EvaluatorsGVR, ns, "bad", "False", "InvalidSpec")
+			if _, _, msg := readyCondition(got); !strings.Contains(msg, tc.message) {
+				t.Errorf("message %q does not name the field (%s)", msg, tc.message)
+			}
+			time.Sleep(time.Second)
+			if n := e.metrics.reconcileCount("evaluator", "error"); n != 0 {
+				t.Errorf("%v retried reconciles of an invalid spec, want 0", n)
+			}
+		})
+	}
+}
+
+func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	if err := env.UninstallCRDs(ctx, "scaledobjects.keda.sh"); err != nil {
+		t.Fatal(err)
+	}
+	e := startEngine(t, Config{Namespace: ns})
+	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "pool", map[string]any{
+		"autoscaling": map[string]any{"minReplicas": int64(3), "maxReplicas": int64(10)},
+	})
+	got := waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "AutoscalingUnavailable")
+	if _, _, msg := readyCondition(got); !strings.Contains(msg, "3 fixed replicas") {
+		t.Errorf("Ready message %q does not say the pool runs fixed replicas", msg)
+	}
+
+	// KEDA appears: the operator applies a ScaledObject without a restart, and the Deployment
+	// keeps its replicas (not reset to 1) once the operator stops applying them.
+	if err := env.InstallKedaCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "Available")
+	so := getObj(t, ctx, ScaledObjectsGVR, ns, "pool-evaluator")
+	if max, _, _ := unstructured.NestedInt64(so.Object, "spec", "maxReplicaCount"); max != 10 {
+		t.Errorf("ScaledObject maxReplicaCount = %d, want 10", max)
+	}
+	d := getObj(t, ctx, DeploymentsGVR, ns, "pool-evaluator")
+	if r, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); r != 3 {
+		t.Errorf("Deployment replicas = %d after handing scaling to KEDA, want 3", r)
+	}
+	for _, m := range d.GetManagedFields() {
+		if m.Manager == FieldManager && strings.Contains(string(m.FieldsV1.Raw), `"f:replicas"`) {
+			t.Errorf("the operator still owns spec.replicas: %s", m.FieldsV1.Raw)
+		}
+	}
+
+	// The HPA scales the Deployment; the operator does not fight it.
+	mergePatch(t, ctx, DeploymentsGVR, ns, "pool-evaluator", `{"spec":{"replicas":7}}`)
+	eventually(t, ctx, "status follows the HPA", func() error {
+		got := waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "Available")
+		if r, _, _ := unstructured.NestedInt64(got.Object, "status", "readyReplicas"); r != 7 {
+			return fmt.Errorf("status.readyReplicas = %d", r)
+		}
+		return nil
+	})
+	before := writes(e.Engine)
+	time.Sleep(time.Second)
+	if r, _, _ := unstructured.NestedInt64(getObj(t, ctx, DeploymentsGVR, ns, "pool-evaluator").Object, "spec", "replicas"); r != 7 {
+		t.Errorf("Deployment replicas = %d, want the HPA's 7", r)
+	}
+	if w := writes(e.Engine) - before; w != 0 {
+		t.Errorf("%v writes after the HPA scaled, want 0", w)
+	}
+
+	// Autoscaling removed: the ScaledObject goes, fixed replicas come back.
+	mergePatch(t, ctx, EvaluatorsGVR, ns, "pool", `{"spec":{"autoscaling":null,"replicas":2}}`)
+	waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "Available")
+	eventually(t, ctx, "ScaledObject deleted", func() error {
+		_, err := client(ScaledObjectsGVR, ns).Get(ctx, "pool-evaluator", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("ScaledObject still there (%v)", err)
+	})
+	if r, _, _ := unstructured.NestedInt64(getObj(t, ctx, DeploymentsGVR, ns, "pool-evaluator").Object, "spec", "replicas"); r != 2 {
+		t.Errorf("Deployment replicas = %d, want 2", r)
+	}
+}
+
+func TestCheckpointServer(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	startEngine(t, Config{Namespace: ns})
+	create(t, ctx, CheckpointServersGVR, ns, "CheckpointServer", "step-900", map[string]any{
+		"model":        "adapter-step-900",
+		"lora":         map[string]any{"baseModel": "meta-llama/Llama-3.1-8B-Instruct"},
+		"apiKeySecret": map[string]any{"name": "vllm-key"},
+		"gpus":         int64(1),
+	})
+	got := waitReady(t, ctx, CheckpointServersGVR, ns, "step-900", "True", "Serving")
+	if ep, _, _ := unstructured.NestedString(got.Object, "status", "endpoint"); ep != "http://step-900-vllm."+ns+".svc:8000/v1" {
+		t.Errorf("status.endpoint = %q", ep)
+	}
+	if m, _, _ := unstructured.NestedString(got.Object, "status", "servedModelName"); m != "step-900" {
+		t.Errorf("status.servedModelName = %q, want step-900", m)
+	}
+	svc := getObj(t, ctx, ServicesGVR, ns, "step-900-vllm")
+	if sel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector"); sel["app.kubernetes.io/instance"] != "step-900" {
+		t.Errorf("Service selector = %v", sel)
+	}
+
+	// A spec change is Ready only once the new revision serves.
+	mergePatch(t, ctx, CheckpointServersGVR, ns, "step-900", `{"spec":{"servedModelName":"run1-step900"}}`)
+	got = waitReady(t, ctx, CheckpointServersGVR, ns, "step-900", "True", "Serving")
+	if m, _, _ := unstructured.NestedString(got.Object, "status", "servedModelName"); m != "run1-step900" {
+		t.Errorf("status.servedModelName = %q, want run1-step900", m)
+	}
+	d := getObj(t, ctx, DeploymentsGVR, ns, "step-900-vllm")
+	if g, _, _ := unstructured.NestedInt64(d.Object, "status", "observedGeneration"); g != d.GetGeneration() {
+		t.Errorf("Ready while the Deployment's observedGeneration %d < generation %d", g, d.GetGeneration())
+	}
+}
+
+func TestSandboxClassRungs(t *testing.T) {
+	ctx := testContext(t)
+	sandbox := newNamespace(t, ctx, testOptions.SandboxNamespace)
+	startEngine(t, Config{Controllers: []string{"sandboxclass"}})
+	create(t, ctx, SandboxClassesGVR, "", "SandboxClass", "per-trial", map[string]any{"rung": "pod"})
+	create(t, ctx, SandboxClassesGVR, "", "SandboxClass", "bwrap", map[string]any{"rung": "bubblewrap", "replicas": int64(2)})
+	t.Cleanup(func() {
+		for _, n := range []string{"per-trial", "bwrap"} {
+			client(SandboxClassesGVR, "").Delete(ctx, n, metav1.DeleteOptions{})
+		}
+	})
+	waitReady(t, ctx, SandboxClassesGVR, "", "per-trial", "True", "NoPool")
+	got := waitReady(t, ctx, SandboxClassesGVR, "", "bwrap", "True", "Available")
+	if n, _, _ := unstructured.NestedString(got.Object, "status", "namespace"); n != sandbox {
+		t.Errorf("status.namespace = %q, want %q", n, sandbox)
+	}
+	d := getObj(t, ctx, DeploymentsGVR, sandbox, "sandbox-bwrap")
+	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	if p, _, _ := unstructured.NestedBool(cs[0].(map[string]any), "securityContext", "privileged"); !p {
+		t.Error("bubblewrap without user namespaces is not privileged")
+	}
+	// Deleting the cluster-scoped owner garbage-collects the pool in the sandbox namespace.
+	if err := client(SandboxClassesGVR, "").Delete(ctx, "bwrap", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "pool deleted", func() error {
+		if _, err := client(DeploymentsGVR, sandbox).Get(ctx, "sandbox-bwrap", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pool still there (%v)", err)
+		}
+		return nil
+	})
+}
+
+func TestControllerWithoutCRDStaysOffUntilInstalled(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	if err := env.UninstallCRDs(ctx, "checkpointservers.evals.si"); err != nil {
+		t.Fatal(err)
+	}
+	e := startEngine(t, Config{Namespace: ns})
+	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{})
+	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+	if n := strings.Count(e.logs.String(), "controller off"); n != 1 {
+		t.Errorf("%d 'controller off' lines, want 1:\n%s", n, e.logs.String())
+	}
+	if err := env.InstallCRDs(ctx, crdDir+"/checkpointservers.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	create(t, ctx, CheckpointServersGVR, ns, "CheckpointServer", "m", map[string]any{"model": "Qwen/Qwen2.5-0.5B"})
+	waitReady(t, ctx, CheckpointServersGVR, ns, "m", "True", "Serving")
+}
+
+func TestNamespaceRestriction(t *testing.T) {
+	ctx := testContext(t)
+	mine, other := newNamespace(t, ctx, ""), newNamespace(t, ctx, "")
+	startEngine(t, Config{Namespace: mine})
+	create(t, ctx, EvaluatorsGVR, other, "Evaluator", "theirs", map[string]any{})
+	create(t, ctx, EvaluatorsGVR, mine, "Evaluator", "ours", map[string]any{})
+	waitReady(t, ctx, EvaluatorsGVR, mine, "ours", "True", "Available")
+	time.Sleep(500 * time.Millisecond)
+	if _, ok := getObj(t, ctx, EvaluatorsGVR, other, "theirs").Object["status"]; ok {
+		t.Error("an engine restricted to another namespace wrote the status")
+	}
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"evals.si/operator/reconcile"
+	"evals.si/operator/render"
+)
+
+// renderFlags are the operator settings that rendering depends on, shared by run and render.
+var renderFlags = []cli.Flag{
+	&cli.StringFlag{Name: "default-image", Value: "evalsi/platform:latest", Usage: "platform image of Evaluators and SandboxClasses that name none"},
+	&cli.StringFlag{Name: "vllm-image", Value: "vllm/vllm-openai:v0.11.0", Usage: "image of CheckpointServers that name none"},
+	&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "namespace that SandboxClass pools run in"},
+	&cli.StringFlag{Name: "api-url", Value: "http://evalsid:8080", Usage: "evalsid's base URL, given to workers and to KEDA's queue-depth trigger"},
+}
+
+func renderOptions(c *cli.Context) render.Options {
+	return render.Options{
+		DefaultImage:     c.String("default-image"),
+		VLLMImage:        c.String("vllm-image"),
+		SandboxNamespace: c.String("sandbox-namespace"),
+		APIURL:           strings.TrimRight(c.String("api-url"), "/"),
+	}
+}
+
+func runCommand() *cli.Command {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig file (default: in-cluster configuration)"},
+		&cli.StringFlag{Name: "namespace", Usage: "watch and write only this namespace (default: all)"},
+		&cli.StringSliceFlag{Name: "controllers", Usage: "controllers to run (default: all): " + strings.Join(reconcile.ControllerNames(), ", ")},
+		&cli.IntFlag{Name: "workers", Value: 2, Usage: "concurrent reconciles per controller"},
+		&cli.DurationFlag{Name: "resync", Value: 10 * time.Minute, Usage: "how often every object is reconciled without an event"},
+		&cli.DurationFlag{Name: "discovery-interval", Value: 30 * time.Second, Usage: "how often to look for CRDs (evalsi's, KEDA's) that appeared or went away"},
+		&cli.BoolFlag{Name: "leader-elect", Value: true, Usage: "run only while holding the leader Lease"},
+		&cli.StringFlag{Name: "leader-election-namespace", EnvVars: []string{"POD_NAMESPACE"}, Usage: "namespace of the leader Lease (default: --namespace, else default)"},
+		&cli.StringFlag{Name: "leader-election-id", Value: "evalsi-operator", Usage: "name of the leader Lease"},
+		&cli.StringFlag{Name: "metrics-bind-address", Value: ":8080", Usage: "address of /metrics (0 disables)"},
+		&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (0 disables)"},
+		&cli.Float64Flag{Name: "kube-api-qps", Value: 50, Usage: "steady requests per second to the Kubernetes API"},
+		&cli.IntFlag{Name: "kube-api-burst", Value: 100, Usage: "burst of requests to the Kubernetes API"},
+	}
+	return &cli.Command{
+		Name:  "run",
+		Usage: "run the operator's controllers",
+		Flags: append(append(flags, renderFlags...), logFlags...),
+		Action: func(c *cli.Context) error {
+			log, err := newLogger(c, os.Stderr)
+			if err != nil {
+				return err
+			}
+			rc, err := kubeConfig(c.String("kubeconfig"))
+			if err != nil {
+				return err
+			}
+			rc.QPS, rc.Burst = float32(c.Float64("kube-api-qps")), c.Int("kube-api-burst")
+			rc.UserAgent = "evalsi-operator/" + version
+			leNamespace := c.String("leader-election-namespace")
+			if leNamespace == "" {
+				leNamespace = c.String("namespace")
+			}
+			if leNamespace == "" {
+				leNamespace = "default"
+			}
+			return reconcile.RunManager(c.Context, reconcile.ManagerConfig{
+				Engine: reconcile.Config{
+					Rest:              rc,
+					Namespace:         c.String("namespace"),
+					Controllers:       c.StringSlice("controllers"),
+					Workers:           c.Int("workers"),
+					Resync:            c.Duration("resync"),
+					DiscoveryInterval: c.Duration("discovery-interval"),
+					Render:            renderOptions(c),
+					Log:               log,
+				},
+				LeaderElect:             c.Bool("leader-elect"),
+				LeaderElectionNamespace: leNamespace,
+				LeaderElectionName:      c.String("leader-election-id"),
+				HealthAddr:              c.String("health-probe-bind-address"),
+				MetricsAddr:             c.String("metrics-bind-address"),
+			})
+		},
+	}
+}
+
+// kubeConfig loads a kubeconfig file, or the in-cluster configuration when path is empty.
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
+	}
+	return rc, nil
+}
