@@ -7,7 +7,11 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # later runs take it from the cache (EVALSI_CACHE_DIR, else ~/.cache/evalsi-operator).
 TEST_TIMEOUT ?= 60m
 
-.PHONY: build test golden lint cluster
+.PHONY: dev build test golden lint cluster
+
+# A local control plane, the operator and the examples, with a live table of their state.
+dev:
+	go run -ldflags "$(LDFLAGS)" . dev
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/evalsi-operator .

@@ -2,8 +2,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 )
@@ -24,10 +27,13 @@ func main() {
 		Commands: []*cli.Command{
 			runCommand(),
 			renderCommand(),
+			devCommand(),
 			versionCommand(),
 		},
 	}
-	if err := app.Run(os.Args); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := app.RunContext(ctx, os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "evalsi-operator:", err)
 		os.Exit(1)
 	}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"evals.si/operator/internal/golden"
 )
 
 func TestVersionCommand(t *testing.T) {
@@ -17,4 +20,46 @@ func TestVersionCommand(t *testing.T) {
 	if out.String() != want {
 		t.Errorf("version printed %q, want %q", out.String(), want)
 	}
+}
+
+// TestRenderCommandGolden renders the examples with the render command and compares the stream
+// with its golden file.
+func TestRenderCommandGolden(t *testing.T) {
+	var out, errOut bytes.Buffer
+	app := &cli.App{Writer: &out, ErrWriter: &errOut, Commands: []*cli.Command{renderCommand()}}
+	if err := app.Run([]string{"evalsi-operator", "render", "-f", "testdata/examples", "--default-image=evalsi/platform:1.4.0"}); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	golden.Check(t, "testdata/render-command/examples.yaml", out.Bytes())
+}
+
+func TestRenderCommandNamesFileDocumentAndField(t *testing.T) {
+	var out, errOut bytes.Buffer
+	app := &cli.App{Writer: &out, ErrWriter: &errOut, Commands: []*cli.Command{renderCommand()},
+		ExitErrHandler: func(*cli.Context, error) {}}
+	err := app.Run([]string{"evalsi-operator", "render", "-f", "testdata/render-command/invalid.yaml"})
+	if code := exitCode(err); code != 1 {
+		t.Fatalf("exit code %d (%v), want 1", code, err)
+	}
+	for _, want := range []string{
+		`testdata/render-command/invalid.yaml:2: Evaluator typo: spec: json: unknown field "replicaz"`,
+		`testdata/render-command/invalid.yaml:3: CheckpointServer nomodel: spec.model: required`,
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+		}
+	}
+	if !strings.Contains(out.String(), "name: fine-evaluator") {
+		t.Errorf("the valid resource was not rendered:\n%s", out.String())
+	}
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	if ec, ok := err.(cli.ExitCoder); ok {
+		return ec.ExitCode()
+	}
+	return -1
 }

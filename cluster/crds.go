@@ -33,7 +33,7 @@ func (c *Cluster) InstallCRDs(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	return c.applyCRDs(ctx, crds)
+	return c.ApplyCRDs(ctx, crds)
 }
 
 // InstallKedaCRDs installs KEDA's ScaledObject CRD, read from KEDA's Go module.
@@ -59,18 +59,11 @@ func ReadCRDs(path string) ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return nil, err
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			var obj map[string]any
-			if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				return nil, fmt.Errorf("decoding %s: %w", f, err)
-			}
-			if obj["kind"] == "CustomResourceDefinition" {
-				crds = append(crds, &unstructured.Unstructured{Object: obj})
-			}
+		found, err := DecodeCRDs(f, data)
+		if err != nil {
+			return nil, err
 		}
+		crds = append(crds, found...)
 	}
 	if len(crds) == 0 {
 		return nil, fmt.Errorf("no CustomResourceDefinition in %s", path)
@@ -78,7 +71,25 @@ func ReadCRDs(path string) ([]*unstructured.Unstructured, error) {
 	return crds, nil
 }
 
-func (c *Cluster) applyCRDs(ctx context.Context, crds []*unstructured.Unstructured) error {
+// DecodeCRDs returns the CustomResourceDefinitions of a YAML stream named name.
+func DecodeCRDs(name string, data []byte) ([]*unstructured.Unstructured, error) {
+	var crds []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			return crds, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", name, err)
+		}
+		if obj["kind"] == "CustomResourceDefinition" {
+			crds = append(crds, &unstructured.Unstructured{Object: obj})
+		}
+	}
+}
+
+// ApplyCRDs creates or updates crds and waits until each is Established and served.
+func (c *Cluster) ApplyCRDs(ctx context.Context, crds []*unstructured.Unstructured) error {
 	client := c.Dynamic().Resource(crdsGVR)
 	for _, crd := range crds {
 		_, err := client.Create(ctx, crd, metav1.CreateOptions{})

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+
+	"evals.si/operator/cluster"
+	"evals.si/operator/internal/manifest"
+	"evals.si/operator/reconcile"
+	"evals.si/operator/render"
+)
+
+// The CRDs and the examples that `dev` installs, built into the binary.
+var (
+	//go:embed chart/evalsi-crds/crds/*.yaml
+	crdFiles embed.FS
+	//go:embed testdata/examples/*.yaml
+	exampleFiles embed.FS
+)
+
+// devOptions are the settings of a dev session.
+type devOptions struct {
+	Render render.Options
+	GPUs   string
+	KEDA   bool
+	// Until, when set, ends the session once it returns true for the table of resources.
+	Until func(rows []devRow) bool
+}
+
+func devCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "dev",
+		Usage: "run a local control plane, the operator and the examples, and show their state (Ctrl-C stops it)",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "gpus", Value: "8", Usage: "nvidia.com/gpu capacity of the KWOK node"},
+			&cli.BoolFlag{Name: "keda", Value: true, Usage: "install KEDA's ScaledObject CRD"},
+		}, renderFlags...),
+		Action: func(c *cli.Context) error {
+			opts := devOptions{Render: renderOptions(c), GPUs: c.String("gpus"), KEDA: c.Bool("keda")}
+			return runDev(c.Context, opts, c.App.Writer)
+		},
+	}
+}
+
+// runDev starts a control plane with a GPU node, installs the CRDs (and KEDA's), runs the
+// operator, applies the examples, and prints a table of the evals.si resources whenever it
+// changes, until ctx ends (or opts.Until holds).
+func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
+	fmt.Fprintln(out, "starting a local control plane (the first run builds it: about 8 minutes)")
+	c, err := cluster.Start(ctx, cluster.Options{
+		Nodes:        1,
+		NodeCapacity: map[string]string{"nvidia.com/gpu": opts.GPUs},
+		Progress:     out,
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	crds, err := decodeEmbedded(crdFiles)
+	if err != nil {
+		return err
+	}
+	if err := c.ApplyCRDs(ctx, objects(crds)); err != nil {
+		return err
+	}
+	if opts.KEDA {
+		if err := c.InstallKedaCRDs(ctx); err != nil {
+			return err
+		}
+	}
+
+	logPath := filepath.Join(c.Dir, "operator.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	opCtx, stopOperator := context.WithCancel(ctx)
+	defer stopOperator()
+	opErr := make(chan error, 1)
+	go func() {
+		opErr <- reconcile.RunManager(opCtx, reconcile.ManagerConfig{Engine: reconcile.Config{
+			Rest:              c.Config,
+			DiscoveryInterval: 5 * time.Second,
+			Render:            opts.Render,
+			Log:               slog.New(slog.NewTextHandler(logFile, nil)),
+		}})
+	}()
+
+	examples, err := decodeEmbedded(exampleFiles)
+	if err != nil {
+		return err
+	}
+	if err := applyAll(ctx, c, examples); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nthe operator runs; its log: %s\nin another shell:\n  export KUBECONFIG=%s\n  kubectl get evalsi -A\nCtrl-C stops everything.\n\n", logPath, c.Kubeconfig)
+
+	last := ""
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		rows, err := devTable(ctx, c)
+		if err == nil {
+			if table := formatRows(rows); table != last {
+				fmt.Fprintf(out, "%s\n%s", time.Now().Format("15:04:05"), table)
+				last = table
+			}
+			if opts.Until != nil && opts.Until(rows) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-opErr:
+			return fmt.Errorf("operator stopped: %w", err)
+		case <-t.C:
+		}
+	}
+}
+
+// decodeEmbedded decodes every YAML file of an embedded tree, in path order.
+func decodeEmbedded(files embed.FS) ([]manifest.Document, error) {
+	var docs []manifest.Document
+	err := fs.WalkDir(files, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		f, err := files.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		found, err := manifest.Decode(path, f)
+		docs = append(docs, found...)
+		return err
+	})
+	return docs, err
+}
+
+func objects(docs []manifest.Document) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, len(docs))
+	for i, d := range docs {
+		out[i] = d.Object
+	}
+	return out
+}
+
+// applyAll applies docs with server-side apply, as `kubectl apply --server-side` would.
+func applyAll(ctx context.Context, c *cluster.Cluster, docs []manifest.Document) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	client := c.Dynamic()
+	for _, d := range docs {
+		gvk := d.Object.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.Where(), err)
+		}
+		r := client.Resource(m.Resource)
+		var ri dynamic.ResourceInterface = r
+		if ns := d.Object.GetNamespace(); ns != "" {
+			ri = r.Namespace(ns)
+		}
+		if _, err := ri.Apply(ctx, d.Object.GetName(), d.Object, metav1.ApplyOptions{FieldManager: "evalsi-dev", Force: true}); err != nil {
+			return fmt.Errorf("%s: applying %s %s: %w", d.Where(), gvk.Kind, d.Object.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// devRow is one evals.si resource in the dev table.
+type devRow struct {
+	Kind, Namespace, Name, Ready, Reason, Message string
+}
+
+// devTable lists every evals.si resource with its Ready condition.
+func devTable(ctx context.Context, c *cluster.Cluster) ([]devRow, error) {
+	var rows []devRow
+	for _, gvr := range []schema.GroupVersionResource{
+		reconcile.EvaluatorsGVR, reconcile.SandboxClassesGVR, reconcile.CheckpointServersGVR,
+		reconcile.EvalRunsGVR, reconcile.OnlineEvalPoliciesGVR, reconcile.TraceSourcesGVR,
+	} {
+		list, err := c.Dynamic().Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range list.Items {
+			row := devRow{Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(), Ready: "-"}
+			conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+			for _, cond := range conds {
+				m, _ := cond.(map[string]any)
+				if m["type"] == "Ready" {
+					row.Ready, _ = m["status"].(string)
+					row.Reason, _ = m["reason"].(string)
+					row.Message, _ = m["message"].(string)
+				}
+			}
+			rows = append(rows, row)
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		return a.Kind+"/"+a.Namespace+"/"+a.Name < b.Kind+"/"+b.Namespace+"/"+b.Name
+	})
+	return rows, nil
+}
+
+func formatRows(rows []devRow) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tNAMESPACE\tNAME\tREADY\tREASON\tMESSAGE")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Kind, r.Namespace, r.Name, r.Ready, r.Reason, r.Message)
+	}
+	w.Flush()
+	return b.String()
+}
