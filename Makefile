@@ -7,7 +7,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # later runs take it from the cache (EVALSI_CACHE_DIR, else ~/.cache/evalsi-operator).
 TEST_TIMEOUT ?= 60m
 
-.PHONY: dev build test golden lint cluster
+.PHONY: dev build test golden lint cluster bench
 
 # A local control plane, the operator and the examples, with a live table of their state.
 dev:
@@ -31,3 +31,7 @@ lint:
 # A control plane in the foreground with the CRDs installed; Ctrl-C stops it.
 cluster:
 	go run ./cluster/cmd/evalsi-cluster
+
+# Convergence of 500 autoscaled Evaluators against the floor of a plain client, and peak memory.
+bench:
+	go test -run '^$$' -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./reconcile/

@@ -36,7 +36,7 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig file (default: in-cluster configuration)"},
 		&cli.StringFlag{Name: "namespace", Usage: "watch and write only this namespace (default: all)"},
 		&cli.StringSliceFlag{Name: "controllers", Usage: "controllers to run (default: all): " + strings.Join(reconcile.ControllerNames(), ", ")},
-		&cli.IntFlag{Name: "workers", Value: 2, Usage: "concurrent reconciles per controller"},
+		&cli.IntFlag{Name: "workers", Value: 16, Usage: "concurrent reconciles per controller"},
 		&cli.DurationFlag{Name: "resync", Value: 10 * time.Minute, Usage: "how often every object is reconciled without an event"},
 		&cli.DurationFlag{Name: "discovery-interval", Value: 30 * time.Second, Usage: "how often to look for CRDs (evalsi's, KEDA's) that appeared or went away"},
 		&cli.BoolFlag{Name: "leader-elect", Value: true, Usage: "run only while holding the leader Lease"},
@@ -44,8 +44,8 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "leader-election-id", Value: "evalsi-operator", Usage: "name of the leader Lease"},
 		&cli.StringFlag{Name: "metrics-bind-address", Value: ":8080", Usage: "address of /metrics (0 disables)"},
 		&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (0 disables)"},
-		&cli.Float64Flag{Name: "kube-api-qps", Value: 50, Usage: "steady requests per second to the Kubernetes API"},
-		&cli.IntFlag{Name: "kube-api-burst", Value: 100, Usage: "burst of requests to the Kubernetes API"},
+		&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API"},
+		&cli.IntFlag{Name: "kube-api-burst", Value: 400, Usage: "burst of requests to the Kubernetes API"},
 	}
 	return &cli.Command{
 		Name:  "run",

@@ -28,7 +28,7 @@ type Options struct {
 	// Nodes is the number of KWOK nodes; 1 when zero.
 	Nodes int
 	// NodeCapacity is each node's capacity and allocatable, by resource name; defaults give
-	// 32 CPUs, 128Gi memory and 110 pods. Add "nvidia.com/gpu" for GPU nodes.
+	// 64 CPUs, 256Gi memory and 1000 pods. Add "nvidia.com/gpu" for GPU nodes.
 	NodeCapacity map[string]string
 	// CRDDirs are directories (or files) of CRDs installed before Start returns.
 	CRDDirs []string

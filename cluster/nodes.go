@@ -20,7 +20,7 @@ var (
 )
 
 // defaultCapacity is a KWOK node's capacity unless Options.NodeCapacity overrides it.
-var defaultCapacity = map[string]string{"cpu": "32", "memory": "128Gi", "pods": "110"}
+var defaultCapacity = map[string]string{"cpu": "64", "memory": "256Gi", "pods": "1000"}
 
 // AddNodes creates n more KWOK nodes with the given capacity (merged over the defaults) and waits
 // until they are Ready.

@@ -54,6 +54,7 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 	}
 
 	out := children{}
+	var applied []string
 	for _, want := range desired {
 		key := childKey(want.GetKind(), want.GetNamespace(), want.GetName())
 		cur := live[key]
@@ -64,16 +65,19 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 			continue
 		}
 		e.log.Debug("applying child", "owner", owner.GetName(), "child", key, "why", why)
-		applied, err := e.apply(ctx, want)
+		obj, err := e.apply(ctx, want, cur)
 		if err != nil {
 			return nil, err
 		}
-		verb := "Created"
 		if cur != nil {
-			verb = "Updated"
+			// Creating children is what a new object is for; an event says when one had to
+			// change (a new spec, or drift repaired).
+			applied = append(applied, fmt.Sprintf("%s %s (%s)", want.GetKind(), want.GetName(), why))
 		}
-		e.recorder.Eventf(owner, corev1.EventTypeNormal, verb, "%s %s %s", strings.ToLower(verb), want.GetKind(), want.GetName())
-		out[key] = applied
+		out[key] = obj
+	}
+	if len(applied) > 0 {
+		e.recorder.Eventf(owner, corev1.EventTypeNormal, "Updated", "updated %s", strings.Join(applied, ", "))
 	}
 	for _, stale := range live {
 		if err := e.deleteChild(ctx, stale); err != nil {
@@ -176,14 +180,15 @@ func number(v any) (float64, bool) {
 
 // apply writes want with server-side apply under the operator's field manager, taking over
 // conflicting fields. A Deployment rendered without spec.replicas (a ScaledObject owns scaling)
-// first hands its replicas to a separate manager, if the operator owned them.
-func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+// first hands its replicas to a separate manager, if the operator owned them; cur is the cached
+// live object, nil when there is none.
+func (e *Engine) apply(ctx context.Context, want, cur *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	gvr, ok := childGVRs[want.GetKind()]
 	if !ok {
 		return nil, fmt.Errorf("no resource known for kind %s", want.GetKind())
 	}
 	client := e.client.Resource(gvr).Namespace(want.GetNamespace())
-	if gvr == DeploymentsGVR {
+	if gvr == DeploymentsGVR && cur != nil {
 		if _, set, _ := unstructured.NestedFieldNoCopy(want.Object, "spec", "replicas"); !set {
 			if err := e.handOverReplicas(ctx, want); err != nil {
 				return nil, err

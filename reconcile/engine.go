@@ -92,7 +92,7 @@ const ownerIndex = "owner"
 // New returns an engine for cfg. It makes no request until Run.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Workers <= 0 {
-		cfg.Workers = 2
+		cfg.Workers = 16
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = 10 * time.Minute

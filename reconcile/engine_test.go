@@ -137,7 +137,7 @@ func client(gvr schema.GroupVersionResource, ns string) dynamic.ResourceInterfac
 	return r.Namespace(ns)
 }
 
-func newNamespace(t *testing.T, ctx context.Context, name string) string {
+func newNamespace(t testing.TB, ctx context.Context, name string) string {
 	t.Helper()
 	ns := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name},

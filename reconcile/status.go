@@ -29,8 +29,10 @@ func (e *Engine) writeStatus(ctx context.Context, k *kind, obj *unstructured.Uns
 	if _, err := client.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
+	// An event when Ready changes, not for the first status of a new object unless it failed.
 	before, after := readyOf(old), readyOf(next)
-	if before["status"] != after["status"] || before["reason"] != after["reason"] {
+	first := len(before) == 0 && after["status"] == "True" || len(before) == 0 && after["reason"] == "RollingOut"
+	if !first && (before["status"] != after["status"] || before["reason"] != after["reason"]) {
 		kind := corev1.EventTypeNormal
 		if after["status"] != "True" {
 			kind = corev1.EventTypeWarning
