@@ -7,7 +7,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # later runs take it from the cache (EVALSI_CACHE_DIR, else ~/.cache/evalsi-operator).
 TEST_TIMEOUT ?= 60m
 
-.PHONY: dev build test golden lint cluster bench
+.PHONY: dev build test fuzz golden lint cluster bench
 
 # A local control plane, the operator and the examples, with a live table of their state.
 dev:
@@ -16,8 +16,13 @@ dev:
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/evalsi-operator .
 
-test: lint
+test: lint fuzz
 	go test -timeout $(TEST_TIMEOUT) ./...
+
+# Each fuzz target for a bounded time; a failure leaves its input under testdata/fuzz.
+FUZZ_TIME ?= 15s
+fuzz:
+	go test ./render -run '^$$' -fuzz FuzzRender -fuzztime $(FUZZ_TIME)
 
 # Rewrite every golden file from the current code; review the diff like a pull request.
 golden:

@@ -9,6 +9,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"evals.si/operator/render"
 )
 
 func TestEvaluatorConvergesAndSteadyStateWritesNothing(t *testing.T) {
@@ -197,6 +200,17 @@ func TestCheckpointServer(t *testing.T) {
 	if m, _, _ := unstructured.NestedString(got.Object, "status", "servedModelName"); m != "step-900" {
 		t.Errorf("status.servedModelName = %q, want step-900", m)
 	}
+	// The children are what render gives, field for field.
+	rendered, err := render.Object(got, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range rendered.Objects {
+		live := getObj(t, ctx, childGVRs[want.GetKind()], ns, want.GetName())
+		if why := staleness(want, live); why != "" {
+			t.Errorf("%s %s is not as rendered: %s", want.GetKind(), want.GetName(), why)
+		}
+	}
 	svc := getObj(t, ctx, ServicesGVR, ns, "step-900-vllm")
 	if sel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector"); sel["app.kubernetes.io/instance"] != "step-900" {
 		t.Errorf("Service selector = %v", sel)
@@ -212,6 +226,19 @@ func TestCheckpointServer(t *testing.T) {
 	if g, _, _ := unstructured.NestedInt64(d.Object, "status", "observedGeneration"); g != d.GetGeneration() {
 		t.Errorf("Ready while the Deployment's observedGeneration %d < generation %d", g, d.GetGeneration())
 	}
+
+	// Deleting the resource removes its children.
+	if err := client(CheckpointServersGVR, ns).Delete(ctx, "step-900", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "children deleted", func() error {
+		for _, gvr := range []schema.GroupVersionResource{DeploymentsGVR, ServicesGVR} {
+			if _, err := client(gvr, ns).Get(ctx, "step-900-vllm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s still there (%v)", gvr.Resource, err)
+			}
+		}
+		return nil
+	})
 }
 
 func TestSandboxClassRungs(t *testing.T) {
