@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"evals.si/operator/apiclient"
 	"evals.si/operator/reconcile"
 	"evals.si/operator/render"
 )
@@ -46,6 +47,12 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (0 disables)"},
 		&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API"},
 		&cli.IntFlag{Name: "kube-api-burst", Value: 400, Usage: "burst of requests to the Kubernetes API"},
+		&cli.StringFlag{Name: "api-token-file", Value: "/var/run/secrets/evals.si/token", Usage: "bearer token for evalsid, read again when it changes (a projected service-account token)"},
+		&cli.StringFlag{Name: "api-ca-file", Usage: "CA bundle that verifies evalsid (https)"},
+		&cli.StringFlag{Name: "api-client-cert", Usage: "client certificate for mutual TLS to evalsid"},
+		&cli.StringFlag{Name: "api-client-key", Usage: "key of --api-client-cert"},
+		&cli.DurationFlag{Name: "api-timeout", Value: 10 * time.Second, Usage: "deadline of each call to evalsid"},
+		&cli.DurationFlag{Name: "run-poll-interval", Value: 10 * time.Second, Usage: "how often a running EvalRun's run is read (with ±20% jitter)"},
 	}
 	return &cli.Command{
 		Name:  "run",
@@ -78,7 +85,16 @@ func runCommand() *cli.Command {
 					Resync:            c.Duration("resync"),
 					DiscoveryInterval: c.Duration("discovery-interval"),
 					Render:            renderOptions(c),
-					Log:               log,
+					API: apiclient.Options{
+						URL:         c.String("api-url"),
+						TokenFile:   c.String("api-token-file"),
+						CAFile:      c.String("api-ca-file"),
+						ClientCert:  c.String("api-client-cert"),
+						ClientKey:   c.String("api-client-key"),
+						CallTimeout: c.Duration("api-timeout"),
+					},
+					RunPollInterval: c.Duration("run-poll-interval"),
+					Log:             log,
 				},
 				LeaderElect:             c.Bool("leader-elect"),
 				LeaderElectionNamespace: leNamespace,

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"evals.si/operator/apiclient"
 	"evals.si/operator/render"
 )
 
@@ -51,6 +52,11 @@ type Config struct {
 	ReconcileTimeout time.Duration
 	// Render are the rendering options; Autoscaling is set by the engine from discovery.
 	Render render.Options
+	// API configures the evalsid client of the EvalRun, OnlineEvalPolicy and TraceSource
+	// controllers; without a URL they stay off.
+	API apiclient.Options
+	// RunPollInterval is how often a running EvalRun's run is read (with jitter).
+	RunPollInterval time.Duration
 	// Log is the engine's logger.
 	Log *slog.Logger
 }
@@ -63,6 +69,11 @@ type Engine struct {
 	recorder record.EventRecorder
 	metrics  *Metrics
 	log      *slog.Logger
+	api      *apiclient.Client
+
+	// afterCreateRun, when set (tests), runs right after CreateRun returns and before the status
+	// is written; an error from it ends the reconcile there, as a crash would.
+	afterCreateRun func() error
 
 	mu          sync.Mutex
 	served      map[schema.GroupVersionResource]bool
@@ -106,6 +117,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.RunPollInterval <= 0 {
+		cfg.RunPollInterval = 10 * time.Second
+	}
 	for _, name := range cfg.Controllers {
 		if kindByController(name) == nil {
 			return nil, fmt.Errorf("unknown controller %q (known: %v)", name, ControllerNames())
@@ -122,8 +136,16 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
 	}
+	var api *apiclient.Client
+	if cfg.API.URL != "" {
+		opts := cfg.API
+		opts.Observe = m.observeAPICall
+		if api, err = apiclient.New(opts); err != nil {
+			return nil, fmt.Errorf("creating the evalsid client: %w", err)
+		}
+	}
 	return &Engine{
-		cfg: cfg, client: client, kube: kube, metrics: m, log: cfg.Log,
+		cfg: cfg, client: client, kube: kube, metrics: m, log: cfg.Log, api: api,
 		served:      map[schema.GroupVersionResource]bool{},
 		informers:   map[informerKey]*informer{},
 		controllers: map[string]*controller{},
@@ -203,6 +225,13 @@ func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
 	e.mu.Unlock()
 
 	for _, k := range e.wanted() {
+		if k.api && e.api == nil {
+			if !e.offLogged[k.controller] {
+				e.log.Warn("controller off: no evalsid URL (--api-url)", "controller", k.controller)
+				e.offLogged[k.controller] = true
+			}
+			continue
+		}
 		if !served[k.gvr] {
 			if !e.offLogged[k.controller] {
 				e.log.Warn("controller off: its CRD is not served; it starts when the CRD is installed", "controller", k.controller, "resource", k.gvr.String())

@@ -46,10 +46,33 @@ var testOptions = render.Options{
 type runningEngine struct {
 	*Engine
 	logs *syncBuffer
+	stop func()
+	done chan struct{}
+}
+
+// wait waits until the engine's Run returned.
+func (r runningEngine) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		t.Error("engine did not stop within 30s")
+	}
 }
 
 // startEngine runs an engine (no leader election) until the test ends.
 func startEngine(t *testing.T, cfg Config) runningEngine {
+	t.Helper()
+	r := startEngineNoCleanup(t, cfg)
+	t.Cleanup(func() {
+		r.stop()
+		r.wait(t)
+	})
+	return r
+}
+
+// startEngineNoCleanup runs an engine that the test stops itself.
+func startEngineNoCleanup(t *testing.T, cfg Config) runningEngine {
 	t.Helper()
 	logs := &syncBuffer{}
 	cfg.Rest = env.Config
@@ -72,15 +95,7 @@ func startEngine(t *testing.T, cfg Config) runningEngine {
 			t.Errorf("engine: %v", err)
 		}
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("engine did not stop within 30s")
-		}
-	})
-	return runningEngine{Engine: e, logs: logs}
+	return runningEngine{Engine: e, logs: logs, stop: cancel, done: done}
 }
 
 type testWriter struct{ t *testing.T }

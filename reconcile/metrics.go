@@ -19,6 +19,7 @@ type Metrics struct {
 	reconciles *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	requests   *prometheus.CounterVec
+	apiCalls   *prometheus.CounterVec
 	queues     queueMetrics
 }
 
@@ -39,9 +40,13 @@ func NewMetrics() *Metrics {
 			Name: "evalsi_kube_requests_total",
 			Help: "Requests to the Kubernetes API server by verb, resource and status code.",
 		}, []string{"verb", "resource", "code"}),
+		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "evalsi_api_calls_total",
+			Help: "Calls to evalsid by method and result code.",
+		}, []string{"method", "code"}),
 	}
 	m.queues = newQueueMetrics(m.Registry)
-	m.Registry.MustRegister(m.reconciles, m.duration, m.requests,
+	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -83,6 +88,10 @@ func counterSum(vec *prometheus.CounterVec, match map[string]string) float64 {
 		}
 	}
 	return total
+}
+
+func (m *Metrics) observeAPICall(method, code string) {
+	m.apiCalls.WithLabelValues(method, code).Inc()
 }
 
 // countRequests wraps a client transport to count requests by verb, resource and code.

@@ -17,6 +17,8 @@ type kind struct {
 	namespaced bool
 	// children are the resources of its children, watched by the managed-by label.
 	children []schema.GroupVersionResource
+	// api says that the kind is reconciled through evalsid and needs its client.
+	api bool
 	// sandboxChildren says that children live in the sandbox namespace, not the owner's.
 	sandboxChildren bool
 	// reconcile makes the world match one object and returns its status.
@@ -49,6 +51,22 @@ var kinds = []*kind{
 		controller: "checkpointserver", name: "CheckpointServer", gvr: CheckpointServersGVR, namespaced: true,
 		children:  []schema.GroupVersionResource{DeploymentsGVR, ServicesGVR},
 		reconcile: reconcileCheckpointServer,
+	},
+	{
+		controller: "evalrun", name: "EvalRun", gvr: EvalRunsGVR, namespaced: true, api: true,
+		reconcile: reconcileEvalRun,
+	},
+	{
+		controller: "onlineevalpolicy", name: "OnlineEvalPolicy", gvr: OnlineEvalPoliciesGVR, namespaced: true, api: true,
+		reconcile: func(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
+			return policies.reconcile(ctx, e, k, obj)
+		},
+	},
+	{
+		controller: "tracesource", name: "TraceSource", gvr: TraceSourcesGVR, namespaced: true, api: true,
+		reconcile: func(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
+			return traceSources.reconcile(ctx, e, k, obj)
+		},
 	},
 }
 

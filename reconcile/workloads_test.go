@@ -283,8 +283,14 @@ func TestControllerWithoutCRDStaysOffUntilInstalled(t *testing.T) {
 	e := startEngine(t, Config{Namespace: ns})
 	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{})
 	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
-	if n := strings.Count(e.logs.String(), "controller off"); n != 1 {
-		t.Errorf("%d 'controller off' lines, want 1:\n%s", n, e.logs.String())
+	off := 0
+	for _, line := range strings.Split(e.logs.String(), "\n") {
+		if strings.Contains(line, "controller off") && strings.Contains(line, "controller=checkpointserver") {
+			off++
+		}
+	}
+	if off != 1 {
+		t.Errorf("%d 'controller off' lines for checkpointserver, want 1:\n%s", off, e.logs.String())
 	}
 	if err := env.InstallCRDs(ctx, crdDir+"/checkpointservers.yaml"); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,153 @@
+package evalsid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	v1 "evals.si/operator/apiclient/evalsiv1"
+)
+
+// policy is a stored policy; names are global and the project that made one owns it.
+type policy struct{ msg *v1.Policy }
+
+// traceSource is a stored trace source, scoped by project.
+type traceSource struct{ msg *v1.TraceSource }
+
+type monitorService struct{ s *Server }
+
+func (ms monitorService) PutPolicy(ctx context.Context, req *connect.Request[v1.PutPolicyRequest]) (*connect.Response[v1.PutPolicyResponse], error) {
+	m := req.Msg
+	if err := validatePolicy(m); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	s := ms.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.policies[m.Name]
+	if ok && cur.msg.Project != m.Project {
+		return nil, connect.NewError(connect.CodeAlreadyExists,
+			fmt.Errorf("policy name %q is taken by another project", m.Name))
+	}
+	rev := int64(1)
+	if ok {
+		rev = cur.msg.Revision + 1
+	}
+	p := &v1.Policy{Name: m.Name, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.PolicySpec), Creator: m.Creator, Revision: rev}
+	if p.Creator == "" {
+		p.Creator = identityOf(ctx)
+	}
+	s.policies[m.Name] = &policy{msg: p}
+	return connect.NewResponse(&v1.PutPolicyResponse{Policy: proto.Clone(p).(*v1.Policy)}), nil
+}
+
+func validatePolicy(m *v1.PutPolicyRequest) error {
+	switch {
+	case m.Project == "":
+		return errors.New("project: required")
+	case m.Name == "":
+		return errors.New("name: required")
+	case m.Spec == nil:
+		return errors.New("spec: required")
+	case m.Spec.TraceSource == "":
+		return errors.New("spec.traceSource: required")
+	case m.Spec.SamplingRate < 0 || m.Spec.SamplingRate > 1:
+		return fmt.Errorf("spec.samplingRate: %v is not between 0 and 1", m.Spec.SamplingRate)
+	}
+	return nil
+}
+
+func (ms monitorService) GetPolicy(_ context.Context, req *connect.Request[v1.GetPolicyRequest]) (*connect.Response[v1.GetPolicyResponse], error) {
+	s := ms.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.policies[req.Msg.Name]
+	if !ok || p.msg.Project != req.Msg.Project {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no policy %q", req.Msg.Project, req.Msg.Name))
+	}
+	return connect.NewResponse(&v1.GetPolicyResponse{Policy: proto.Clone(p.msg).(*v1.Policy)}), nil
+}
+
+func (ms monitorService) DeletePolicy(_ context.Context, req *connect.Request[v1.DeletePolicyRequest]) (*connect.Response[v1.DeletePolicyResponse], error) {
+	s := ms.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.policies[req.Msg.Name]
+	if !ok || p.msg.Project != req.Msg.Project {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no policy %q", req.Msg.Project, req.Msg.Name))
+	}
+	delete(s.policies, req.Msg.Name)
+	return connect.NewResponse(&v1.DeletePolicyResponse{}), nil
+}
+
+// SetPolicySpec changes a stored policy behind the operator's back (as the CLI would).
+func (s *Server) SetPolicySpec(name string, spec *v1.PolicySpec) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.policies[name]; ok {
+		p.msg.Spec = proto.Clone(spec).(*v1.PolicySpec)
+		p.msg.Revision++
+	}
+}
+
+// Policy returns a stored policy by its global name, or nil.
+func (s *Server) Policy(name string) *v1.Policy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.policies[name]; ok {
+		return proto.Clone(p.msg).(*v1.Policy)
+	}
+	return nil
+}
+
+func sourceKey(project, name string) string { return project + "/" + name }
+
+func (ms monitorService) PutTraceSource(ctx context.Context, req *connect.Request[v1.PutTraceSourceRequest]) (*connect.Response[v1.PutTraceSourceResponse], error) {
+	m := req.Msg
+	switch {
+	case m.Project == "" || m.Name == "":
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("project and name: required"))
+	case m.Spec == nil || m.Spec.Type == "":
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("spec.type: required"))
+	}
+	s := ms.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rev := int64(1)
+	if cur, ok := s.sources[sourceKey(m.Project, m.Name)]; ok {
+		rev = cur.msg.Revision + 1
+	}
+	ts := &v1.TraceSource{Name: m.Name, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.TraceSourceSpec), Revision: rev}
+	if strings.EqualFold(m.Spec.Type, "otlp") {
+		ts.IngestEndpoint = fmt.Sprintf("%s/ingest/%s/%s/v1/traces", s.baseURL, m.Project, m.Name)
+	}
+	s.sources[sourceKey(m.Project, m.Name)] = &traceSource{msg: ts}
+	return connect.NewResponse(&v1.PutTraceSourceResponse{TraceSource: proto.Clone(ts).(*v1.TraceSource)}), nil
+}
+
+func (ms monitorService) GetTraceSource(_ context.Context, req *connect.Request[v1.GetTraceSourceRequest]) (*connect.Response[v1.GetTraceSourceResponse], error) {
+	s := ms.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts, ok := s.sources[sourceKey(req.Msg.Project, req.Msg.Name)]
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no trace source %q", req.Msg.Project, req.Msg.Name))
+	}
+	return connect.NewResponse(&v1.GetTraceSourceResponse{TraceSource: proto.Clone(ts.msg).(*v1.TraceSource)}), nil
+}
+
+func (ms monitorService) DeleteTraceSource(_ context.Context, req *connect.Request[v1.DeleteTraceSourceRequest]) (*connect.Response[v1.DeleteTraceSourceResponse], error) {
+	s := ms.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := sourceKey(req.Msg.Project, req.Msg.Name)
+	if _, ok := s.sources[key]; !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no trace source %q", req.Msg.Project, req.Msg.Name))
+	}
+	delete(s.sources, key)
+	return connect.NewResponse(&v1.DeleteTraceSourceResponse{}), nil
+}

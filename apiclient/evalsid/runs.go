@@ -1,0 +1,188 @@
+package evalsid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	v1 "evals.si/operator/apiclient/evalsiv1"
+)
+
+// run is a run and when it was created; its phase follows the schedule unless set explicitly.
+type run struct {
+	msg     *v1.Run
+	created time.Time
+	// fixed is a phase set by SetPhase or CancelRun, overriding the schedule.
+	fixed v1.Phase
+}
+
+// current returns the run as of now, moving it along the schedule.
+func (s *Server) current(r *run, now time.Time) *v1.Run {
+	phase := r.fixed
+	if phase == v1.Phase_PHASE_UNSPECIFIED {
+		phase = s.scheduledPhase(now.Sub(r.created))
+	}
+	if phase != r.msg.Phase {
+		s.moveTo(r, phase, now)
+	}
+	return proto.Clone(r.msg).(*v1.Run)
+}
+
+func (s *Server) scheduledPhase(age time.Duration) v1.Phase {
+	sch := s.schedule
+	switch {
+	case sch.Pending == 0 || age < sch.Pending:
+		return v1.Phase_PHASE_PENDING
+	case sch.Running == 0 || age < sch.Pending+sch.Running:
+		return v1.Phase_PHASE_RUNNING
+	case sch.Fail:
+		return v1.Phase_PHASE_FAILED
+	default:
+		return v1.Phase_PHASE_SUCCEEDED
+	}
+}
+
+// moveTo sets a run's phase with its times and, when it ends, its summary.
+func (s *Server) moveTo(r *run, phase v1.Phase, now time.Time) {
+	r.msg.Phase = phase
+	if phase != v1.Phase_PHASE_PENDING && r.msg.StartedAt == nil {
+		r.msg.StartedAt = timestamppb.New(now)
+	}
+	if terminal(phase) && r.msg.CompletedAt == nil {
+		r.msg.CompletedAt = timestamppb.New(now)
+		sum := s.schedule.Summary
+		r.msg.Summary = &v1.Summary{Total: sum.Total, Passed: sum.Passed, Failed: sum.Failed, Errored: sum.Errored, Score: sum.Score}
+		if phase == v1.Phase_PHASE_FAILED {
+			r.msg.Message = "the run failed"
+		}
+	}
+}
+
+func terminal(p v1.Phase) bool {
+	return p == v1.Phase_PHASE_SUCCEEDED || p == v1.Phase_PHASE_FAILED || p == v1.Phase_PHASE_CANCELLED
+}
+
+// SetPhase moves a run to phase (a test's control of the schedule).
+func (s *Server) SetPhase(id string, phase v1.Phase) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.runs[id]
+	if !ok {
+		return fmt.Errorf("no run %s", id)
+	}
+	r.fixed = phase
+	s.moveTo(r, phase, time.Now())
+	return nil
+}
+
+// Runs returns every run, as of now.
+func (s *Server) Runs() []*v1.Run {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*v1.Run
+	for _, r := range s.runs {
+		out = append(out, s.current(r, time.Now()))
+	}
+	return out
+}
+
+type runService struct{ s *Server }
+
+func (rs runService) CreateRun(ctx context.Context, req *connect.Request[v1.CreateRunRequest]) (*connect.Response[v1.CreateRunResponse], error) {
+	m := req.Msg
+	if err := validateRunSpec(m); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	s := rs.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	key := m.Project + "/" + m.IdempotencyKey
+	if id, ok := s.byKey[key]; ok && m.IdempotencyKey != "" {
+		r := s.runs[id]
+		if !proto.Equal(r.msg.Spec, m.Spec) {
+			return nil, connect.NewError(connect.CodeFailedPrecondition,
+				fmt.Errorf("idempotency key %s was used for run %s with another spec", m.IdempotencyKey, id))
+		}
+		return connect.NewResponse(&v1.CreateRunResponse{Run: s.current(r, now)}), nil
+	}
+	s.nextID++
+	id := fmt.Sprintf("run-%06d", s.nextID)
+	r := &run{created: now, msg: &v1.Run{
+		Id: id, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.RunSpec), Phase: v1.Phase_PHASE_PENDING,
+		Creator: m.Creator, Url: fmt.Sprintf("%s/projects/%s/runs/%s", s.baseURL, m.Project, id),
+	}}
+	if r.msg.Creator == "" {
+		r.msg.Creator = identityOf(ctx)
+	}
+	s.runs[id] = r
+	if m.IdempotencyKey != "" {
+		s.byKey[key] = id
+	}
+	return connect.NewResponse(&v1.CreateRunResponse{Run: s.current(r, now)}), nil
+}
+
+// validateRunSpec is the server's check of a run request.
+func validateRunSpec(m *v1.CreateRunRequest) error {
+	spec := m.Spec
+	switch {
+	case m.Project == "":
+		return errors.New("project: required")
+	case spec == nil:
+		return errors.New("spec: required")
+	case spec.Suite == "" && spec.Dataset == "":
+		return errors.New("spec: one of suite and dataset is required")
+	case spec.Target.GetEndpoint().GetUrl() == "":
+		return errors.New("spec.target.endpoint.url: required")
+	case spec.Trials < 0:
+		return fmt.Errorf("spec.trials: %d is negative", spec.Trials)
+	case spec.Concurrency < 0:
+		return fmt.Errorf("spec.concurrency: %d is negative", spec.Concurrency)
+	}
+	return nil
+}
+
+func (rs runService) GetRun(_ context.Context, req *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error) {
+	s := rs.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.find(req.Msg.Project, req.Msg.Id, req.Msg.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&v1.GetRunResponse{Run: s.current(r, time.Now())}), nil
+}
+
+func (rs runService) CancelRun(_ context.Context, req *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error) {
+	s := rs.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.find(req.Msg.Project, req.Msg.Id, "")
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if cur := s.current(r, now); !terminal(cur.Phase) {
+		// The results so far stay with the run.
+		r.fixed = v1.Phase_PHASE_CANCELLED
+		s.moveTo(r, v1.Phase_PHASE_CANCELLED, now)
+	}
+	return connect.NewResponse(&v1.CancelRunResponse{Run: s.current(r, now)}), nil
+}
+
+// find returns a run of project by id or idempotency key.
+func (s *Server) find(project, id, key string) (*run, error) {
+	if id == "" && key != "" {
+		id = s.byKey[project+"/"+key]
+	}
+	r, ok := s.runs[id]
+	if !ok || r.msg.Project != project {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no run %s", project, id+key))
+	}
+	return r, nil
+}

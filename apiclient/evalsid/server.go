@@ -1,0 +1,190 @@
+// Package evalsid is a reference, in-memory implementation of the platform API server's
+// RunService and MonitorService, with the semantics the operator relies on: idempotency keys,
+// runs that move through their phases on a schedule, cancel that keeps results, global policy
+// names owned by projects, bearer-token checks, and fault injection for tests.
+package evalsid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"evals.si/operator/apiclient/evalsiv1/evalsiv1connect"
+)
+
+// Server is the reference evalsid.
+type Server struct {
+	mu sync.Mutex
+	// tokens maps a bearer token to the identity it authenticates.
+	tokens   map[string]string
+	runs     map[string]*run
+	byKey    map[string]string // project/idempotency key -> run id
+	policies map[string]*policy
+	sources  map[string]*traceSource
+	schedule Schedule
+	nextID   int
+	baseURL  string
+
+	faults faults
+	calls  map[string]int
+	log    []Call
+}
+
+// Call is one request the server received, for tests to count and inspect.
+type Call struct {
+	Method string
+	At     time.Time
+	Code   connect.Code // 0 when it succeeded
+}
+
+// Schedule is how long runs stay Pending and Running before they end, and how they end.
+// A zero duration holds the run in that phase until SetPhase moves it.
+type Schedule struct {
+	Pending, Running time.Duration
+	// Fail ends runs Failed instead of Succeeded.
+	Fail bool
+	// Summary is the summary of runs that end.
+	Summary Summary
+}
+
+// Summary mirrors the run summary, without the protobuf type.
+type Summary struct {
+	Total, Passed, Failed, Errored int64
+	Score                          float64
+}
+
+// DefaultSchedule moves runs along quickly, for `dev`.
+var DefaultSchedule = Schedule{
+	Pending: 2 * time.Second, Running: 8 * time.Second,
+	Summary: Summary{Total: 50, Passed: 44, Failed: 5, Errored: 1, Score: 0.88},
+}
+
+// New returns a server that accepts the given tokens (token -> identity) and moves runs on
+// schedule. Runs' URLs start with baseURL.
+func New(tokens map[string]string, schedule Schedule) *Server {
+	return &Server{
+		tokens:   tokens,
+		runs:     map[string]*run{},
+		byKey:    map[string]string{},
+		policies: map[string]*policy{},
+		sources:  map[string]*traceSource{},
+		schedule: schedule,
+		calls:    map[string]int{},
+		baseURL:  "https://evals.example",
+	}
+}
+
+// Handler returns the HTTP handler of both services, with authentication and fault injection.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	opts := connect.WithInterceptors(s.interceptor())
+	mux.Handle(evalsiv1connect.NewRunServiceHandler(runService{s}, opts))
+	mux.Handle(evalsiv1connect.NewMonitorServiceHandler(monitorService{s}, opts))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	return s.faults.wrap(mux)
+}
+
+// Serve serves the handler on l (HTTP/1.1 and h2c) until ctx ends.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv.Protocols = protocols
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// interceptor checks the bearer token, counts calls and applies injected failures.
+func (s *Server) interceptor() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			method := req.Spec().Procedure[strings.LastIndex(req.Spec().Procedure, "/")+1:]
+			resp, err := s.call(ctx, method, req, next)
+			s.mu.Lock()
+			s.calls[method]++
+			s.log = append(s.log, Call{Method: method, At: time.Now(), Code: connect.CodeOf(err)})
+			if err == nil {
+				s.log[len(s.log)-1].Code = 0
+			}
+			s.mu.Unlock()
+			return resp, err
+		}
+	}
+}
+
+func (s *Server) call(ctx context.Context, method string, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
+	if err := s.faults.take(); err != nil {
+		return nil, err
+	}
+	token, ok := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
+	s.mu.Lock()
+	identity, known := s.tokens[token]
+	s.mu.Unlock()
+	if !ok || !known {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a valid bearer token is required"))
+	}
+	return next(withIdentity(ctx, identity), req)
+}
+
+// Calls returns how many calls of method (such as "GetRun") the server answered.
+func (s *Server) Calls(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[method]
+}
+
+// CallLog returns every call so far, in order.
+func (s *Server) CallLog() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.log...)
+}
+
+// SetToken accepts token as identity (a rotated token).
+func (s *Server) SetToken(token, identity string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens[token] = identity
+}
+
+// RevokeToken stops accepting token.
+func (s *Server) RevokeToken(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.tokens, token)
+}
+
+// FailNext makes the next n calls fail with code.
+func (s *Server) FailNext(n int, code connect.Code) { s.faults.failNext(n, code) }
+
+// SetLatency delays every call by d.
+func (s *Server) SetLatency(d time.Duration) { s.faults.setLatency(d) }
+
+// SetDown makes the server stop answering (connections are closed) or answer again.
+func (s *Server) SetDown(down bool) { s.faults.setDown(down) }
+
+type identityKey struct{}
+
+func withIdentity(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// identityOf returns the authenticated caller.
+func identityOf(ctx context.Context) string {
+	id, _ := ctx.Value(identityKey{}).(string)
+	return id
+}

@@ -1,0 +1,374 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/apiclient"
+	"evals.si/operator/apiclient/evalsid"
+	v1 "evals.si/operator/apiclient/evalsiv1"
+)
+
+// testEvalsid is the reference server on loopback with the operator's token in a file.
+type testEvalsid struct {
+	*evalsid.Server
+	URL, TokenFile string
+}
+
+func startEvalsid(t *testing.T, schedule evalsid.Schedule) testEvalsid {
+	t.Helper()
+	srv := evalsid.New(map[string]string{"operator-token-1": "system:serviceaccount:evalsi:evalsi-operator"}, schedule)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ctx, l)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("operator-token-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return testEvalsid{Server: srv, URL: "http://" + l.Addr().String(), TokenFile: token}
+}
+
+// apiConfig is an engine configuration against the test server.
+func (s testEvalsid) apiConfig(ns string) Config {
+	return Config{
+		Namespace:       ns,
+		API:             apiclient.Options{URL: s.URL, TokenFile: s.TokenFile, CallTimeout: 2 * time.Second},
+		RunPollInterval: 300 * time.Millisecond,
+		Controllers:     []string{"evalrun", "onlineevalpolicy", "tracesource"},
+	}
+}
+
+func runSpec(extra map[string]any) map[string]any {
+	spec := map[string]any{
+		"suite":  "smoke",
+		"target": map[string]any{"endpoint": map[string]any{"url": "http://model:8000/v1", "model": "m"}},
+		"trials": int64(2),
+	}
+	for k, v := range extra {
+		spec[k] = v
+	}
+	return spec
+}
+
+func phaseOf(obj *unstructured.Unstructured) string {
+	p, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
+	return p
+}
+
+func waitPhase(t *testing.T, ctx context.Context, ns, name, phase string) *unstructured.Unstructured {
+	t.Helper()
+	var got *unstructured.Unstructured
+	eventually(t, ctx, "phase "+phase, func() error {
+		got = getObj(t, ctx, EvalRunsGVR, ns, name)
+		if p := phaseOf(got); p != phase {
+			return fmt.Errorf("phase %q", p)
+		}
+		return nil
+	})
+	return got
+}
+
+func TestEvalRunFollowsTheServerThenStopsPolling(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{Summary: evalsid.Summary{Total: 10, Passed: 9, Failed: 1, Score: 0.9}})
+	startEngine(t, api.apiConfig(ns))
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "smoke", runSpec(nil))
+
+	got := waitPhase(t, ctx, ns, "smoke", "Pending")
+	id, _, _ := unstructured.NestedString(got.Object, "status", "runId")
+	if err := api.SetPhase(id, v1.Phase_PHASE_RUNNING); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ctx, ns, "smoke", "Running")
+	if err := api.SetPhase(id, v1.Phase_PHASE_SUCCEEDED); err != nil {
+		t.Fatal(err)
+	}
+	got = waitPhase(t, ctx, ns, "smoke", "Succeeded")
+	if total, _, _ := unstructured.NestedInt64(got.Object, "status", "summary", "total"); total != 10 {
+		t.Errorf("summary total %d, want 10: %v", total, got.Object["status"])
+	}
+	if score, _, _ := unstructured.NestedFloat64(got.Object, "status", "summary", "score"); score != 0.9 {
+		t.Errorf("summary score %v, want 0.9", score)
+	}
+	for _, f := range []string{"url", "startedAt", "completedAt"} {
+		if v, _, _ := unstructured.NestedString(got.Object, "status", f); v == "" {
+			t.Errorf("status.%s is empty", f)
+		}
+	}
+	if n := len(api.Runs()); n != 1 {
+		t.Errorf("%d runs on the server, want 1", n)
+	}
+	if c := api.Runs()[0].Creator; c != "system:serviceaccount:evalsi:evalsi-operator" {
+		t.Errorf("creator %q: without the created-by annotation the server records the caller", c)
+	}
+	before := api.Calls("GetRun")
+	time.Sleep(3 * 300 * time.Millisecond * 6 / 5)
+	if n := api.Calls("GetRun") - before; n != 0 {
+		t.Errorf("%d GetRun calls after the run ended, want 0", n)
+	}
+}
+
+func TestEvalRunSurvivesACrashBetweenCreateAndStatus(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{})
+	cfg := api.apiConfig(ns)
+
+	crashed := make(chan struct{})
+	first := startEngineNoCleanup(t, cfg)
+	first.afterCreateRun = func() error {
+		close(crashed)
+		first.stop()
+		return errors.New("killed after CreateRun")
+	}
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "once", runSpec(map[string]any{"labels": map[string]any{"team": "a"}}))
+	select {
+	case <-crashed:
+	case <-ctx.Done():
+		t.Fatal("the first operator never created the run")
+	}
+	first.wait(t)
+	if id, _, _ := unstructured.NestedString(getObj(t, ctx, EvalRunsGVR, ns, "once").Object, "status", "runId"); id != "" {
+		t.Fatalf("status written before the crash: %s", id)
+	}
+
+	startEngine(t, cfg)
+	got := waitPhase(t, ctx, ns, "once", "Pending")
+	runs := api.Runs()
+	if len(runs) != 1 {
+		t.Fatalf("%d runs on the server for one EvalRun, want 1", len(runs))
+	}
+	if id, _, _ := unstructured.NestedString(got.Object, "status", "runId"); id != runs[0].Id {
+		t.Errorf("status.runId %s, server run %s", id, runs[0].Id)
+	}
+	if api.Calls("CreateRun") != 2 {
+		t.Errorf("CreateRun called %d times, want 2 (once per operator)", api.Calls("CreateRun"))
+	}
+}
+
+func TestDeletingARunningEvalRunCancelsItOnce(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{})
+	startEngine(t, api.apiConfig(ns))
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "a", runSpec(nil))
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "b", runSpec(nil))
+	for _, n := range []string{"a", "b"} {
+		got := waitPhase(t, ctx, ns, n, "Pending")
+		id, _, _ := unstructured.NestedString(got.Object, "status", "runId")
+		api.SetPhase(id, v1.Phase_PHASE_RUNNING)
+		waitPhase(t, ctx, ns, n, "Running")
+	}
+
+	// Server up: cancelled once, kept on the server, object gone.
+	if err := client(EvalRunsGVR, ns).Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ctx, ns, "a")
+	if n := api.Calls("CancelRun"); n != 1 {
+		t.Errorf("CancelRun called %d times, want 1", n)
+	}
+
+	// Server down: the finalizer holds and the condition says why; back up, it completes.
+	api.SetDown(true)
+	if err := client(EvalRunsGVR, ns).Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx, EvalRunsGVR, ns, "b", "False", "APIUnavailable")
+	if got := getObj(t, ctx, EvalRunsGVR, ns, "b"); len(got.GetFinalizers()) == 0 {
+		t.Fatal("finalizer released while the server could not cancel")
+	}
+	api.SetDown(false)
+	waitGone(t, ctx, ns, "b")
+
+	phases := map[v1.Phase]int{}
+	for _, r := range api.Runs() {
+		phases[r.Phase]++
+	}
+	if phases[v1.Phase_PHASE_CANCELLED] != 2 || len(api.Runs()) != 2 {
+		t.Errorf("runs on the server by phase: %v, want both kept and Cancelled", phases)
+	}
+}
+
+func waitGone(t *testing.T, ctx context.Context, ns, name string) {
+	t.Helper()
+	eventually(t, ctx, name+" deleted", func() error {
+		_, err := client(EvalRunsGVR, ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
+}
+
+func TestEvalRunWaitsForItsCheckpointServer(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{})
+	cfg := api.apiConfig(ns)
+	cfg.Controllers = nil // the CheckpointServer controller too
+	startEngine(t, cfg)
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "ckpt", map[string]any{
+		"suite": "smoke", "target": map[string]any{"checkpointServer": "step-900"},
+	})
+	waitReady(t, ctx, EvalRunsGVR, ns, "ckpt", "False", "WaitingForTarget")
+	if n := api.Calls("CreateRun"); n != 0 {
+		t.Fatalf("CreateRun called %d times before the target was Ready", n)
+	}
+	create(t, ctx, CheckpointServersGVR, ns, "CheckpointServer", "step-900", map[string]any{
+		"model": "Qwen/Qwen2.5-0.5B", "servedModelName": "run1-step900",
+	})
+	waitPhase(t, ctx, ns, "ckpt", "Pending")
+	target := api.Runs()[0].Spec.Target.Endpoint
+	if want := "http://step-900-vllm." + ns + ".svc:8000/v1"; target.Url != want || target.Model != "run1-step900" {
+		t.Errorf("run target %s %s, want %s run1-step900", target.Url, target.Model, want)
+	}
+}
+
+func TestInvalidArgumentIsTerminalAndUnavailableBacksOff(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{})
+	startEngine(t, api.apiConfig(ns))
+
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "negative", runSpec(map[string]any{"trials": int64(-1)}))
+	got := waitReady(t, ctx, EvalRunsGVR, ns, "negative", "False", "Rejected")
+	if _, _, msg := readyCondition(got); !strings.Contains(msg, "spec.trials: -1 is negative") {
+		t.Errorf("message %q lacks the server's", msg)
+	}
+	calls := api.Calls("CreateRun")
+	time.Sleep(time.Second)
+	if n := api.Calls("CreateRun") - calls; n != 0 {
+		t.Errorf("%d more CreateRun calls after a terminal rejection", n)
+	}
+
+	start := len(api.CallLog())
+	api.FailNext(8, connect.CodeUnavailable)
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "later", runSpec(nil))
+	waitReady(t, ctx, EvalRunsGVR, ns, "later", "False", "APIUnavailable")
+	waitPhase(t, ctx, ns, "later", "Pending")
+	var at []time.Time
+	for _, c := range api.CallLog()[start:] {
+		if c.Method == "CreateRun" {
+			at = append(at, c.At)
+		}
+	}
+	if len(at) != 9 {
+		t.Fatalf("%d CreateRun calls, want 8 failures and 1 success", len(at))
+	}
+	first, last := at[1].Sub(at[0]), at[8].Sub(at[7])
+	if last < 4*first {
+		t.Errorf("retry spacing did not grow: first %v, last %v", first, last)
+	}
+}
+
+func TestTokenFileRotation(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{})
+	startEngine(t, api.apiConfig(ns))
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "first", runSpec(nil))
+	waitPhase(t, ctx, ns, "first", "Pending")
+
+	api.SetToken("operator-token-2", "system:serviceaccount:evalsi:evalsi-operator")
+	api.RevokeToken("operator-token-1")
+	tmp := api.TokenFile + ".new"
+	if err := os.WriteFile(tmp, []byte("operator-token-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, api.TokenFile); err != nil {
+		t.Fatal(err)
+	}
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "second", runSpec(nil))
+	waitPhase(t, ctx, ns, "second", "Pending")
+}
+
+func TestPolicyConflictsAndDrift(t *testing.T) {
+	ctx := testContext(t)
+	teamA, teamB := newNamespace(t, ctx, ""), newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{})
+	cfg := api.apiConfig("")
+	cfg.Resync = time.Second
+	startEngine(t, cfg)
+	spec := map[string]any{"traceSource": "prod", "samplingRate": 0.1, "evaluators": []any{"toxicity"}, "enabled": true}
+	create(t, ctx, OnlineEvalPoliciesGVR, teamA, "OnlineEvalPolicy", "toxicity", spec)
+	waitReady(t, ctx, OnlineEvalPoliciesGVR, teamA, "toxicity", "True", "Applied")
+	other := map[string]any{"traceSource": "staging", "samplingRate": 0.5, "enabled": true}
+	create(t, ctx, OnlineEvalPoliciesGVR, teamB, "OnlineEvalPolicy", "toxicity", other)
+	waitReady(t, ctx, OnlineEvalPoliciesGVR, teamB, "toxicity", "False", "Conflict")
+	if p := api.Policy("toxicity"); p.Project != teamA || p.Spec.TraceSource != "prod" {
+		t.Errorf("team A's policy changed: %v", p)
+	}
+
+	// Deleting team B's object leaves team A's policy.
+	if err := client(OnlineEvalPoliciesGVR, teamB).Delete(ctx, "toxicity", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "team B's object gone", func() error {
+		if _, err := client(OnlineEvalPoliciesGVR, teamB).Get(ctx, "toxicity", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
+	})
+	if p := api.Policy("toxicity"); p == nil || p.Project != teamA {
+		t.Fatal("deleting the conflicting object deleted the owner's policy")
+	}
+
+	// Unchanged: no Put over several resyncs.
+	puts := api.Calls("PutPolicy")
+	time.Sleep(2500 * time.Millisecond)
+	if n := api.Calls("PutPolicy") - puts; n != 0 {
+		t.Errorf("%d PutPolicy calls for an unchanged policy", n)
+	}
+	// Changed behind the operator's back: put back.
+	api.SetPolicySpec("toxicity", &v1.PolicySpec{TraceSource: "prod", SamplingRate: 1})
+	eventually(t, ctx, "policy put back", func() error {
+		if p := api.Policy("toxicity"); p.Spec.SamplingRate != 0.1 {
+			return fmt.Errorf("sampling rate %v", p.Spec.SamplingRate)
+		}
+		return nil
+	})
+	// Deleting team A's object deletes its policy.
+	if err := client(OnlineEvalPoliciesGVR, teamA).Delete(ctx, "toxicity", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "policy deleted on the server", func() error {
+		if api.Policy("toxicity") != nil {
+			return errors.New("still there")
+		}
+		return nil
+	})
+}
+
+func TestTraceSourceReportsIngestEndpoint(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{})
+	startEngine(t, api.apiConfig(ns))
+	create(t, ctx, TraceSourcesGVR, ns, "TraceSource", "prod", map[string]any{"type": "otlp"})
+	got := waitReady(t, ctx, TraceSourcesGVR, ns, "prod", "True", "Applied")
+	if ep, _, _ := unstructured.NestedString(got.Object, "status", "ingestEndpoint"); !strings.Contains(ep, "/ingest/"+ns+"/prod/") {
+		t.Errorf("status.ingestEndpoint = %q", ep)
+	}
+}

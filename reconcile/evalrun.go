@@ -1,0 +1,223 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	v1 "evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/render"
+)
+
+// runFinalizer holds an EvalRun until its run is cancelled (or has ended) on the server.
+const runFinalizer = "evals.si/cancel-run"
+
+// AnnotationCreatedBy holds the authenticated user who created an object (written by admission).
+const AnnotationCreatedBy = "evals.si/created-by"
+
+// phaseNames are the status phases of the server's run phases.
+var phaseNames = map[v1.Phase]string{
+	v1.Phase_PHASE_PENDING:   "Pending",
+	v1.Phase_PHASE_RUNNING:   "Running",
+	v1.Phase_PHASE_SUCCEEDED: "Succeeded",
+	v1.Phase_PHASE_FAILED:    "Failed",
+	v1.Phase_PHASE_CANCELLED: "Cancelled",
+}
+
+func terminalPhase(phase string) bool {
+	return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled"
+}
+
+// reconcileEvalRun creates the object's run once (idempotency key: the object's uid), follows
+// it until it ends, and cancels it when the object is deleted.
+func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
+	project := render.Project(obj)
+	runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
+	phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
+	if obj.GetDeletionTimestamp() != nil {
+		return e.cancelRun(ctx, k, obj, project, runID, phase)
+	}
+	if terminalPhase(phase) {
+		// The run has ended: nothing to follow, nothing to write.
+		return Outcome{}, nil
+	}
+	if err := e.setFinalizer(ctx, k, obj, runFinalizer, true); err != nil {
+		return Outcome{}, err
+	}
+
+	var run *v1.Run
+	if runID == "" {
+		spec, err := decodeProtoSpec(obj, &v1.RunSpec{})
+		if err != nil {
+			return Outcome{}, Terminal("InvalidSpec", err)
+		}
+		if waiting, err := e.resolveTarget(ctx, obj, spec); err != nil || waiting != nil {
+			return Outcome{Status: waiting, RequeueAfter: 2 * time.Second}, err
+		}
+		resp, err := e.api.Runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+			Project:        project,
+			IdempotencyKey: string(obj.GetUID()),
+			Creator:        obj.GetAnnotations()[AnnotationCreatedBy],
+			Spec:           spec,
+			Name:           obj.GetNamespace() + "/" + obj.GetName(),
+		}))
+		if err != nil {
+			cond, err := apiFailure("creating the run", err)
+			return Outcome{Status: &Status{Fields: runFields(obj), Conditions: []Condition{cond}}}, err
+		}
+		if e.afterCreateRun != nil {
+			if err := e.afterCreateRun(); err != nil {
+				return Outcome{}, err
+			}
+		}
+		run = resp.Msg.Run
+	} else {
+		resp, err := e.api.Runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: project, Id: runID}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return Outcome{}, Terminalf("RunNotFound", "run %s is not on the server any more", runID)
+		}
+		if err != nil {
+			cond, err := apiFailure("reading the run", err)
+			return Outcome{Status: &Status{Fields: runFields(obj), Conditions: []Condition{cond}}}, err
+		}
+		run = resp.Msg.Run
+	}
+	st := runStatus(run)
+	if terminalPhase(st.Fields["phase"].(string)) {
+		return Outcome{Status: st}, nil
+	}
+	// Poll: the server sends no events. Jitter spreads many runs' polls apart.
+	return Outcome{Status: st, RequeueAfter: jitter(e.cfg.RunPollInterval)}, nil
+}
+
+// runStatus is the status of an EvalRun that follows run.
+func runStatus(run *v1.Run) *Status {
+	phase := phaseNames[run.Phase]
+	if phase == "" {
+		phase = "Pending"
+	}
+	fields := map[string]any{"runId": run.Id, "url": run.Url, "phase": phase}
+	if t := run.StartedAt; t != nil {
+		fields["startedAt"] = t.AsTime().UTC().Format(time.RFC3339)
+	}
+	if t := run.CompletedAt; t != nil {
+		fields["completedAt"] = t.AsTime().UTC().Format(time.RFC3339)
+	}
+	if s := run.Summary; s != nil {
+		fields["summary"] = map[string]any{
+			"total": s.Total, "passed": s.Passed, "failed": s.Failed, "errored": s.Errored, "score": s.Score,
+		}
+	}
+	var ready Condition
+	switch phase {
+	case "Failed":
+		msg := "the run failed"
+		if run.Message != "" {
+			msg = run.Message
+		}
+		ready = Ready(false, "Failed", msg)
+	case "Cancelled":
+		ready = Ready(false, "Cancelled", "the run was cancelled; its results so far are kept")
+	default:
+		ready = Ready(true, phase, "run "+run.Id+" is "+phase)
+	}
+	return &Status{Fields: fields, Conditions: []Condition{ready}}
+}
+
+// runFields are the run fields the object's status already holds, kept when a call fails.
+func runFields(obj *unstructured.Unstructured) map[string]any {
+	st, _, _ := unstructured.NestedMap(obj.Object, "status")
+	delete(st, "conditions")
+	delete(st, "observedGeneration")
+	return st
+}
+
+// resolveTarget fills in the endpoint of a target that names a CheckpointServer. While the
+// CheckpointServer is missing or not Ready, it returns the status that says so.
+func (e *Engine) resolveTarget(ctx context.Context, obj *unstructured.Unstructured, spec *v1.RunSpec) (*Status, error) {
+	name := spec.GetTarget().GetCheckpointServer()
+	if name == "" {
+		return nil, nil
+	}
+	waiting := func(msg string) *Status {
+		return &Status{Conditions: []Condition{Ready(false, "WaitingForTarget", msg)}}
+	}
+	cs, err := e.client.Resource(CheckpointServersGVR).Namespace(obj.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return waiting(fmt.Sprintf("waiting for CheckpointServer %s to exist", name)), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading CheckpointServer %s: %w", name, err)
+	}
+	observed, _, _ := unstructured.NestedInt64(cs.Object, "status", "observedGeneration")
+	csStatus, _, _ := unstructured.NestedMap(cs.Object, "status")
+	if readyOf(csStatus)["status"] != "True" || observed != cs.GetGeneration() {
+		return waiting(fmt.Sprintf("waiting for CheckpointServer %s to be Ready", name)), nil
+	}
+	endpoint, _, _ := unstructured.NestedString(cs.Object, "status", "endpoint")
+	model, _, _ := unstructured.NestedString(cs.Object, "status", "servedModelName")
+	if spec.Target.Endpoint == nil {
+		spec.Target.Endpoint = &v1.EndpointTarget{}
+	}
+	spec.Target.Endpoint.Url, spec.Target.Endpoint.Model = endpoint, model
+	return nil, nil
+}
+
+// cancelRun cancels the run of a deleted EvalRun unless it has ended, then lets the object go.
+// While the server cannot confirm, the finalizer stays and the condition says why.
+func (e *Engine) cancelRun(ctx context.Context, k *kind, obj *unstructured.Unstructured, project, runID, phase string) (Outcome, error) {
+	if !slices.Contains(obj.GetFinalizers(), runFinalizer) {
+		return Outcome{}, nil
+	}
+	if !terminalPhase(phase) {
+		req := &v1.CancelRunRequest{Project: project, Id: runID}
+		if runID == "" {
+			// A crash between the create and the status write leaves the id unknown here;
+			// the idempotency key finds the run, if it was made.
+			resp, err := e.api.Runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: project, IdempotencyKey: string(obj.GetUID())}))
+			switch {
+			case connect.CodeOf(err) == connect.CodeNotFound:
+				req = nil
+			case err != nil:
+				cond, err := apiFailure("finding the run to cancel", err)
+				return Outcome{Status: &Status{Fields: runFields(obj), Conditions: []Condition{cond}}}, err
+			default:
+				req.Id = resp.Msg.Run.Id
+			}
+		}
+		if req != nil {
+			if _, err := e.api.Runs.CancelRun(ctx, connect.NewRequest(req)); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+				cond, err := apiFailure("cancelling the run before deletion", err)
+				return Outcome{Status: &Status{Fields: runFields(obj), Conditions: []Condition{cond}}}, err
+			}
+		}
+	}
+	return Outcome{}, e.setFinalizer(ctx, k, obj, runFinalizer, false)
+}
+
+// decodeProtoSpec decodes obj's spec (the message as JSON) into msg, rejecting unknown fields.
+func decodeProtoSpec[M proto.Message](obj *unstructured.Unstructured, msg M) (M, error) {
+	data, err := json.Marshal(obj.Object["spec"])
+	if err != nil {
+		return msg, fmt.Errorf("spec: %w", err)
+	}
+	if err := protojson.Unmarshal(data, msg); err != nil {
+		return msg, fmt.Errorf("spec: %w", err)
+	}
+	return msg, nil
+}
+
+// jitter returns d spread by ±20%.
+func jitter(d time.Duration) time.Duration {
+	return d*4/5 + time.Duration(rand.Int64N(int64(d)*2/5+1))
+}
