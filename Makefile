@@ -7,7 +7,14 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # later runs take it from the cache (EVALSI_CACHE_DIR, else ~/.cache/evalsi-operator).
 TEST_TIMEOUT ?= 60m
 
-.PHONY: dev build test fuzz golden lint cluster bench
+# Code generators, pinned, built from the Go module proxy into the cache.
+CACHE_DIR     ?= $(or $(EVALSI_CACHE_DIR),$(HOME)/.cache/evalsi-operator)
+BUF           := github.com/bufbuild/buf/cmd/buf@v1.75.0
+PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_CONNECT := connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
+TOOLS_DIR     := $(CACHE_DIR)/tools/buf-v1.75.0_go-v1.36.12_connect-v1.21.1
+
+.PHONY: dev build test fuzz generate generate-check golden lint cluster bench
 
 # A local control plane, the operator and the examples, with a live table of their state.
 dev:
@@ -16,7 +23,7 @@ dev:
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/evalsi-operator .
 
-test: lint fuzz
+test: lint generate-check fuzz
 	go test -timeout $(TEST_TIMEOUT) ./...
 
 # Each fuzz target for a bounded time; a failure leaves its input under testdata/fuzz.
@@ -27,6 +34,17 @@ fuzz:
 # Rewrite every golden file from the current code; review the diff like a pull request.
 golden:
 	go test -timeout $(TEST_TIMEOUT) ./... -run Golden -update
+
+# Regenerate the Go and Connect code of apiclient/proto.
+generate:
+	@test -x $(TOOLS_DIR)/buf -a -x $(TOOLS_DIR)/protoc-gen-go -a -x $(TOOLS_DIR)/protoc-gen-connect-go || \
+		for t in $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_CONNECT); do GOBIN=$(TOOLS_DIR) go install $$t || exit 1; done
+	cd apiclient/proto && PATH=$(TOOLS_DIR):$$PATH buf generate
+
+# The committed generated code is what the protos give.
+generate-check: generate
+	@git diff --exit-code -- apiclient/evalsiv1 || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- apiclient/evalsiv1)" || { echo "generated files are not committed"; exit 1; }
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^testdata/')); \

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 
+	"evals.si/operator/apiclient"
+	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster"
 	"evals.si/operator/internal/manifest"
 	"evals.si/operator/reconcile"
@@ -61,8 +64,8 @@ func devCommand() *cli.Command {
 	}
 }
 
-// runDev starts a control plane with a GPU node, installs the CRDs (and KEDA's), runs the
-// operator, applies the examples, and prints a table of the evals.si resources whenever it
+// runDev starts a control plane with a GPU node, installs the CRDs (and KEDA's), serves the
+// reference evalsid, runs the operator, applies the examples, and prints a table of the evals.si resources whenever it
 // changes, until ctx ends (or opts.Until holds).
 func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 	fmt.Fprintln(out, "starting a local control plane (the first run builds it: about 8 minutes)")
@@ -88,6 +91,21 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 		}
 	}
 
+	// The reference evalsid on loopback, and the operator's token for it.
+	api := evalsid.New(map[string]string{devToken: "system:serviceaccount:evalsi:evalsi-operator"}, evalsid.DefaultSchedule)
+	apiListener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go api.Serve(ctx, apiListener)
+	tokenFile := filepath.Join(c.Dir, "evalsid-token")
+	if err := os.WriteFile(tokenFile, []byte(devToken+"\n"), 0o600); err != nil {
+		return err
+	}
+	apiURL := "http://" + apiListener.Addr().String()
+	opts.Render.APIURL = apiURL
+	fmt.Fprintf(out, "evalsid (reference) serving on %s\n", apiURL)
+
 	logPath := filepath.Join(c.Dir, "operator.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -102,6 +120,8 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 			Rest:              c.Config,
 			DiscoveryInterval: 5 * time.Second,
 			Render:            opts.Render,
+			API:               apiclient.Options{URL: apiURL, TokenFile: tokenFile},
+			RunPollInterval:   2 * time.Second,
 			Log:               slog.New(slog.NewTextHandler(logFile, nil)),
 		}})
 	}()

@@ -21,7 +21,7 @@ func TestDevBringsExamplesToReady(t *testing.T) {
 		Render: render.Options{DefaultImage: "evalsi/platform:dev", VLLMImage: "vllm/vllm-openai:v0.11.0", SandboxNamespace: "evalsi-sandbox", APIURL: "http://evalsid:8080"}, GPUs: "8", KEDA: true,
 		Until: func(rows []devRow) bool {
 			last = rows
-			if len(rows) < 5 {
+			if len(rows) < 8 {
 				return false
 			}
 			for _, r := range rows {
@@ -38,7 +38,7 @@ func TestDevBringsExamplesToReady(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("examples not Ready: %+v\n%s", last, out.String())
 	}
-	for _, want := range []string{"export KUBECONFIG=", "CheckpointServer", "adapter-step-900", "Evaluator", "judge"} {
+	for _, want := range []string{"export KUBECONFIG=", "CheckpointServer", "adapter-step-900", "Evaluator", "judge", "EvalRun", "step-900-smoke", "team-a-toxicity", "prod-traces"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

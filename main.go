@@ -28,6 +28,7 @@ func main() {
 			runCommand(),
 			renderCommand(),
 			devCommand(),
+			evalsidCommand(),
 			versionCommand(),
 		},
 	}

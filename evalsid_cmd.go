@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"evals.si/operator/apiclient/evalsid"
+)
+
+func evalsidCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "evalsid",
+		Usage: "serve the reference in-memory evalsid (RunService and MonitorService over Connect)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8090", Usage: "address to serve on"},
+			&cli.StringFlag{Name: "tokens", Required: true, Usage: "file of accepted bearer tokens, one \"TOKEN IDENTITY\" per line"},
+			&cli.DurationFlag{Name: "pending", Value: evalsid.DefaultSchedule.Pending, Usage: "how long runs stay Pending"},
+			&cli.DurationFlag{Name: "running", Value: evalsid.DefaultSchedule.Running, Usage: "how long runs stay Running"},
+		},
+		Action: func(c *cli.Context) error {
+			tokens, err := readTokens(c.String("tokens"))
+			if err != nil {
+				return err
+			}
+			schedule := evalsid.DefaultSchedule
+			schedule.Pending, schedule.Running = c.Duration("pending"), c.Duration("running")
+			l, err := net.Listen("tcp", c.String("listen"))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.ErrWriter, "evalsid serving on %s\n", l.Addr())
+			return evalsid.New(tokens, schedule).Serve(c.Context, l)
+		},
+	}
+}
+
+// readTokens reads "TOKEN IDENTITY" lines; blank lines and # comments are skipped.
+func readTokens(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tokens := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("%s:%d: want \"TOKEN IDENTITY\"", path, n)
+		}
+		tokens[fields[0]] = fields[1]
+	}
+	return tokens, sc.Err()
+}
+
+// devToken is the token the operator of `dev` uses against the reference evalsid.
+const devToken = "dev-operator-token"
