@@ -30,6 +30,7 @@ test: lint generate-check fuzz
 FUZZ_TIME ?= 15s
 fuzz:
 	go test ./render -run '^$$' -fuzz FuzzRender -fuzztime $(FUZZ_TIME)
+	go test ./schemas -run '^$$' -fuzz FuzzValidate -fuzztime $(FUZZ_TIME)
 
 # Rewrite every golden file from the current code; review the diff like a pull request.
 golden:

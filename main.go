@@ -29,6 +29,7 @@ func main() {
 			renderCommand(),
 			devCommand(),
 			evalsidCommand(),
+			validateCommand(),
 			versionCommand(),
 		},
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"evals.si/operator/internal/golden"
+	"evals.si/operator/internal/manifest"
 )
 
 func TestVersionCommand(t *testing.T) {
@@ -62,4 +63,36 @@ func exitCode(err error) int {
 		return ec.ExitCode()
 	}
 	return -1
+}
+
+// TestValidateCommandGivesTheValidatorsMessages runs validate over the admission cases: every
+// invalid document's expected error is printed as file:document: pointer: message.
+func TestValidateCommandGivesTheValidatorsMessages(t *testing.T) {
+	run := func(path string) (string, int) {
+		var out bytes.Buffer
+		app := &cli.App{Writer: &out, ErrWriter: &out, Commands: []*cli.Command{validateCommand()},
+			ExitErrHandler: func(*cli.Context, error) {}}
+		err := app.Run([]string{"evalsi-operator", "validate", "-f", path})
+		return out.String(), exitCode(err)
+	}
+	out, code := run("testdata/admission/invalid.yaml")
+	if code != 1 {
+		t.Fatalf("exit %d for invalid specs, want 1", code)
+	}
+	docs, err := manifest.Read("testdata/admission/invalid.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range docs {
+		want := d.Where() + ": " + d.Object.GetAnnotations()["test.evals.si/expect"]
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if out, code := run("testdata/admission/valid.yaml"); code != 0 {
+		t.Errorf("exit %d for valid specs, want 0:\n%s", code, out)
+	}
+	if _, code := run("testdata/admission/missing.yaml"); code != 2 {
+		t.Errorf("exit %d for a missing file, want 2", code)
+	}
 }

@@ -252,9 +252,10 @@ func TestInvalidArgumentIsTerminalAndUnavailableBacksOff(t *testing.T) {
 	api := startEvalsid(t, evalsid.Schedule{})
 	startEngine(t, api.apiConfig(ns))
 
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "negative", runSpec(map[string]any{"trials": int64(-1)}))
-	got := waitReady(t, ctx, EvalRunsGVR, ns, "negative", "False", "Rejected")
-	if _, _, msg := readyCondition(got); !strings.Contains(msg, "spec.trials: -1 is negative") {
+	api.KnownSuites("smoke")
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "unknown", runSpec(map[string]any{"suite": "nope"}))
+	got := waitReady(t, ctx, EvalRunsGVR, ns, "unknown", "False", "Rejected")
+	if _, _, msg := readyCondition(got); !strings.Contains(msg, `spec.suite: unknown suite "nope"`) {
 		t.Errorf("message %q lacks the server's", msg)
 	}
 	calls := api.Calls("CreateRun")
@@ -314,7 +315,7 @@ func TestPolicyConflictsAndDrift(t *testing.T) {
 	spec := map[string]any{"traceSource": "prod", "samplingRate": 0.1, "evaluators": []any{"toxicity"}, "enabled": true}
 	create(t, ctx, OnlineEvalPoliciesGVR, teamA, "OnlineEvalPolicy", "toxicity", spec)
 	waitReady(t, ctx, OnlineEvalPoliciesGVR, teamA, "toxicity", "True", "Applied")
-	other := map[string]any{"traceSource": "staging", "samplingRate": 0.5, "enabled": true}
+	other := map[string]any{"traceSource": "staging", "samplingRate": 0.5, "evaluators": []any{"pii"}, "enabled": true}
 	create(t, ctx, OnlineEvalPoliciesGVR, teamB, "OnlineEvalPolicy", "toxicity", other)
 	waitReady(t, ctx, OnlineEvalPoliciesGVR, teamB, "toxicity", "False", "Conflict")
 	if p := api.Policy("toxicity"); p.Project != teamA || p.Spec.TraceSource != "prod" {

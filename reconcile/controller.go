@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"evals.si/operator/schemas"
 )
 
 // controller is the queue and workers of one kind.
@@ -130,7 +132,15 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 			err = fmt.Errorf("panic reconciling %s: %v\n%s", key, r, trimStack(debug.Stack()))
 		}
 	}()
-	outcome, err = c.k.reconcile(ctx, c.e, c.k, obj)
+	if obj.GetDeletionTimestamp() == nil {
+		// An object that entered while the webhook was off meets the same rules here.
+		if verr := schemas.Validate(obj); verr != nil {
+			err = Terminal("InvalidSpec", verr)
+		}
+	}
+	if err == nil {
+		outcome, err = c.k.reconcile(ctx, c.e, c.k, obj)
+	}
 	if outcome.Status != nil {
 		var te *TerminalError
 		if errors.As(err, &te) {

@@ -92,7 +92,7 @@ func TestInvalidSpecIsTerminal(t *testing.T) {
 		spec    map[string]any
 		message string
 	}{
-		"unknown field": {map[string]any{"replicaz": int64(2)}, `unknown field "replicaz"`},
+		"unknown field": {map[string]any{"replicaz": int64(2)}, `/spec/replicaz: is not a known field`},
 		"rejected by the API server": {
 			map[string]any{"tolerations": []any{map[string]any{"key": "k", "effect": "NoSchedule", "tolerationSeconds": int64(5)}}},
 			"tolerations[0].effect",

@@ -80,6 +80,17 @@ func (s *Server) SetPhase(id string, phase v1.Phase) error {
 	return nil
 }
 
+// KnownSuites restricts runs to the named suites; others are InvalidArgument. By default any
+// suite is known.
+func (s *Server) KnownSuites(names ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.suites = map[string]bool{}
+	for _, n := range names {
+		s.suites[n] = true
+	}
+}
+
 // Runs returns every run, as of now.
 func (s *Server) Runs() []*v1.Run {
 	s.mu.Lock()
@@ -101,6 +112,9 @@ func (rs runService) CreateRun(ctx context.Context, req *connect.Request[v1.Crea
 	s := rs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.suites != nil && m.Spec.Suite != "" && !s.suites[m.Spec.Suite] {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec.suite: unknown suite %q", m.Spec.Suite))
+	}
 	now := time.Now()
 	key := m.Project + "/" + m.IdempotencyKey
 	if id, ok := s.byKey[key]; ok && m.IdempotencyKey != "" {

@@ -29,6 +29,7 @@ type Server struct {
 	policies map[string]*policy
 	sources  map[string]*traceSource
 	schedule Schedule
+	suites   map[string]bool // nil: any suite
 	nextID   int
 	baseURL  string
 

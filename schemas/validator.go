@@ -1,0 +1,275 @@
+// Package schemas holds the JSON schemas of every evalsi kind's spec (the CLI's rules) and the
+// validator built on them, which the admission webhook, the `validate` command and the
+// reconcilers share.
+package schemas
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+//go:embed *.json
+var files embed.FS
+
+const base = "https://evals.si/schemas/"
+
+// kindSchemas maps each kind to its schema file.
+var kindSchemas = map[string]string{
+	"EvalRun":          "evalrun.json",
+	"OnlineEvalPolicy": "onlineevalpolicy.json",
+	"TraceSource":      "tracesource.json",
+	"Evaluator":        "evaluator.json",
+	"SandboxClass":     "sandboxclass.json",
+	"CheckpointServer": "checkpointserver.json",
+}
+
+// maxNameLength bounds object names whose children's names add a suffix that must stay a DNS
+// label (a Service is <name>-vllm).
+var maxNameLength = map[string]int{"CheckpointServer": 58}
+
+// FieldError is one problem with an object: the JSON pointer of the field and a sentence.
+type FieldError struct {
+	Pointer string
+	Message string
+}
+
+func (e FieldError) String() string { return e.Pointer + ": " + e.Message }
+
+// Errors are the problems of one object, in pointer order.
+type Errors []FieldError
+
+func (es Errors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.String()
+	}
+	return strings.Join(parts, "; ")
+}
+
+var (
+	compileOnce sync.Once
+	compiled    map[string]*jsonschema.Schema
+	compileErr  error
+)
+
+// compile compiles every schema once.
+func compile() (map[string]*jsonschema.Schema, error) {
+	compileOnce.Do(func() {
+		c := jsonschema.NewCompiler()
+		c.Draft = jsonschema.Draft2020
+		c.AssertFormat = true
+		c.Formats["duration"] = isDuration
+		c.Formats["quantity"] = isQuantity
+		c.Formats["model"] = isModel
+		c.Formats["http-url"] = isHTTPURL
+		c.RegisterExtension("x-rules", rulesMeta, rulesCompiler{})
+		entries, err := files.ReadDir(".")
+		if err != nil {
+			compileErr = err
+			return
+		}
+		for _, e := range entries {
+			data, err := files.ReadFile(e.Name())
+			if err != nil {
+				compileErr = err
+				return
+			}
+			if err := c.AddResource(base+e.Name(), bytes.NewReader(data)); err != nil {
+				compileErr = fmt.Errorf("schema %s: %w", e.Name(), err)
+				return
+			}
+		}
+		compiled = map[string]*jsonschema.Schema{}
+		for kind, file := range kindSchemas {
+			s, err := c.Compile(base + file)
+			if err != nil {
+				compileErr = fmt.Errorf("compiling %s: %w", file, err)
+				return
+			}
+			compiled[kind] = s
+		}
+	})
+	return compiled, compileErr
+}
+
+// Kinds reports whether kind is an evalsi kind with a schema.
+func Kinds(kind string) bool {
+	_, ok := kindSchemas[kind]
+	return ok
+}
+
+// Validate checks an evalsi object: its spec against its kind's schema, and the few rules on
+// its name. It returns nil or Errors with pointers such as /spec/autoscaling/minReplicas.
+func Validate(obj *unstructured.Unstructured) error {
+	schemas, err := compile()
+	if err != nil {
+		return err
+	}
+	kind := obj.GetKind()
+	s, ok := schemas[kind]
+	if !ok {
+		return Errors{{Pointer: "/kind", Message: fmt.Sprintf("%q is not an evals.si kind", kind)}}
+	}
+	var errs Errors
+	if max := maxNameLength[kind]; max > 0 && len(obj.GetName()) > max {
+		errs = append(errs, FieldError{"/metadata/name", fmt.Sprintf("must be at most %d characters for a %s", max, kind)})
+	}
+	spec, found := obj.Object["spec"]
+	if !found {
+		return append(errs, FieldError{"/spec", "is required"})
+	}
+	// The validator wants JSON values: numbers as float64 or json.Number, not int64.
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return append(errs, FieldError{"/spec", err.Error()})
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return append(errs, FieldError{"/spec", err.Error()})
+	}
+	if err := s.Validate(v); err != nil {
+		ve, ok := err.(*jsonschema.ValidationError)
+		if !ok {
+			return append(errs, FieldError{"/spec", err.Error()})
+		}
+		errs = append(errs, explain(ve)...)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Pointer < errs[j].Pointer })
+	return dedupe(errs)
+}
+
+func dedupe(errs Errors) Errors {
+	var out Errors
+	seen := map[FieldError]bool{}
+	for _, e := range errs {
+		if !seen[e] {
+			seen[e] = true
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+var (
+	reMissing    = regexp.MustCompile(`^missing properties?: (.*)$`)
+	reAdditional = regexp.MustCompile(`^additionalProperties (.*) not allowed$`)
+	reQuoted     = regexp.MustCompile(`'([^']*)'`)
+	reFormat     = regexp.MustCompile(`^'(.*)' is not valid '([^']*)'$`)
+	rePattern    = regexp.MustCompile(`^does not match pattern '(.*)'$`)
+)
+
+// formatSentences say what each format wants.
+var formatSentences = map[string]string{
+	"duration": "is not a duration such as \"30s\", \"5m\" or \"1h\"",
+	"quantity": "is not a quantity such as \"500m\", \"2\" or \"4Gi\"",
+	"model":    "is neither a path under /checkpoints/ nor a model id such as \"org/model\"",
+	"http-url": "is not an http or https URL",
+}
+
+// patternSentences say what each pattern of common.json wants.
+var patternSentences = map[string]string{
+	"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$": "must be a DNS label: lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit",
+	"^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*$":      "is not an image reference such as \"registry.example/team/image:1.0\"",
+	"^[A-Za-z_][A-Za-z0-9_]*$":             "must be an environment variable name: letters, digits and '_', not starting with a digit",
+	"^--":                                  "must be a flag starting with --",
+}
+
+// explain turns the validator's error tree into one sentence per failed leaf.
+func explain(ve *jsonschema.ValidationError) Errors {
+	if len(ve.Causes) > 0 {
+		var out Errors
+		for _, c := range ve.Causes {
+			out = append(out, explain(c)...)
+		}
+		return out
+	}
+	ptr := "/spec" + ve.InstanceLocation
+	msg := ve.Message
+	if field, text, ok := strings.Cut(msg, ruleSeparator); ok {
+		return Errors{{ptr + field, text}}
+	}
+	if m := reMissing.FindStringSubmatch(msg); m != nil {
+		var out Errors
+		for _, q := range reQuoted.FindAllStringSubmatch(m[1], -1) {
+			out = append(out, FieldError{ptr + "/" + q[1], "is required"})
+		}
+		return out
+	}
+	if m := reAdditional.FindStringSubmatch(msg); m != nil {
+		var out Errors
+		for _, q := range reQuoted.FindAllStringSubmatch(m[1], -1) {
+			out = append(out, FieldError{ptr + "/" + q[1], "is not a known field"})
+		}
+		return out
+	}
+	if m := reFormat.FindStringSubmatch(msg); m != nil {
+		if s, ok := formatSentences[m[2]]; ok {
+			return Errors{{ptr, strconv.Quote(m[1]) + " " + s}}
+		}
+	}
+	if m := rePattern.FindStringSubmatch(msg); m != nil {
+		if s, ok := patternSentences[m[1]]; ok {
+			return Errors{{ptr, s}}
+		}
+	}
+	return Errors{{ptr, msg}}
+}
+
+func isDuration(v any) bool {
+	s, ok := v.(string)
+	if !ok {
+		return true
+	}
+	d, err := time.ParseDuration(s)
+	return err == nil && d > 0
+}
+
+func isQuantity(v any) bool {
+	s, ok := v.(string)
+	if !ok {
+		return true
+	}
+	_, err := resource.ParseQuantity(s)
+	return err == nil
+}
+
+var modelID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?$`)
+
+// isModel accepts a path under /checkpoints/ or a model id ("org/model").
+func isModel(v any) bool {
+	s, ok := v.(string)
+	if !ok {
+		return true
+	}
+	if strings.HasPrefix(s, "/checkpoints/") {
+		return !strings.Contains(s, "/../") && !strings.HasSuffix(s, "/..")
+	}
+	return modelID.MatchString(s)
+}
+
+func isHTTPURL(v any) bool {
+	s, ok := v.(string)
+	if !ok {
+		return true
+	}
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
