@@ -30,6 +30,7 @@ func main() {
 			devCommand(),
 			evalsidCommand(),
 			validateCommand(),
+			webhookCommand(),
 			versionCommand(),
 		},
 	}

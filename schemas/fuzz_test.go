@@ -43,6 +43,3 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
-
-
-

@@ -1,0 +1,134 @@
+// Package webhook is the admission webhook of the evals.si kinds: validation with the schemas the
+// CLI uses, EvalRun spec immutability, and the creator annotation that admission writes and no
+// user can set or change.
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/schemas"
+)
+
+// AnnotationCreatedBy holds the authenticated user who created an object.
+const AnnotationCreatedBy = "evals.si/created-by"
+
+// Validate decides a validating admission request.
+func Validate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return allow(req)
+	}
+	obj, err := decode(req.Object.Raw)
+	if err != nil {
+		return deny(req, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("cannot decode the object: %v", err))
+	}
+	if req.Operation == admissionv1.Update {
+		if obj.GetDeletionTimestamp() != nil {
+			// An object on its way out: let its finalizers go whatever its spec.
+			return allow(req)
+		}
+		old, err := decode(req.OldObject.Raw)
+		if err != nil {
+			return deny(req, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("cannot decode the old object: %v", err))
+		}
+		if msg := immutable(old, obj); msg != "" {
+			return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg)
+		}
+	} else if _, set := obj.GetAnnotations()[AnnotationCreatedBy]; set && obj.GetAnnotations()[AnnotationCreatedBy] != req.UserInfo.Username {
+		// The mutating webhook writes the creator; a different value here means it did not run.
+		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+			fmt.Sprintf("metadata.annotations[%s] is written by admission and cannot be set", AnnotationCreatedBy))
+	}
+	if err := schemas.Validate(obj); err != nil {
+		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+			fmt.Sprintf("%s %s is invalid: %v", obj.GetKind(), obj.GetName(), err))
+	}
+	return allow(req)
+}
+
+// immutable returns why the update from old to obj is not allowed, or "".
+func immutable(old, obj *unstructured.Unstructured) string {
+	if old.GetAnnotations()[AnnotationCreatedBy] != obj.GetAnnotations()[AnnotationCreatedBy] {
+		return fmt.Sprintf("metadata.annotations[%s] records who created the object and cannot be changed or removed", AnnotationCreatedBy)
+	}
+	if obj.GetKind() == "EvalRun" && !sameJSON(old.Object["spec"], obj.Object["spec"]) {
+		return "spec is immutable: create a new EvalRun"
+	}
+	return ""
+}
+
+// Mutate decides a mutating admission request: on create, the creator annotation is set to the
+// authenticated user, replacing any value the client sent.
+func Mutate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Operation != admissionv1.Create {
+		return allow(req)
+	}
+	obj, err := decode(req.Object.Raw)
+	if err != nil {
+		return deny(req, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("cannot decode the object: %v", err))
+	}
+	var patch []map[string]any
+	if obj.GetAnnotations() == nil {
+		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations", "value": map[string]string{AnnotationCreatedBy: req.UserInfo.Username}}}
+	} else {
+		key := strings.ReplaceAll(strings.ReplaceAll(AnnotationCreatedBy, "~", "~0"), "/", "~1")
+		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations/" + key, "value": req.UserInfo.Username}}
+	}
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return deny(req, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
+	}
+	resp := allow(req)
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = data, &pt
+	return resp
+}
+
+func decode(raw []byte) (*unstructured.Unstructured, error) {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+func allow(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+}
+
+func deny(req *admissionv1.AdmissionRequest, code int32, reason metav1.StatusReason, msg string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,
+	}}
+}
+
+func sameJSON(a, b any) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(ja) == string(jb)
+}
+
+// handler serves AdmissionReview v1 requests with decide.
+func handler(decide func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
+			return
+		}
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20)).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "cannot decode the AdmissionReview", http.StatusBadRequest)
+			return
+		}
+		review.Response = decide(review.Request)
+		review.Request = nil
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(review)
+	})
+}

@@ -1,0 +1,106 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Config configures the webhook server.
+type Config struct {
+	// Listener is where admission is served (TLS); Health, when set, serves /healthz and /readyz.
+	Listener, Health net.Listener
+	// CertDir holds tls.crt and tls.key (cert-manager); used unless SelfSigned is set.
+	CertDir    string
+	SelfSigned *SelfSigned
+	// CheckInterval is how often self-signed certificates are checked for renewal.
+	CheckInterval time.Duration
+	Log           *slog.Logger
+}
+
+// Paths of the two webhooks.
+const (
+	ValidatePath = "/validate"
+	MutatePath   = "/mutate"
+)
+
+// Run serves admission until ctx ends. HTTP/2 is off (CVE-2023-44487 and a simpler server).
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = time.Hour
+	}
+	var certs certSource
+	if s := cfg.SelfSigned; s != nil {
+		ss := &selfSignedCerts{cfg: *s}
+		if err := ss.sync(ctx); err != nil {
+			return fmt.Errorf("setting up self-signed certificates: %w", err)
+		}
+		certs = ss
+		go func() {
+			t := time.NewTicker(cfg.CheckInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					if err := ss.sync(ctx); err != nil {
+						cfg.Log.Error("renewing certificates", "err", err)
+					}
+				}
+			}
+		}()
+	} else {
+		if cfg.CertDir == "" {
+			return errors.New("no certificates: give --cert-dir or --self-signed")
+		}
+		certs = &dirCerts{dir: cfg.CertDir}
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle(ValidatePath, handler(Validate))
+	mux.Handle(MutatePath, handler(Mutate))
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
+		// A non-nil, empty map turns HTTP/2 off.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.ServeTLS(cfg.Listener, "", "") }()
+	if cfg.Health != nil {
+		health := http.NewServeMux()
+		health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if _, err := certs.GetCertificate(nil); err != nil {
+				http.Error(w, "no serving certificate", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		hs := &http.Server{Handler: health, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- hs.Serve(cfg.Health) }()
+		defer hs.Close()
+	}
+	cfg.Log.Info("serving admission", "address", cfg.Listener.Addr().String())
+	select {
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutdown)
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	}
+}

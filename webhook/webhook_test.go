@@ -1,0 +1,370 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"evals.si/operator/cluster"
+	"evals.si/operator/internal/manifest"
+)
+
+var env *cluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(cluster.Main(m, cluster.Options{CRDDirs: []string{"../chart/evalsi-crds/crds"}}, &env))
+}
+
+var resources = map[string]string{
+	"EvalRun": "evalruns", "OnlineEvalPolicy": "onlineevalpolicies", "TraceSource": "tracesources",
+	"Evaluator": "evaluators", "SandboxClass": "sandboxclasses", "CheckpointServer": "checkpointservers",
+}
+
+func gvr(kind string) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: "evals.si", Version: "v1alpha1", Resource: resources[kind]}
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func eventually(t *testing.T, ctx context.Context, what string, check func() error) {
+	t.Helper()
+	var err error
+	for {
+		if err = check(); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// runningWebhook is a webhook server on loopback with its configurations registered.
+type runningWebhook struct {
+	addr string
+	stop func()
+}
+
+// startWebhook registers webhook configurations pointing at a new self-signed webhook on
+// loopback and waits until admission works. The configurations go when the test ends.
+func startWebhook(t *testing.T, ctx context.Context, validity time.Duration) runningWebhook {
+	t.Helper()
+	cs := env.Clientset()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	url := "https://" + l.Addr().String()
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	timeout := int32(5)
+	rules := func(ops ...admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
+		var res []string
+		for _, r := range resources {
+			res = append(res, r)
+		}
+		return []admissionregistrationv1.RuleWithOperations{{Operations: ops, Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{"evals.si"}, APIVersions: []string{"v1alpha1"}, Resources: res,
+		}}}
+	}
+	validateURL, mutateURL := url+ValidatePath, url+MutatePath
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-validation"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "validate.evals.si",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &validateURL},
+			Rules:                   rules(admissionregistrationv1.Create, admissionregistrationv1.Update),
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "not-being-deleted",
+				Expression: "request.operation != 'UPDATE' || !has(object.metadata.deletionTimestamp)",
+			}},
+		}},
+	}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-creator"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "creator.evals.si",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &mutateURL},
+			Rules:                   rules(admissionregistrationv1.Create),
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	ar := cs.AdmissionregistrationV1()
+	if _, err := ar.ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ar.MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ar.ValidatingWebhookConfigurations().Delete(context.Background(), vwc.Name, metav1.DeleteOptions{})
+		ar.MutatingWebhookConfigurations().Delete(context.Background(), mwc.Name, metav1.DeleteOptions{})
+	})
+	ensureNamespace(t, ctx, "evalsi-system")
+	wctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(wctx, Config{
+			Listener: l,
+			SelfSigned: &SelfSigned{
+				Kube: cs, Namespace: "evalsi-system", Secret: name + "-certs", Hosts: []string{"127.0.0.1"},
+				ValidatingConfig: vwc.Name, MutatingConfig: mwc.Name, Validity: validity,
+			},
+			CheckInterval: 200 * time.Millisecond,
+			Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+	}()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("webhook: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	ns := ensureNamespace(t, ctx, "admission")
+	eventually(t, ctx, "admission through the webhook", func() error {
+		_, err := env.Dynamic().Resource(gvr("TraceSource")).Namespace(ns).Create(ctx, traceSource("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+	return runningWebhook{addr: l.Addr().String(), stop: stop}
+}
+
+func traceSource(name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "TraceSource",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{"type": "otlp"},
+	}}
+}
+
+func ensureNamespace(t *testing.T, ctx context.Context, name string) string {
+	_, err := env.Clientset().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func readCases(t *testing.T, path string) []manifest.Document {
+	docs, err := manifest.Read(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return docs
+}
+
+// create creates a case document through the API server (and so the webhooks).
+func create(ctx context.Context, c dynamic.Interface, obj *unstructured.Unstructured) error {
+	r := c.Resource(gvr(obj.GetKind()))
+	var ri dynamic.ResourceInterface = r
+	if ns := obj.GetNamespace(); ns != "" {
+		ri = r.Namespace(ns)
+	}
+	_, err := ri.Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return err
+}
+
+func TestAdmissionTable(t *testing.T) {
+	ctx := testContext(t)
+	startWebhook(t, ctx, time.Hour)
+	ensureNamespace(t, ctx, "team-a")
+	for _, d := range readCases(t, "../testdata/admission/invalid.yaml") {
+		want := d.Object.GetAnnotations()["test.evals.si/expect"]
+		d.Object.SetAnnotations(nil)
+		err := create(ctx, env.Dynamic(), d.Object)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s %s: got %v, want an error with %q", d.Object.GetKind(), d.Object.GetName(), err, want)
+		}
+	}
+	for _, d := range readCases(t, "../testdata/admission/valid.yaml") {
+		if err := create(ctx, env.Dynamic(), d.Object); err != nil {
+			t.Errorf("%s %s: %v", d.Object.GetKind(), d.Object.GetName(), err)
+		}
+	}
+}
+
+// asUser returns a dynamic client that impersonates user, after granting the user every verb
+// on evals.si resources in ns.
+func asUser(t *testing.T, ctx context.Context, ns, user string) dynamic.Interface {
+	cs := env.Clientset()
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "evalsi-all", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"evals.si"}, Resources: []string{"*"}, Verbs: []string{"*"}}}}
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "evalsi-all-" + user, Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "evalsi-all"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return dynamic.NewForConfigOrDie(cfg)
+}
+
+func TestCreatorAnnotationIsWrittenByAdmission(t *testing.T) {
+	ctx := testContext(t)
+	startWebhook(t, ctx, time.Hour)
+	ns := ensureNamespace(t, ctx, "team-creator")
+	user := asUser(t, ctx, ns, "team-a-user")
+	cs := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "CheckpointServer",
+		"metadata": map[string]any{"name": "m", "annotations": map[string]any{AnnotationCreatedBy: "someone-else"}},
+		"spec":     map[string]any{"model": "org/model"},
+	}}
+	got, err := user.Resource(gvr("CheckpointServer")).Namespace(ns).Create(ctx, cs, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := got.GetAnnotations()[AnnotationCreatedBy]; c != "team-a-user" {
+		t.Fatalf("stored creator %q, want team-a-user", c)
+	}
+	for name, patch := range map[string]string{
+		"changed": `{"metadata":{"annotations":{"evals.si/created-by":"mallory"}}}`,
+		"removed": `{"metadata":{"annotations":{"evals.si/created-by":null}}}`,
+	} {
+		_, err := user.Resource(gvr("CheckpointServer")).Namespace(ns).Patch(ctx, "m", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if err == nil || !strings.Contains(err.Error(), "records who created the object") {
+			t.Errorf("creator annotation %s: got %v, want a rejection", name, err)
+		}
+	}
+}
+
+func TestEvalRunSpecImmutableWithAndWithoutWebhook(t *testing.T) {
+	ctx := testContext(t)
+	w := startWebhook(t, ctx, time.Hour)
+	ns := ensureNamespace(t, ctx, "team-immutable")
+	runs := env.Dynamic().Resource(gvr("EvalRun")).Namespace(ns)
+	run := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun", "metadata": map[string]any{"name": "r"},
+		"spec": map[string]any{"suite": "smoke", "target": map[string]any{"checkpointServer": "m"}, "trials": int64(1)},
+	}}
+	if _, err := runs.Create(ctx, run, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"spec":{"trials":2}}`)
+	_, err := runs.Patch(ctx, "r", types.MergePatchType, patch, metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), "spec is immutable: create a new EvalRun") {
+		t.Fatalf("with the webhook: %v", err)
+	}
+	w.stop()
+	_, err = runs.Patch(ctx, "r", types.MergePatchType, patch, metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), "spec is immutable: create a new EvalRun") {
+		t.Fatalf("without the webhook: %v", err)
+	}
+}
+
+func TestWebhookDownLocksNothingElse(t *testing.T) {
+	ctx := testContext(t)
+	w := startWebhook(t, ctx, time.Hour)
+	ns := ensureNamespace(t, ctx, "team-down")
+	sources := env.Dynamic().Resource(gvr("TraceSource")).Namespace(ns)
+	held := traceSource("held")
+	held.SetFinalizers([]string{"evals.si/delete-trace-source"})
+	if _, err := sources.Create(ctx, held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sources.Delete(ctx, "held", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.stop()
+
+	_, err := sources.Create(ctx, traceSource("new"), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Errorf("creating with the webhook down: %v, want an error that names the webhook", err)
+	}
+	cs := env.Clientset()
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("ConfigMap with the webhook down: %v", err)
+	}
+	deploy := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "d"},
+		"spec": map[string]any{
+			"selector": map[string]any{"matchLabels": map[string]any{"app": "d"}},
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": "d"}},
+				"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "image": "x"}}}},
+		},
+	}}
+	if _, err := env.Dynamic().Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		t.Errorf("Deployment with the webhook down: %v", err)
+	}
+	// The operator's finalizer removal on an object being deleted.
+	_, err = sources.Patch(ctx, "held", types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatalf("removing the finalizer with the webhook down: %v", err)
+	}
+	if _, err := sources.Get(ctx, "held", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("object still there after its finalizer went: %v", err)
+	}
+}
+
+// servingSerial returns the serial number of the certificate the webhook serves.
+func servingSerial(t *testing.T, addr string) string {
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+func TestSelfSignedCertificatesRotateWithoutRestart(t *testing.T) {
+	ctx := testContext(t)
+	w := startWebhook(t, ctx, 6*time.Second)
+	cfg, err := env.Clientset().AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "testselfsignedcertificatesrotatewithoutrestart-validation", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Webhooks[0].ClientConfig.CABundle) == 0 {
+		t.Fatal("caBundle not patched")
+	}
+	first := servingSerial(t, w.addr)
+	ns := ensureNamespace(t, ctx, "admission")
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		if _, err := env.Dynamic().Resource(gvr("TraceSource")).Namespace(ns).Create(ctx, traceSource(fmt.Sprintf("r%d", i)), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Fatalf("admission failed during rotation: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if servingSerial(t, w.addr) == first {
+		t.Error("the serving certificate was not renewed")
+	}
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/kubernetes"
+
+	"evals.si/operator/webhook"
+)
+
+func webhookCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "webhook",
+		Usage: "serve the validating and mutating admission webhooks of the evals.si kinds",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "listen", Value: ":9443", Usage: "address of the webhooks (TLS)"},
+			&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (0 disables)"},
+			&cli.StringFlag{Name: "cert-dir", Usage: "directory with tls.crt and tls.key (cert-manager or a Secret), read again when they change"},
+			&cli.BoolFlag{Name: "self-signed", Usage: "make and rotate a CA and serving certificate, kept in --secret-name, and patch the caBundle of the webhook configurations"},
+			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig file (default: in-cluster configuration); used with --self-signed"},
+			&cli.StringFlag{Name: "namespace", EnvVars: []string{"POD_NAMESPACE"}, Value: "evalsi-system", Usage: "namespace of the Secret and the Service"},
+			&cli.StringFlag{Name: "secret-name", Value: "evalsi-webhook-certs", Usage: "Secret that holds the self-signed certificates"},
+			&cli.StringFlag{Name: "service-name", Value: "evalsi-webhook", Usage: "Service in front of the webhook (the certificate's names)"},
+			&cli.StringSliceFlag{Name: "host", Usage: "extra DNS name or IP address of the serving certificate"},
+			&cli.StringFlag{Name: "validating-config", Value: "evalsi-validation", Usage: "ValidatingWebhookConfiguration whose caBundle is kept current"},
+			&cli.StringFlag{Name: "mutating-config", Value: "evalsi-creator", Usage: "MutatingWebhookConfiguration whose caBundle is kept current"},
+			&cli.DurationFlag{Name: "cert-validity", Value: 365 * 24 * time.Hour, Usage: "lifetime of the self-signed serving certificate; renewed with a third left"},
+		}, logFlags...),
+		Action: func(c *cli.Context) error {
+			log, err := newLogger(c, os.Stderr)
+			if err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", c.String("listen"))
+			if err != nil {
+				return err
+			}
+			cfg := webhook.Config{Listener: l, CertDir: c.String("cert-dir"), Log: log, CheckInterval: c.Duration("cert-validity") / 12}
+			if addr := c.String("health-probe-bind-address"); addr != "" && addr != "0" {
+				if cfg.Health, err = net.Listen("tcp", addr); err != nil {
+					return err
+				}
+			}
+			if c.Bool("self-signed") {
+				rc, err := kubeConfig(c.String("kubeconfig"))
+				if err != nil {
+					return err
+				}
+				kube, err := kubernetes.NewForConfig(rc)
+				if err != nil {
+					return err
+				}
+				ns, svc := c.String("namespace"), c.String("service-name")
+				hosts := append([]string{svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local", svc}, c.StringSlice("host")...)
+				cfg.SelfSigned = &webhook.SelfSigned{
+					Kube: kube, Namespace: ns, Secret: c.String("secret-name"), Hosts: hosts,
+					ValidatingConfig: c.String("validating-config"), MutatingConfig: c.String("mutating-config"),
+					Validity: c.Duration("cert-validity"),
+				}
+			}
+			if err := webhook.Run(c.Context, cfg); err != nil {
+				return fmt.Errorf("webhook: %w", err)
+			}
+			return nil
+		},
+	}
+}
