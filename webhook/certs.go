@@ -250,4 +250,3 @@ func (s *selfSignedCerts) patchCABundle(ctx context.Context, bundle []byte) erro
 	}
 	return nil
 }
-
