@@ -34,7 +34,7 @@ import (
 
 // The CRDs and the examples that `dev` installs, built into the binary.
 var (
-	//go:embed chart/evalsi-crds/crds/*.yaml
+	//go:embed chart/evalsi-crds/files/crds/*.yaml
 	crdFiles embed.FS
 	//go:embed testdata/examples/*.yaml
 	exampleFiles embed.FS

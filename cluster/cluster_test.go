@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(runHelper(mode))
 	}
-	os.Exit(Main(m, Options{Nodes: 2, CRDDirs: []string{"../chart/evalsi-crds/crds"}}, &env))
+	os.Exit(Main(m, Options{Nodes: 2, CRDDirs: []string{"../chart/evalsi-crds/files/crds"}}, &env))
 }
 
 func testContext(t *testing.T) context.Context {

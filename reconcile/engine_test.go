@@ -24,7 +24,7 @@ import (
 
 var env *cluster.Cluster
 
-const crdDir = "../chart/evalsi-crds/crds"
+const crdDir = "../chart/evalsi-crds/files/crds"
 
 func TestMain(m *testing.M) {
 	os.Exit(cluster.Main(m, cluster.Options{

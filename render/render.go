@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -26,6 +28,13 @@ type Result struct {
 func Object(obj *unstructured.Unstructured, opts Options) (Result, error) {
 	var r Result
 	var err error
+	switch obj.GetKind() {
+	case "Evaluator", "SandboxClass", "CheckpointServer":
+		// The name becomes part of children's names and label values.
+		if errs := validation.IsDNS1123Label(obj.GetName()); len(errs) > 0 {
+			return r, fmt.Errorf("metadata.name: %q %s", obj.GetName(), strings.Join(errs, "; "))
+		}
+	}
 	switch obj.GetKind() {
 	case "Evaluator":
 		r.Objects, r.Pool, err = Evaluator(obj, opts)

@@ -30,7 +30,7 @@ import (
 var env *cluster.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.Main(m, cluster.Options{CRDDirs: []string{"../chart/evalsi-crds/crds"}}, &env))
+	os.Exit(cluster.Main(m, cluster.Options{CRDDirs: []string{"../chart/evalsi-crds/files/crds"}}, &env))
 }
 
 var resources = map[string]string{

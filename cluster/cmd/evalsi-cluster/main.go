@@ -16,7 +16,7 @@ import (
 func main() {
 	nodes := flag.Int("nodes", 1, "KWOK nodes")
 	gpus := flag.String("gpus", "", "nvidia.com/gpu capacity of each node (empty: none)")
-	crds := flag.String("crds", "chart/evalsi-crds/crds", "directory of CRDs to install (empty: none)")
+	crds := flag.String("crds", "chart/evalsi-crds/files/crds", "directory of CRDs to install (empty: none)")
 	keda := flag.Bool("keda", true, "install KEDA's ScaledObject CRD")
 	flag.Parse()
 
