@@ -22,6 +22,7 @@ const (
 	StagingVersion    = "v0.37.2"
 	EtcdVersion       = "v3.7.3"
 	KwokVersion       = "v0.8.0"
+	HelmVersion       = "v3.22.0"
 )
 
 // Assets are the paths of the control-plane binaries and KWOK's stage files.
@@ -88,6 +89,32 @@ func EnsureAssets(ctx context.Context, progress io.Writer) (Assets, error) {
 		return Assets{}, err
 	}
 	return a, nil
+}
+
+// Helm returns the helm binary, built from the Go module proxy into the cache on first use.
+func Helm(ctx context.Context, progress io.Writer) (string, error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "helm-"+HelmVersion)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lockFile(filepath.Join(cache, ".lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	b := builder{cache: cache, progress: progress}
+	if p, ok := b.existing(dir, "helm"); ok {
+		return p, nil
+	}
+	fmt.Fprintf(progress, "building helm %s, first run only\n", HelmVersion)
+	if err := b.goCmdEnv(ctx, dir, []string{"GOBIN=" + dir}, "install", "helm.sh/helm/v3/cmd/helm@"+HelmVersion); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "helm"), nil
 }
 
 // lockFile takes an exclusive flock on path and returns its release.

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -27,6 +28,8 @@ type ManagerConfig struct {
 	// HealthAddr serves /healthz and /readyz; MetricsAddr serves /metrics. Empty or "0" is off.
 	HealthAddr  string
 	MetricsAddr string
+	// MetricsSecure serves /metrics over HTTPS to tokens allowed to get /metrics.
+	MetricsSecure bool
 }
 
 // RunManager serves health and metrics, waits for leadership if asked, and runs the engine until
@@ -53,11 +56,20 @@ func RunManager(ctx context.Context, cfg ManagerConfig) error {
 		fmt.Fprintln(w, "ok")
 	})
 	metrics := http.NewServeMux()
-	metrics.Handle("/metrics", promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}))
+	var metricsHandler http.Handler = promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{})
+	var metricsTLS *tls.Config
+	if cfg.MetricsSecure {
+		metricsHandler = authorizeMetrics(e.kube, metricsHandler)
+		if metricsTLS, err = selfSignedTLS(); err != nil {
+			return fmt.Errorf("making the metrics certificate: %w", err)
+		}
+	}
+	metrics.Handle("/metrics", metricsHandler)
 	for _, s := range []struct {
 		name, addr string
 		h          http.Handler
-	}{{"health", cfg.HealthAddr, health}, {"metrics", cfg.MetricsAddr, metrics}} {
+		tls        *tls.Config
+	}{{"health", cfg.HealthAddr, health, nil}, {"metrics", cfg.MetricsAddr, metrics, metricsTLS}} {
 		if s.addr == "" || s.addr == "0" {
 			continue
 		}
@@ -65,7 +77,10 @@ func RunManager(ctx context.Context, cfg ManagerConfig) error {
 		if err != nil {
 			return fmt.Errorf("listening for %s on %s: %w", s.name, s.addr, err)
 		}
-		log.Info("serving", "endpoint", s.name, "address", l.Addr().String())
+		log.Info("serving", "endpoint", s.name, "address", l.Addr().String(), "tls", s.tls != nil)
+		if s.tls != nil {
+			l = tls.NewListener(l, s.tls)
+		}
 		srv := &http.Server{Handler: s.h, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

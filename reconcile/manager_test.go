@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -70,6 +74,68 @@ func TestManagerLeadsServesHealthAndMetrics(t *testing.T) {
 			body, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != 200 || !strings.Contains(string(body), c.want) {
 				return fmt.Errorf("%s: %d, body lacks %q", c.url, resp.StatusCode, c.want)
+			}
+			return nil
+		})
+	}
+}
+
+// TestSecureMetrics serves /metrics over HTTPS: 401 without a valid token, 403 for a token
+// without the metrics-reader permission, 200 for one with it.
+func TestSecureMetrics(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	cs := env.Clientset()
+	metrics := freeAddr(t)
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunManager(mctx, ManagerConfig{
+			Engine:      Config{Rest: env.Config, Namespace: ns, Render: testOptions, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+			MetricsAddr: metrics, MetricsSecure: true,
+		})
+	}()
+	defer func() { cancel(); <-done }()
+
+	token := func(sa string) string {
+		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	reader, other := token("scraper"), token("nosy")
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-metrics-reader-" + ns},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "scraper", Namespace: ns}}}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for _, c := range []struct {
+		token string
+		want  int
+	}{{"", 401}, {"not-a-token", 401}, {other, 403}, {reader, 200}} {
+		eventually(t, ctx, fmt.Sprintf("status %d", c.want), func() error {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+metrics+"/metrics", nil)
+			if c.token != "" {
+				req.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				return fmt.Errorf("status %d, want %d", resp.StatusCode, c.want)
 			}
 			return nil
 		})

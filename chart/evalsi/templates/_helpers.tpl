@@ -1,0 +1,30 @@
+{{- define "evalsi.labels" -}}
+app.kubernetes.io/name: evalsi-operator
+app.kubernetes.io/part-of: evalsi
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end }}
+
+{{- define "evalsi.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{- define "evalsi.apiURL" -}}
+{{- if .Values.api.url }}{{ .Values.api.url }}{{ else }}http://evalsid.{{ .Release.Namespace }}.svc:8080{{ end }}
+{{- end }}
+
+{{- define "evalsi.restrictedContainer" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities: {drop: [ALL]}
+seccompProfile: {type: RuntimeDefault}
+{{- end }}
+
+{{- define "evalsi.restrictedPod" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile: {type: RuntimeDefault}
+{{- end }}
