@@ -1,0 +1,381 @@
+package chart_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"evals.si/operator/apiclient/evalsid"
+	"evals.si/operator/cluster"
+	"evals.si/operator/internal/manifest"
+)
+
+var env *cluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(cluster.Main(m, cluster.Options{Nodes: 1, NodeCapacity: map[string]string{"nvidia.com/gpu": "8"}}, &env))
+}
+
+func evalsi(resource string) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: "evals.si", Version: "v1alpha1", Resource: resource}
+}
+
+var deploymentsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+
+func eventually(t *testing.T, ctx context.Context, what string, check func() error) {
+	t.Helper()
+	var err error
+	for {
+		if err = check(); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// tokenConfig returns a client configuration that authenticates with a token minted by
+// TokenRequest for the service account ns/name, and a kubeconfig file holding it.
+func tokenConfig(t *testing.T, ctx context.Context, ns, name string) (*rest.Config, string) {
+	t.Helper()
+	tr, err := env.Clientset().CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.BearerToken = tr.Status.Token
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthority: env.Config.CAFile}
+	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "sa"}
+	kc.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, path
+}
+
+// startOperator runs the operator binary as a process until the test ends.
+func startOperator(t *testing.T, bin, kubeconfig string, args ...string) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "operator.log")
+	logs, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"run", "--kubeconfig=" + kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--discovery-interval=1s"}, args...)...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("operator log:\n%s", out)
+		}
+	})
+}
+
+func readyOf(obj *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Ready" {
+			return fmt.Sprintf("%v/%v", m["status"], m["reason"])
+		}
+	}
+	return "none"
+}
+
+// TestChartsOnTheControlPlane installs the three charts, runs the operators as processes with
+// tokens of the charts' own service accounts (no admin credentials), and checks that they
+// reconcile the examples in their namespaces and nothing outside.
+func TestChartsOnTheControlPlane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := env.InstallKedaCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kc := "--kubeconfig=" + env.Kubeconfig
+	installCRDsChart(t)
+	helm(t, "install", "evalsi", "evalsi", "-n", "team-a", "--create-namespace", kc)
+	helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-system", kc)
+
+	// The reference evalsid on loopback, accepting the token the evalsi chart generated.
+	sec, err := env.Clientset().CoreV1().Secrets("team-a").Get(ctx, "evalsid-token", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := string(sec.Data["token"])
+	api := evalsid.New(map[string]string{token: "system:serviceaccount:team-a:evalsi-operator"}, evalsid.DefaultSchedule)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go api.Serve(ctx, l)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	bin := filepath.Join(t.TempDir(), "evalsi-operator")
+	if out, err := exec.Command("go", "build", "-o", bin, "evals.si/operator").CombinedOutput(); err != nil {
+		t.Fatalf("building the operator: %v\n%s", err, out)
+	}
+	opCfg, opKubeconfig := tokenConfig(t, ctx, "team-a", "evalsi-operator")
+	startOperator(t, bin, opKubeconfig, "--namespace=team-a",
+		"--controllers=evalrun,onlineevalpolicy,tracesource,evaluator,checkpointserver",
+		"--leader-elect", "--leader-election-namespace=team-a",
+		"--api-url=http://"+l.Addr().String(), "--api-token-file="+tokenFile, "--run-poll-interval=1s")
+	_, sbKubeconfig := tokenConfig(t, ctx, "evalsi-system", "evalsi-sandboxd")
+	startOperator(t, bin, sbKubeconfig, "--controllers=sandboxclass", "--sandbox-namespace=evalsi-sandbox",
+		"--leader-elect", "--leader-election-namespace=evalsi-system", "--leader-election-id=evalsi-sandboxd")
+
+	// A user applies the examples of team-a.
+	docs, err := manifest.Read("../testdata/examples", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := env.Dynamic()
+	var mine []*unstructured.Unstructured
+	for _, d := range docs {
+		o := d.Object
+		if o.GetNamespace() != "team-a" {
+			continue
+		}
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+		if o.GroupVersionKind().Group == "evals.si" {
+			gvr = evalsi(strings.ToLower(o.GetKind()) + "s")
+			if o.GetKind() == "OnlineEvalPolicy" {
+				gvr = evalsi("onlineevalpolicies")
+			}
+			mine = append(mine, o)
+		}
+		if _, err := admin.Resource(gvr).Namespace("team-a").Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("%s: %v", d.Where(), err)
+		}
+	}
+	for _, o := range mine {
+		gvr := evalsi(strings.ToLower(o.GetKind()) + "s")
+		if o.GetKind() == "OnlineEvalPolicy" {
+			gvr = evalsi("onlineevalpolicies")
+		}
+		eventually(t, ctx, o.GetKind()+" "+o.GetName()+" Ready", func() error {
+			got, err := admin.Resource(gvr).Namespace("team-a").Get(ctx, o.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if r := readyOf(got); !strings.HasPrefix(r, "True/") {
+				return fmt.Errorf("Ready %s", r)
+			}
+			return nil
+		})
+	}
+	for _, name := range []string{"pod", "landlock", "bubblewrap"} {
+		eventually(t, ctx, "SandboxClass "+name+" Ready", func() error {
+			got, err := admin.Resource(evalsi("sandboxclasses")).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if r := readyOf(got); !strings.HasPrefix(r, "True/") {
+				return fmt.Errorf("Ready %s", r)
+			}
+			return nil
+		})
+	}
+
+	// The chart's operator identity is denied outside its namespace.
+	op := dynamic.NewForConfigOrDie(opCfg)
+	if _, err := op.Resource(deploymentsGVR).Namespace("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing Deployments in default as the operator: %v, want Forbidden", err)
+	}
+	if _, err := op.Resource(evalsi("evaluators")).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing Evaluators cluster-wide as the operator: %v, want Forbidden", err)
+	}
+
+	// Uninstalling evalsi-crds keeps the CRDs and so the resources.
+	helm(t, "uninstall", "evalsi-sandboxd", "-n", "evalsi-system", kc)
+	helm(t, "uninstall", "evalsi-crds", "-n", "evalsi-system", kc)
+	if _, err := admin.Resource(evalsi("evalruns")).Namespace("team-a").Get(ctx, "step-900-smoke", metav1.GetOptions{}); err != nil {
+		t.Errorf("EvalRun after uninstalling evalsi-crds: %v", err)
+	}
+}
+
+// TestPolicyHoldsOperatorServiceAccounts impersonates an evalsi-operator service account that
+// RBAC allows to write Deployments and Secrets, so that only the ValidatingAdmissionPolicy
+// stands between it and what the policy forbids.
+func TestPolicyHoldsOperatorServiceAccounts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	installCRDsChart(t)
+	cs := env.Clientset()
+	ns := "vap-test"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "writer", Namespace: ns}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+	}}
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for _, user := range []string{"system:serviceaccount:" + ns + ":evalsi-operator", "platform-admin"} {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "writer-" + strings.ReplaceAll(user, ":", "-"), Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "writer"},
+			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+		if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	as := func(user string) dynamic.Interface {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+		return dynamic.NewForConfigOrDie(cfg)
+	}
+	op, other := as("system:serviceaccount:"+ns+":evalsi-operator"), as("platform-admin")
+	deploy := func(name string, labelled, privileged bool) *unstructured.Unstructured {
+		meta := map[string]any{"name": name}
+		if labelled {
+			meta["labels"] = map[string]any{"app.kubernetes.io/managed-by": "evalsi"}
+		}
+		c := map[string]any{"name": "c", "image": "x"}
+		if privileged {
+			c["securityContext"] = map[string]any{"privileged": true}
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+			"spec": map[string]any{
+				"selector": map[string]any{"matchLabels": map[string]any{"app": name}},
+				"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": name}},
+					"spec": map[string]any{"containers": []any{c}}},
+			},
+		}}
+	}
+	tokenSecret := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+		"metadata": map[string]any{"name": "sa-token", "labels": map[string]any{"app.kubernetes.io/managed-by": "evalsi"},
+			"annotations": map[string]any{"kubernetes.io/service-account.name": "default"}},
+	}}
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	eventually(t, ctx, "policy in force", func() error {
+		_, err := op.Resource(deploymentsGVR).Namespace(ns).Create(ctx, deploy("probe", false, false), dry)
+		if err == nil {
+			return fmt.Errorf("unlabelled Deployment admitted")
+		}
+		return nil
+	})
+	for _, c := range []struct {
+		what string
+		err  error
+		want string
+	}{
+		{"unlabelled Deployment", create(ctx, op, deploymentsGVR, ns, deploy("plain", false, false)), "writes only objects labelled app.kubernetes.io/managed-by: evalsi"},
+		{"privileged pod template", create(ctx, op, deploymentsGVR, ns, deploy("priv", true, true)), "runs no privileged container outside the sandbox namespace"},
+		{"service-account token Secret", create(ctx, op, secrets, ns, tokenSecret), "makes no service-account token Secrets"},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("%s: %v, want denial with %q", c.what, c.err, c.want)
+		}
+	}
+	if err := create(ctx, op, deploymentsGVR, ns, deploy("good", true, false)); err != nil {
+		t.Errorf("labelled, unprivileged Deployment: %v", err)
+	}
+	if err := create(ctx, other, deploymentsGVR, ns, deploy("someone-else", false, true)); err != nil {
+		t.Errorf("another user's unlabelled privileged Deployment: %v", err)
+	}
+}
+
+func create(ctx context.Context, c dynamic.Interface, gvr schema.GroupVersionResource, ns string, obj *unstructured.Unstructured) error {
+	_, err := c.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return err
+}
+
+// TestAggregatedRoles checks what edit and view grant on the evalsi kinds.
+func TestAggregatedRoles(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	installCRDsChart(t)
+	cs := env.Clientset()
+	ns := "team-roles"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for user, role := range map[string]string{"alice": "edit", "bob": "view"} {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+		if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		user, verb, resource, subresource, namespace string
+		allowed                                      bool
+	}{
+		{"alice", "create", "checkpointservers", "", ns, true},
+		{"alice", "create", "evalruns", "", ns, true},
+		{"alice", "delete", "onlineevalpolicies", "", ns, true},
+		{"alice", "get", "evalruns", "status", ns, true},
+		{"alice", "create", "sandboxclasses", "", "", false},
+		{"alice", "update", "evalruns", "status", ns, false},
+		{"bob", "get", "evalruns", "", ns, true},
+		{"bob", "list", "checkpointservers", "", ns, true},
+		{"bob", "get", "evaluators", "status", ns, true},
+		{"bob", "create", "evalruns", "", ns, false},
+		{"bob", "patch", "tracesources", "", ns, false},
+	} {
+		eventually(t, ctx, fmt.Sprintf("%s %s %s/%s allowed=%v", c.user, c.verb, c.resource, c.subresource, c.allowed), func() error {
+			sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: c.user, Groups: []string{"system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: c.namespace, Verb: c.verb, Group: "evals.si", Resource: c.resource, Subresource: c.subresource,
+				},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			if sar.Status.Allowed != c.allowed {
+				return fmt.Errorf("allowed=%v (%s)", sar.Status.Allowed, sar.Status.Reason)
+			}
+			return nil
+		})
+	}
+}
+
+func namespace(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// installCRDsChart installs (or upgrades) the evalsi-crds release, without the webhook, whose
+// pods cannot run on KWOK nodes (admission is tested in package webhook).
+func installCRDsChart(t *testing.T) {
+	helm(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
+		"--kubeconfig="+env.Kubeconfig, "--set", "webhook.enabled=false")
+}
