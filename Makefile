@@ -14,7 +14,7 @@ PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_CONNECT := connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
 TOOLS_DIR     := $(CACHE_DIR)/tools/buf-v1.75.0_go-v1.36.12_connect-v1.21.1
 
-.PHONY: dev build test fuzz generate generate-check golden lint cluster bench
+.PHONY: dev build docker-build test fuzz generate generate-check golden lint cluster bench
 
 # A local control plane, the operator and the examples, with a live table of their state.
 dev:
@@ -22,6 +22,11 @@ dev:
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/evalsi-operator .
+
+# The platform image (needs a Docker engine).
+IMAGE ?= evalsi/platform:$(VERSION)
+docker-build:
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 
 test: lint generate-check fuzz
 	go test -timeout $(TEST_TIMEOUT) ./...
