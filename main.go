@@ -31,6 +31,7 @@ func main() {
 			evalsidCommand(),
 			validateCommand(),
 			webhookCommand(),
+			releaseFinalizersCommand(),
 			versionCommand(),
 		},
 	}

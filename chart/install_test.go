@@ -8,11 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -78,8 +80,8 @@ func tokenConfig(t *testing.T, ctx context.Context, ns, name string) (*rest.Conf
 	return cfg, path
 }
 
-// startOperator runs the operator binary as a process until the test ends.
-func startOperator(t *testing.T, bin, kubeconfig string, args ...string) {
+// startOperator runs the operator binary as a process until the test ends or stop is called.
+func startOperator(t *testing.T, bin, kubeconfig string, args ...string) (stop func()) {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "operator.log")
 	logs, err := os.Create(logPath)
@@ -92,14 +94,21 @@ func startOperator(t *testing.T, bin, kubeconfig string, args ...string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cmd.Process.Signal(os.Interrupt)
+			cmd.Wait()
+		})
+	}
 	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
+		stop()
 		if t.Failed() {
 			out, _ := os.ReadFile(logPath)
 			t.Logf("operator log:\n%s", out)
 		}
 	})
+	return stop
 }
 
 func readyOf(obj *unstructured.Unstructured) string {
@@ -148,7 +157,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		t.Fatalf("building the operator: %v\n%s", err, out)
 	}
 	opCfg, opKubeconfig := tokenConfig(t, ctx, "team-a", "evalsi-operator")
-	startOperator(t, bin, opKubeconfig, "--namespace=team-a",
+	stopOperator := startOperator(t, bin, opKubeconfig, "--namespace=team-a",
 		"--controllers=evalrun,onlineevalpolicy,tracesource,evaluator,checkpointserver",
 		"--leader-elect", "--leader-election-namespace=team-a",
 		"--api-url=http://"+l.Addr().String(), "--api-token-file="+tokenFile, "--run-poll-interval=1s")
@@ -218,11 +227,82 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		t.Errorf("listing Evaluators cluster-wide as the operator: %v, want Forbidden", err)
 	}
 
+	// Uninstalling evalsi with resources present leaves nothing to get stuck: the operator
+	// stops (its Deployment goes), the post-delete hook releases the finalizers.
+	stopOperator()
+	uninstalled := make(chan string, 1)
+	go func() {
+		cmd := exec.Command(helmBin, "uninstall", "evalsi", "-n", "team-a", "--timeout=3m", kc)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			out = append(out, []byte(err.Error())...)
+		}
+		uninstalled <- string(out)
+	}()
+	runHook(t, ctx, bin, "team-a", "evalsi-release-finalizers")
+	if out := <-uninstalled; !strings.Contains(out, "uninstalled") {
+		t.Fatalf("helm uninstall evalsi: %s", out)
+	}
+	for _, o := range mine {
+		gvr := evalsi(strings.ToLower(o.GetKind()) + "s")
+		if o.GetKind() == "OnlineEvalPolicy" {
+			gvr = evalsi("onlineevalpolicies")
+		}
+		got, err := admin.Resource(gvr).Namespace("team-a").Get(ctx, o.GetName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s %s after uninstall: %v", o.GetKind(), o.GetName(), err)
+		}
+		if f := got.GetFinalizers(); len(f) != 0 {
+			t.Errorf("%s %s keeps finalizers %v after uninstall", o.GetKind(), o.GetName(), f)
+		}
+	}
+	if err := admin.Resource(evalsi("evalruns")).Namespace("team-a").Delete(ctx, "step-900-smoke", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "EvalRun deleted without the operator", func() error {
+		if _, err := admin.Resource(evalsi("evalruns")).Namespace("team-a").Get(ctx, "step-900-smoke", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
+	})
+
 	// Uninstalling evalsi-crds keeps the CRDs and so the resources.
 	helm(t, "uninstall", "evalsi-sandboxd", "-n", "evalsi-system", kc)
 	helm(t, "uninstall", "evalsi-crds", "-n", "evalsi-system", kc)
-	if _, err := admin.Resource(evalsi("evalruns")).Namespace("team-a").Get(ctx, "step-900-smoke", metav1.GetOptions{}); err != nil {
-		t.Errorf("EvalRun after uninstalling evalsi-crds: %v", err)
+	if _, err := admin.Resource(evalsi("onlineevalpolicies")).Namespace("team-a").Get(ctx, "team-a-toxicity", metav1.GetOptions{}); err != nil {
+		t.Errorf("OnlineEvalPolicy after uninstalling evalsi-crds: %v", err)
+	}
+}
+
+// runHook plays the job controller for a Helm hook Job, which KWOK cannot run: it waits for the
+// Job, runs its container's arguments as a process with a token of the Job's service account,
+// and records the Job as complete when the process succeeded.
+func runHook(t *testing.T, ctx context.Context, bin, ns, name string) {
+	t.Helper()
+	jobs := env.Clientset().BatchV1().Jobs(ns)
+	var job *batchv1.Job
+	eventually(t, ctx, "hook Job "+name, func() error {
+		var err error
+		job, err = jobs.Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
+	spec := job.Spec.Template.Spec
+	_, kubeconfig := tokenConfig(t, ctx, ns, spec.ServiceAccountName)
+	out, err := exec.CommandContext(ctx, bin, append(spec.Containers[0].Args, "--kubeconfig="+kubeconfig)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hook %v: %v\n%s", spec.Containers[0].Args, err, out)
+	}
+	t.Logf("hook: %s", out)
+	now := metav1.Now()
+	job.Status = batchv1.JobStatus{
+		StartTime: &now, CompletionTime: &now, Succeeded: 1,
+		Conditions: []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		},
+	}
+	if _, err := jobs.UpdateStatus(ctx, job, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("completing hook Job: %v", err)
 	}
 }
 

@@ -19,6 +19,8 @@ type kind struct {
 	children []schema.GroupVersionResource
 	// api says that the kind is reconciled through evalsid and needs its client.
 	api bool
+	// finalizer is the finalizer the kind's reconcile puts on objects ("" for none).
+	finalizer string
 	// sandboxChildren says that children live in the sandbox namespace, not the owner's.
 	sandboxChildren bool
 	// reconcile makes the world match one object and returns its status.
@@ -53,17 +55,17 @@ var kinds = []*kind{
 		reconcile: reconcileCheckpointServer,
 	},
 	{
-		controller: "evalrun", name: "EvalRun", gvr: EvalRunsGVR, namespaced: true, api: true,
+		controller: "evalrun", name: "EvalRun", gvr: EvalRunsGVR, namespaced: true, api: true, finalizer: runFinalizer,
 		reconcile: reconcileEvalRun,
 	},
 	{
-		controller: "onlineevalpolicy", name: "OnlineEvalPolicy", gvr: OnlineEvalPoliciesGVR, namespaced: true, api: true,
+		controller: "onlineevalpolicy", name: "OnlineEvalPolicy", gvr: OnlineEvalPoliciesGVR, namespaced: true, api: true, finalizer: policyFinalizer,
 		reconcile: func(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
 			return policies.reconcile(ctx, e, k, obj)
 		},
 	},
 	{
-		controller: "tracesource", name: "TraceSource", gvr: TraceSourcesGVR, namespaced: true, api: true,
+		controller: "tracesource", name: "TraceSource", gvr: TraceSourcesGVR, namespaced: true, api: true, finalizer: traceSourceFinalizer,
 		reconcile: func(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
 			return traceSources.reconcile(ctx, e, k, obj)
 		},

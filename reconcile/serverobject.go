@@ -79,10 +79,16 @@ func (so serverObject) reconcile(ctx context.Context, e *Engine, k *kind, obj *u
 	}}}, nil
 }
 
+// Finalizers that hold policies and trace sources until the server deleted them.
+const (
+	policyFinalizer      = "evals.si/delete-policy"
+	traceSourceFinalizer = "evals.si/delete-trace-source"
+)
+
 // policies keeps OnlineEvalPolicies in MonitorService.
 var policies = serverObject{
 	what:      "policy",
-	finalizer: "evals.si/delete-policy",
+	finalizer: policyFinalizer,
 	newSpec:   func() proto.Message { return &v1.PolicySpec{} },
 	get: func(ctx context.Context, e *Engine, project, name string) (proto.Message, map[string]any, error) {
 		resp, err := e.api.Monitor.GetPolicy(ctx, connect.NewRequest(&v1.GetPolicyRequest{Project: project, Name: name}))
@@ -106,7 +112,7 @@ var policies = serverObject{
 // traceSources keeps TraceSources in MonitorService; status carries the ingest endpoint.
 var traceSources = serverObject{
 	what:      "trace source",
-	finalizer: "evals.si/delete-trace-source",
+	finalizer: traceSourceFinalizer,
 	newSpec:   func() proto.Message { return &v1.TraceSourceSpec{} },
 	get: func(ctx context.Context, e *Engine, project, name string) (proto.Message, map[string]any, error) {
 		resp, err := e.api.Monitor.GetTraceSource(ctx, connect.NewRequest(&v1.GetTraceSourceRequest{Project: project, Name: name}))
