@@ -43,21 +43,6 @@ func evalsi(resource string) schema.GroupVersionResource {
 
 var deploymentsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 
-func eventually(t *testing.T, ctx context.Context, what string, check func() error) {
-	t.Helper()
-	var err error
-	for {
-		if err = check(); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: %v", what, err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
 // tokenConfig returns a client configuration that authenticates with a token minted by
 // TokenRequest for the service account ns/name, and a kubeconfig file holding it.
 func tokenConfig(t *testing.T, ctx context.Context, ns, name string) (*rest.Config, string) {
@@ -194,7 +179,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		if o.GetKind() == "OnlineEvalPolicy" {
 			gvr = evalsi("onlineevalpolicies")
 		}
-		eventually(t, ctx, o.GetKind()+" "+o.GetName()+" Ready", func() error {
+		cluster.Eventually(t, ctx, o.GetKind()+" "+o.GetName()+" Ready", func() error {
 			got, err := admin.Resource(gvr).Namespace("team-a").Get(ctx, o.GetName(), metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -206,7 +191,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		})
 	}
 	for _, name := range []string{"pod", "landlock", "bubblewrap"} {
-		eventually(t, ctx, "SandboxClass "+name+" Ready", func() error {
+		cluster.Eventually(t, ctx, "SandboxClass "+name+" Ready", func() error {
 			got, err := admin.Resource(evalsi("sandboxclasses")).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -259,7 +244,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	if err := admin.Resource(evalsi("evalruns")).Namespace("team-a").Delete(ctx, "step-900-smoke", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "EvalRun deleted without the operator", func() error {
+	cluster.Eventually(t, ctx, "EvalRun deleted without the operator", func() error {
 		if _, err := admin.Resource(evalsi("evalruns")).Namespace("team-a").Get(ctx, "step-900-smoke", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there (%v)", err)
 		}
@@ -281,7 +266,7 @@ func runHook(t *testing.T, ctx context.Context, bin, ns, name string) {
 	t.Helper()
 	jobs := env.Clientset().BatchV1().Jobs(ns)
 	var job *batchv1.Job
-	eventually(t, ctx, "hook Job "+name, func() error {
+	cluster.Eventually(t, ctx, "hook Job "+name, func() error {
 		var err error
 		job, err = jobs.Get(ctx, name, metav1.GetOptions{})
 		return err
@@ -364,7 +349,7 @@ func TestPolicyHoldsOperatorServiceAccounts(t *testing.T) {
 	}}
 	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	eventually(t, ctx, "policy in force", func() error {
+	cluster.Eventually(t, ctx, "policy in force", func() error {
 		_, err := op.Resource(deploymentsGVR).Namespace(ns).Create(ctx, deploy("probe", false, false), dry)
 		if err == nil {
 			return fmt.Errorf("unlabelled Deployment admitted")
@@ -431,7 +416,7 @@ func TestAggregatedRoles(t *testing.T) {
 		{"bob", "create", "evalruns", "", ns, false},
 		{"bob", "patch", "tracesources", "", ns, false},
 	} {
-		eventually(t, ctx, fmt.Sprintf("%s %s %s/%s allowed=%v", c.user, c.verb, c.resource, c.subresource, c.allowed), func() error {
+		cluster.Eventually(t, ctx, fmt.Sprintf("%s %s %s/%s allowed=%v", c.user, c.verb, c.resource, c.subresource, c.allowed), func() error {
 			sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User: c.user, Groups: []string{"system:authenticated"},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{

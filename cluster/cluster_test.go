@@ -42,22 +42,6 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// eventually polls check every 100ms until it returns nil or ctx ends.
-func eventually(t *testing.T, ctx context.Context, what string, check func() error) {
-	t.Helper()
-	var err error
-	for {
-		if err = check(); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: %v", what, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 func namespace(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	ns := &unstructured.Unstructured{Object: map[string]any{
@@ -90,7 +74,7 @@ func TestDeploymentBecomesAvailableOnKwokNodes(t *testing.T) {
 	if _, err := deployments.Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "deployment 2/2 available", func() error {
+	Eventually(t, ctx, "deployment 2/2 available", func() error {
 		got, err := deployments.Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -118,7 +102,7 @@ func TestGarbageCollectorDeletesOwnedObjects(t *testing.T) {
 	if err := cms.Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "owned ConfigMap deleted", func() error {
+	Eventually(t, ctx, "owned ConfigMap deleted", func() error {
 		_, err := cms.Get(ctx, "owned", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -149,7 +133,7 @@ func TestClusterRoleAggregatesIntoEdit(t *testing.T) {
 	if _, err := roles.Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "edit aggregates widgets", func() error {
+	Eventually(t, ctx, "edit aggregates widgets", func() error {
 		edit, err := roles.Get(ctx, "edit", metav1.GetOptions{})
 		if err != nil {
 			return err

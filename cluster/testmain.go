@@ -28,3 +28,20 @@ func Main(m *testing.M, opts Options, shared **Cluster) int {
 	*shared = c
 	return m.Run()
 }
+
+// Eventually calls check every 100ms until it returns nil, and fails the test with the last
+// error when ctx ends first.
+func Eventually(t testing.TB, ctx context.Context, what string, check func() error) {
+	t.Helper()
+	var err error
+	for {
+		if err = check(); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -128,22 +128,6 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// eventually polls check every 100ms until it returns nil or ctx ends.
-func eventually(t *testing.T, ctx context.Context, what string, check func() error) {
-	t.Helper()
-	var err error
-	for {
-		if err = check(); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: %v", what, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 func client(gvr schema.GroupVersionResource, ns string) dynamic.ResourceInterface {
 	r := env.Dynamic().Resource(gvr)
 	if ns == "" {
@@ -199,7 +183,7 @@ func readyCondition(obj *unstructured.Unstructured) (string, string, string) {
 func waitReady(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, ns, name, status, reason string) *unstructured.Unstructured {
 	t.Helper()
 	var got *unstructured.Unstructured
-	eventually(t, ctx, fmt.Sprintf("%s %s Ready=%s/%s", gvr.Resource, name, status, reason), func() error {
+	cluster.Eventually(t, ctx, fmt.Sprintf("%s %s Ready=%s/%s", gvr.Resource, name, status, reason), func() error {
 		var err error
 		got, err = client(gvr, ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

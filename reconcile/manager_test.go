@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"evals.si/operator/cluster"
 )
 
 func freeAddr(t *testing.T) string {
@@ -65,7 +67,7 @@ func TestManagerLeadsServesHealthAndMetrics(t *testing.T) {
 		{"http://" + metrics + "/metrics", `evalsi_workqueue_depth{name="evaluator"}`},
 		{"http://" + metrics + "/metrics", `evalsi_kube_requests_total{code="201",resource="deployments",verb="PATCH"}`},
 	} {
-		eventually(t, ctx, c.url, func() error {
+		cluster.Eventually(t, ctx, c.url, func() error {
 			resp, err := http.Get(c.url)
 			if err != nil {
 				return err
@@ -124,7 +126,7 @@ func TestSecureMetrics(t *testing.T) {
 		token string
 		want  int
 	}{{"", 401}, {"not-a-token", 401}, {other, 403}, {reader, 200}} {
-		eventually(t, ctx, fmt.Sprintf("status %d", c.want), func() error {
+		cluster.Eventually(t, ctx, fmt.Sprintf("status %d", c.want), func() error {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+metrics+"/metrics", nil)
 			if c.token != "" {
 				req.Header.Set("Authorization", "Bearer "+c.token)

@@ -16,20 +16,28 @@ func (e *Engine) renderOptions() render.Options {
 	return opts
 }
 
+// renderChildren renders obj and makes its children what the rendering says. A spec that does
+// not render is terminal (InvalidSpec).
+func (e *Engine) renderChildren(ctx context.Context, k *kind, obj *unstructured.Unstructured) (render.Result, children, error) {
+	res, err := render.Object(obj, e.renderOptions())
+	if err != nil {
+		return res, nil, Terminal("InvalidSpec", err)
+	}
+	live, err := e.syncChildren(ctx, k, obj, res.Objects)
+	return res, live, err
+}
+
 // reconcilePool reconciles an Evaluator or a SandboxClass: render its pool, sync the children and
 // report the Deployment's rollout.
 func reconcilePool(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
-	res, err := render.Object(obj, e.renderOptions())
-	if err != nil {
-		return Outcome{}, Terminal("InvalidSpec", err)
-	}
-	live, err := e.syncChildren(ctx, k, obj, res.Objects)
+	res, live, err := e.renderChildren(ctx, k, obj)
 	if err != nil {
 		return Outcome{}, err
 	}
 	pool := res.Pool
 	fields := map[string]any{}
-	if obj.GetKind() == "SandboxClass" {
+	sandbox := obj.GetKind() == "SandboxClass"
+	if sandbox {
 		fields["namespace"] = pool.Namespace
 	}
 	if pool.Deployment == "" {
@@ -37,16 +45,15 @@ func reconcilePool(ctx context.Context, e *Engine, k *kind, obj *unstructured.Un
 			Ready(true, "NoPool", "trials run in a pod of their own; the pod rung has no pool"),
 		}}}, nil
 	}
-	switch {
-	case pool.Autoscaled:
-		fields["autoscaling"] = "KEDA"
-	case pool.AutoscalingUnavailable:
-		fields["autoscaling"] = "Unavailable"
-	default:
-		fields["autoscaling"] = "Fixed"
-	}
-	if obj.GetKind() == "SandboxClass" {
-		delete(fields, "autoscaling")
+	if !sandbox {
+		switch {
+		case pool.Autoscaled:
+			fields["autoscaling"] = "KEDA"
+		case pool.AutoscalingUnavailable:
+			fields["autoscaling"] = "Unavailable"
+		default:
+			fields["autoscaling"] = "Fixed"
+		}
 	}
 	deploy := live.get("Deployment", pool.Namespace, pool.Deployment)
 	r := rolloutOf(deploy)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"evals.si/operator/cluster"
 	"evals.si/operator/render"
 )
 
@@ -62,7 +63,7 @@ func TestDriftIsRepaired(t *testing.T) {
 	// Someone edits a field the operator sets.
 	mergePatch(t, ctx, DeploymentsGVR, ns, "judge-evaluator",
 		`{"spec":{"template":{"spec":{"containers":[{"name":"evaluator","image":"evil/image:1"}]}}}}`)
-	eventually(t, ctx, "image restored", func() error {
+	cluster.Eventually(t, ctx, "image restored", func() error {
 		d := getObj(t, ctx, DeploymentsGVR, ns, "judge-evaluator")
 		cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 		if img := cs[0].(map[string]any)["image"]; img != "evalsi/judge:1" {
@@ -75,7 +76,7 @@ func TestDriftIsRepaired(t *testing.T) {
 	if err := client(DeploymentsGVR, ns).Delete(ctx, "judge-evaluator", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "Deployment recreated", func() error {
+	cluster.Eventually(t, ctx, "Deployment recreated", func() error {
 		d, err := client(DeploymentsGVR, ns).Get(ctx, "judge-evaluator", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -152,7 +153,7 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 
 	// The HPA scales the Deployment; the operator does not fight it.
 	mergePatch(t, ctx, DeploymentsGVR, ns, "pool-evaluator", `{"spec":{"replicas":7}}`)
-	eventually(t, ctx, "status follows the HPA", func() error {
+	cluster.Eventually(t, ctx, "status follows the HPA", func() error {
 		got := waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "Available")
 		if r, _, _ := unstructured.NestedInt64(got.Object, "status", "readyReplicas"); r != 7 {
 			return fmt.Errorf("status.readyReplicas = %d", r)
@@ -171,7 +172,7 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 	// Autoscaling removed: the ScaledObject goes, fixed replicas come back.
 	mergePatch(t, ctx, EvaluatorsGVR, ns, "pool", `{"spec":{"autoscaling":null,"replicas":2}}`)
 	waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "Available")
-	eventually(t, ctx, "ScaledObject deleted", func() error {
+	cluster.Eventually(t, ctx, "ScaledObject deleted", func() error {
 		_, err := client(ScaledObjectsGVR, ns).Get(ctx, "pool-evaluator", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -231,7 +232,7 @@ func TestCheckpointServer(t *testing.T) {
 	if err := client(CheckpointServersGVR, ns).Delete(ctx, "step-900", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "children deleted", func() error {
+	cluster.Eventually(t, ctx, "children deleted", func() error {
 		for _, gvr := range []schema.GroupVersionResource{DeploymentsGVR, ServicesGVR} {
 			if _, err := client(gvr, ns).Get(ctx, "step-900-vllm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("%s still there (%v)", gvr.Resource, err)
@@ -266,7 +267,7 @@ func TestSandboxClassRungs(t *testing.T) {
 	if err := client(SandboxClassesGVR, "").Delete(ctx, "bwrap", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "pool deleted", func() error {
+	cluster.Eventually(t, ctx, "pool deleted", func() error {
 		if _, err := client(DeploymentsGVR, sandbox).Get(ctx, "sandbox-bwrap", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pool still there (%v)", err)
 		}

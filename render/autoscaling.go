@@ -104,3 +104,31 @@ func fixedReplicas(replicas *int32, a *Autoscaling) int32 {
 		return 1
 	}
 }
+
+// pool renders a pool's Deployment and, when autoscaling is set and KEDA is served, the
+// ScaledObject that owns its replicas (the Deployment then has none). It fills in p's
+// Autoscaled, AutoscalingUnavailable and Replicas.
+func (o Owner) pool(p *Pool, component string, replicas *int32, a *Autoscaling, opts Options, queueURL string, pod map[string]any) ([]*unstructured.Unstructured, error) {
+	if a != nil && opts.Autoscaling {
+		p.Autoscaled = true
+		scaled, err := o.scaledObject(a, p.Deployment, p.Namespace, component, queueURL)
+		if err != nil {
+			return nil, err
+		}
+		return []*unstructured.Unstructured{o.deployment(p.Deployment, p.Namespace, component, nil, "", pod), scaled}, nil
+	}
+	p.AutoscalingUnavailable = a != nil
+	p.Replicas = fixedReplicas(replicas, a)
+	return []*unstructured.Unstructured{o.deployment(p.Deployment, p.Namespace, component, &p.Replicas, "", pod)}, nil
+}
+
+// platformImage is a pool's image: the spec's, else the operator's default.
+func platformImage(image string, opts Options) (string, error) {
+	if image == "" {
+		image = opts.DefaultImage
+	}
+	if image == "" {
+		return "", fmt.Errorf("spec.image: required (the operator has no --default-image)")
+	}
+	return image, nil
+}

@@ -1,8 +1,6 @@
 package render
 
 import (
-	"fmt"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -51,12 +49,9 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 	o := OwnerOf(obj)
 	name := obj.GetName() + "-evaluator"
 	pool := Pool{Deployment: name, Namespace: obj.GetNamespace()}
-	image := spec.Image
-	if image == "" {
-		image = opts.DefaultImage
-	}
-	if image == "" {
-		return nil, pool, fmt.Errorf("spec.image: required (the operator has no --default-image)")
+	image, err := platformImage(spec.Image, opts)
+	if err != nil {
+		return nil, pool, err
 	}
 	resources, err := spec.Resources.render("spec.resources")
 	if err != nil {
@@ -86,24 +81,7 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 	setIf(pod, "serviceAccountName", spec.ServiceAccountName)
 	spec.Scheduling.apply(pod)
 
-	var replicas *int32
-	var scaled *unstructured.Unstructured
-	switch {
-	case spec.Autoscaling != nil && opts.Autoscaling:
-		pool.Autoscaled = true
-		scaled, err = o.scaledObject(spec.Autoscaling, name, obj.GetNamespace(), "evaluator",
-			queueURL(opts.APIURL, project, "evaluators", obj.GetName()))
-		if err != nil {
-			return nil, pool, err
-		}
-	default:
-		pool.AutoscalingUnavailable = spec.Autoscaling != nil
-		pool.Replicas = fixedReplicas(spec.Replicas, spec.Autoscaling)
-		replicas = &pool.Replicas
-	}
-	objs := []*unstructured.Unstructured{o.deployment(name, obj.GetNamespace(), "evaluator", replicas, "", pod)}
-	if scaled != nil {
-		objs = append(objs, scaled)
-	}
-	return objs, pool, nil
+	objs, err := o.pool(&pool, "evaluator", spec.Replicas, spec.Autoscaling, opts,
+		queueURL(opts.APIURL, project, "evaluators", obj.GetName()), pod)
+	return objs, pool, err
 }

@@ -43,12 +43,9 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 	if opts.SandboxNamespace == "" {
 		return nil, pool, fmt.Errorf("the operator has no --sandbox-namespace to run SandboxClass pools in")
 	}
-	image := spec.Image
-	if image == "" {
-		image = opts.DefaultImage
-	}
-	if image == "" {
-		return nil, pool, fmt.Errorf("spec.image: required (the operator has no --default-image)")
+	image, err := platformImage(spec.Image, opts)
+	if err != nil {
+		return nil, pool, err
 	}
 	resources, err := spec.Resources.render("spec.resources")
 	if err != nil {
@@ -86,25 +83,9 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 	setIf(pod, "runtimeClassName", spec.RuntimeClassName)
 	spec.Scheduling.apply(pod)
 
-	var replicas *int32
-	var scaled *unstructured.Unstructured
-	if spec.Autoscaling != nil && opts.Autoscaling {
-		pool.Autoscaled = true
-		scaled, err = o.scaledObject(spec.Autoscaling, name, opts.SandboxNamespace, "sandbox",
-			queueURL(opts.APIURL, "_cluster", "sandboxclasses", obj.GetName()))
-		if err != nil {
-			return nil, pool, err
-		}
-	} else {
-		pool.AutoscalingUnavailable = spec.Autoscaling != nil
-		pool.Replicas = fixedReplicas(spec.Replicas, spec.Autoscaling)
-		replicas = &pool.Replicas
-	}
-	objs := []*unstructured.Unstructured{o.deployment(name, opts.SandboxNamespace, "sandbox", replicas, "", pod)}
-	if scaled != nil {
-		objs = append(objs, scaled)
-	}
-	return objs, pool, nil
+	objs, err := o.pool(&pool, "sandbox", spec.Replicas, spec.Autoscaling, opts,
+		queueURL(opts.APIURL, "_cluster", "sandboxclasses", obj.GetName()), pod)
+	return objs, pool, err
 }
 
 // sandboxSecurity returns the pod and container security contexts of a rung:

@@ -48,21 +48,6 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-func eventually(t *testing.T, ctx context.Context, what string, check func() error) {
-	t.Helper()
-	var err error
-	for {
-		if err = check(); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: %v", what, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // runningWebhook is a webhook server on loopback with its configurations registered.
 type runningWebhook struct {
 	addr string
@@ -159,7 +144,7 @@ func startWebhook(t *testing.T, ctx context.Context, validity time.Duration) run
 	}
 	t.Cleanup(stop)
 	ns := ensureNamespace(t, ctx, "admission")
-	eventually(t, ctx, "admission through the webhook", func() error {
+	cluster.Eventually(t, ctx, "admission through the webhook", func() error {
 		_, err := env.Dynamic().Resource(gvr("TraceSource")).Namespace(ns).Create(ctx, traceSource("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})
