@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -15,6 +16,10 @@ import (
 
 	"evals.si/operator/render"
 )
+
+// errCacheNotSynced says that a child informer has not listed yet: the reconcile comes back
+// shortly rather than take every child for missing.
+var errCacheNotSynced = errors.New("the children's cache has not synced yet")
 
 // replicasHandoverManager briefly owns a Deployment's spec.replicas while the operator stops
 // applying it, so that dropping the field from the operator's apply does not reset it to 1.
@@ -38,12 +43,17 @@ func (c children) get(kind, namespace, name string) *unstructured.Unstructured {
 func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.Unstructured, desired []*unstructured.Unstructured) (children, error) {
 	live := children{}
 	ns := k.childNamespace(e.cfg)
+	informers := map[string]*informer{}
 	for _, gvr := range k.children {
 		inf := e.childInformer(gvr, ns)
 		if inf == nil {
 			continue
 		}
-		objs, err := inf.GetIndexer().ByIndex(ownerIndex, string(owner.GetUID()))
+		if !inf.inf.HasSynced() {
+			return nil, errCacheNotSynced
+		}
+		informers[gvr.Resource] = inf
+		objs, err := inf.applied.ByIndex(ownerIndex, string(owner.GetUID()))
 		if err != nil {
 			return nil, fmt.Errorf("listing children: %w", err)
 		}
@@ -68,6 +78,10 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 		obj, err := e.apply(ctx, want, cur)
 		if err != nil {
 			return nil, err
+		}
+		if inf := informers[childGVRs[want.GetKind()].Resource]; inf != nil {
+			dropManagedFields(obj)
+			inf.applied.Mutation(obj)
 		}
 		if cur != nil {
 			// Creating children is what a new object is for; an event says when one had to

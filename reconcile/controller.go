@@ -94,6 +94,10 @@ func (c *controller) processNext(ctx context.Context) bool {
 			result = "requeue"
 			c.queue.AddAfter(key, outcome.RequeueAfter)
 		}
+	case errors.Is(err, errCacheNotSynced):
+		// A child informer (KEDA's ScaledObjects, just discovered) is still listing.
+		result = "requeue"
+		c.queue.AddAfter(key, time.Second)
 	case apierrors.IsConflict(err):
 		// A write raced with another (often our own status write not yet in the cache): the
 		// informer brings the new version, and the retry starts from it.

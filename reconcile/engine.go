@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
 	"evals.si/operator/apiclient"
 	"evals.si/operator/render"
@@ -95,6 +96,9 @@ type informerKey struct {
 type informer struct {
 	inf  cache.SharedIndexInformer
 	stop chan struct{}
+	// applied holds children the operator just wrote, until the informer has seen them, so that
+	// a reconcile right after an apply does not apply again.
+	applied cache.MutationCache
 }
 
 // ownerIndex indexes children by the UID of their controller owner.
@@ -354,18 +358,33 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	gi := dynamicinformer.NewFilteredDynamicInformer(e.client, gvr, namespace, e.cfg.Resync, indexers, tweak)
 	inf := gi.Informer()
 	inf.SetTransform(dropManagedFields)
+	i := &informer{inf: inf, stop: make(chan struct{})}
 	if child {
+		i.applied = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.GetStore(), cache.MutationCacheOptions{
+			Indexer: inf.GetIndexer(), TTL: time.Minute, IncludeAdds: true, MaxCacheSize: 10000,
+		})
 		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: e.enqueueOwner,
+			AddFunc: func(obj any) {
+				i.applied.OnAddOrUpdate(obj.(*unstructured.Unstructured))
+				e.enqueueOwner(obj)
+			},
 			UpdateFunc: func(old, obj any) {
+				i.applied.OnAddOrUpdate(obj.(*unstructured.Unstructured))
 				if old.(*unstructured.Unstructured).GetResourceVersion() != obj.(*unstructured.Unstructured).GetResourceVersion() {
 					e.enqueueOwner(obj)
 				}
 			},
-			DeleteFunc: e.enqueueOwner,
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if u, ok := obj.(*unstructured.Unstructured); ok {
+					i.applied.OnDelete(u)
+				}
+				e.enqueueOwner(obj)
+			},
 		})
 	}
-	i := &informer{inf: inf, stop: make(chan struct{})}
 	e.informers[key] = i
 	go inf.RunWithContext(stopContext(ctx, i.stop))
 	return inf
@@ -403,13 +422,10 @@ func (e *Engine) stopInformers() {
 }
 
 // childInformer returns the running informer of a child resource, or nil when it is not served.
-func (e *Engine) childInformer(gvr schema.GroupVersionResource, namespace string) cache.SharedIndexInformer {
+func (e *Engine) childInformer(gvr schema.GroupVersionResource, namespace string) *informer {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if i, ok := e.informers[informerKey{gvr, namespace}]; ok {
-		return i.inf
-	}
-	return nil
+	return e.informers[informerKey{gvr, namespace}]
 }
 
 // enqueueOwner queues the controller owner of a child.

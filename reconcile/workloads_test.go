@@ -154,9 +154,17 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 	// The HPA scales the Deployment; the operator does not fight it.
 	mergePatch(t, ctx, DeploymentsGVR, ns, "pool-evaluator", `{"spec":{"replicas":7}}`)
 	cluster.Eventually(t, ctx, "status follows the HPA", func() error {
+		d := getObj(t, ctx, DeploymentsGVR, ns, "pool-evaluator")
+		for _, f := range []string{"replicas", "updatedReplicas", "readyReplicas", "availableReplicas"} {
+			if n, _, _ := unstructured.NestedInt64(d.Object, "status", f); n != 7 {
+				return fmt.Errorf("Deployment status.%s = %d", f, n)
+			}
+		}
 		got := waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "Available")
-		if r, _, _ := unstructured.NestedInt64(got.Object, "status", "readyReplicas"); r != 7 {
-			return fmt.Errorf("status.readyReplicas = %d", r)
+		for _, f := range []string{"replicas", "readyReplicas"} {
+			if n, _, _ := unstructured.NestedInt64(got.Object, "status", f); n != 7 {
+				return fmt.Errorf("Evaluator status.%s = %d", f, n)
+			}
 		}
 		return nil
 	})
