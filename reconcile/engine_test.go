@@ -211,6 +211,23 @@ func getObj(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, 
 	return got
 }
 
+// settled waits until the engine has sent no write for a second (events are sent
+// asynchronously, after the status write that caused them), so that what follows measures
+// steady state.
+func settled(t *testing.T, ctx context.Context, e *Engine) {
+	t.Helper()
+	last := writes(e)
+	cluster.Eventually(t, ctx, "the engine settles", func() error {
+		time.Sleep(time.Second)
+		now := writes(e)
+		if now != last {
+			last = now
+			return fmt.Errorf("writes still being sent")
+		}
+		return nil
+	})
+}
+
 // writes counts the write requests an engine made, other than its leader Lease.
 func writes(e *Engine) float64 {
 	var n float64

@@ -39,6 +39,7 @@ func TestEvaluatorConvergesAndSteadyStateWritesNothing(t *testing.T) {
 	}
 
 	// Steady state: many resyncs, not one write.
+	settled(t, ctx, e.Engine)
 	before := writes(e.Engine)
 	deployRV, evalRV := deploy.GetResourceVersion(), got.GetResourceVersion()
 	time.Sleep(3 * time.Second)
@@ -168,8 +169,9 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 		}
 		return nil
 	})
+	settled(t, ctx, e.Engine)
 	before := writes(e.Engine)
-	time.Sleep(time.Second)
+	time.Sleep(2 * time.Second)
 	if r, _, _ := unstructured.NestedInt64(getObj(t, ctx, DeploymentsGVR, ns, "pool-evaluator").Object, "spec", "replicas"); r != 7 {
 		t.Errorf("Deployment replicas = %d, want the HPA's 7", r)
 	}

@@ -234,10 +234,19 @@ func TestCreatorAnnotationIsWrittenByAdmission(t *testing.T) {
 		"metadata": map[string]any{"name": "m", "annotations": map[string]any{AnnotationCreatedBy: "someone-else"}},
 		"spec":     map[string]any{"model": "org/model"},
 	}}
-	got, err := user.Resource(gvr("CheckpointServer")).Namespace(ns).Create(ctx, cs, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var got *unstructured.Unstructured
+	// The new RoleBinding reaches the API server's authorizer a moment later.
+	cluster.Eventually(t, ctx, "create as team-a-user", func() error {
+		var err error
+		got, err = user.Resource(gvr("CheckpointServer")).Namespace(ns).Create(ctx, cs, metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot create resource") {
+			return err
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	})
 	if c := got.GetAnnotations()[AnnotationCreatedBy]; c != "team-a-user" {
 		t.Fatalf("stored creator %q, want team-a-user", c)
 	}
