@@ -42,11 +42,11 @@ func terminalPhase(phase string) bool {
 // it until it ends, and cancels it when the object is deleted.
 func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
 	project := render.Project(obj)
+	if obj.GetDeletionTimestamp() != nil {
+		return e.cancelRun(ctx, k, obj, project)
+	}
 	runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
 	phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
-	if obj.GetDeletionTimestamp() != nil {
-		return e.cancelRun(ctx, k, obj, project, runID, phase)
-	}
 	if terminalPhase(phase) {
 		// The run has ended: nothing to follow, nothing to write.
 		return Outcome{}, nil
@@ -175,10 +175,15 @@ func (e *Engine) resolveTarget(ctx context.Context, obj *unstructured.Unstructur
 
 // cancelRun cancels the run of a deleted EvalRun unless it has ended, then lets the object go.
 // While the server cannot confirm, the finalizer stays and the condition says why.
-func (e *Engine) cancelRun(ctx context.Context, k *kind, obj *unstructured.Unstructured, project, runID, phase string) (Outcome, error) {
+func (e *Engine) cancelRun(ctx context.Context, k *kind, obj *unstructured.Unstructured, project string) (Outcome, error) {
 	if !slices.Contains(obj.GetFinalizers(), runFinalizer) {
 		return Outcome{}, nil
 	}
+	if held, err := e.stillHeld(ctx, k, obj, runFinalizer); err != nil || !held {
+		return Outcome{}, err
+	}
+	runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
+	phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
 	if !terminalPhase(phase) {
 		req := &v1.CancelRunRequest{Project: project, Id: runID}
 		if runID == "" {

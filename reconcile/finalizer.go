@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,4 +47,19 @@ func (e *Engine) setFinalizer(ctx context.Context, k *kind, obj *unstructured.Un
 	}
 	obj.Object = got.Object
 	return nil
+}
+
+// stillHeld reads obj afresh and reports whether it still carries finalizer: after the operator
+// released it, the cache may still show the object held, and acting on that would repeat the
+// release's calls to evalsid. obj is updated to what was read.
+func (e *Engine) stillHeld(ctx context.Context, k *kind, obj *unstructured.Unstructured, finalizer string) (bool, error) {
+	fresh, err := e.client.Resource(k.gvr).Namespace(obj.GetNamespace()).Get(ctx, obj.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading %s %s: %w", k.name, obj.GetName(), err)
+	}
+	obj.Object = fresh.Object
+	return slices.Contains(obj.GetFinalizers(), finalizer), nil
 }

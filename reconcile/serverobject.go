@@ -40,6 +40,9 @@ func (so serverObject) reconcile(ctx context.Context, e *Engine, k *kind, obj *u
 		if !slices.Contains(obj.GetFinalizers(), so.finalizer) {
 			return Outcome{}, nil
 		}
+		if held, err := e.stillHeld(ctx, k, obj, so.finalizer); err != nil || !held {
+			return Outcome{}, err
+		}
 		// The server deletes only what this project owns; NotFound means there is nothing of
 		// ours to delete (never created, already gone, or another project's name).
 		if err := so.del(ctx, e, project, name); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
