@@ -29,7 +29,7 @@ docker-build:
 	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 
 test: lint generate-check fuzz
-	go test -race -timeout $(TEST_TIMEOUT) ./...
+	go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # Each fuzz target for a bounded time; a failure leaves its input under testdata/fuzz.
 FUZZ_TIME ?= 15s
