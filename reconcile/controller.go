@@ -54,10 +54,9 @@ func (c *controller) enqueueAll() {
 }
 
 // run waits for the cache, runs the workers until ctx ends, then drains.
-func (c *controller) run(ctx context.Context, synced func() bool) {
+func (c *controller) run(ctx context.Context) {
 	defer c.queue.ShutDown()
-	c.synced = synced
-	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		return
 	}
 	done := make(chan struct{})

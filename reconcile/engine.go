@@ -163,11 +163,20 @@ func (e *Engine) Metrics() *Metrics { return e.metrics }
 // Kube returns the engine's typed client (for leader election and events).
 func (e *Engine) Kube() kubernetes.Interface { return e.kube }
 
-// Synced reports whether the caches of the running controllers have synced.
+// Synced reports whether discovery has run and the caches of the running controllers have
+// synced.
 func (e *Engine) Synced() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.synced
+	if !e.synced {
+		return false
+	}
+	for _, c := range e.controllers {
+		if !c.synced() {
+			return false
+		}
+	}
+	return true
 }
 
 // Run starts the controllers whose CRDs are served and keeps looking for CRDs that appear
@@ -317,7 +326,7 @@ func (e *Engine) startController(ctx context.Context, k *kind, wg *sync.WaitGrou
 		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
 		DeleteFunc: func(obj any) { c.enqueue(obj) },
 	})
-	c.lister = inf.GetIndexer()
+	c.lister, c.synced = inf.GetIndexer(), inf.HasSynced
 	for _, gvr := range k.children {
 		if e.isServed(gvr) {
 			e.ensureInformer(ctx, gvr, k.childNamespace(e.cfg), true)
@@ -327,7 +336,7 @@ func (e *Engine) startController(ctx context.Context, k *kind, wg *sync.WaitGrou
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		c.run(ctx, inf.HasSynced)
+		c.run(ctx)
 	}()
 	return c
 }
