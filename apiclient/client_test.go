@@ -18,14 +18,14 @@ import (
 	"evals.si/operator/apiclient"
 	"evals.si/operator/apiclient/evalsid"
 	v1 "evals.si/operator/apiclient/evalsiv1"
-	"evals.si/operator/cluster"
+	"evals.si/operator/internal/pki"
 )
 
 // pkiFiles writes a CA, a server certificate for 127.0.0.1 and a client certificate.
 func pkiFiles(t *testing.T) (dir string, pool *x509.CertPool, server tls.Certificate) {
 	t.Helper()
 	dir = t.TempDir()
-	ca, caKey, err := cluster.NewCA("test-ca", time.Hour)
+	ca, caKey, err := pki.NewCA("test-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func pkiFiles(t *testing.T) (dir string, pool *x509.CertPool, server tls.Certifi
 			t.Fatal(err)
 		}
 	}
-	write("ca.crt", cluster.EncodeCert(ca))
+	write("ca.crt", pki.EncodeCert(ca))
 	for _, leaf := range []struct {
 		name  string
 		tmpl  x509.Certificate
@@ -45,18 +45,18 @@ func pkiFiles(t *testing.T) (dir string, pool *x509.CertPool, server tls.Certifi
 		{"client", x509.Certificate{Subject: pkix.Name{CommonName: "evalsi-operator"},
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, nil},
 	} {
-		cert, key, err := cluster.NewLeaf(ca, caKey, leaf.tmpl, time.Hour)
+		cert, key, err := pki.NewLeaf(ca, caKey, leaf.tmpl, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		keyPEM, err := cluster.EncodeKey(key)
+		keyPEM, err := pki.EncodeKey(key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		write(leaf.name+".crt", cluster.EncodeCert(cert))
+		write(leaf.name+".crt", pki.EncodeCert(cert))
 		write(leaf.name+".key", keyPEM)
 		if leaf.store != nil {
-			if *leaf.store, err = tls.X509KeyPair(cluster.EncodeCert(cert), keyPEM); err != nil {
+			if *leaf.store, err = tls.X509KeyPair(pki.EncodeCert(cert), keyPEM); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -47,7 +47,7 @@ type Cluster struct {
 	// Dir holds data directories, certificates and component logs.
 	Dir string
 
-	pki       pki
+	pki       certFiles
 	procs     []*process
 	ownsDir   bool
 	nodeCount int

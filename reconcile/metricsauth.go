@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"evals.si/operator/cluster"
+	"evals.si/operator/internal/pki"
 )
 
 // metricsAuthTTL is how long an allowed token is trusted without asking the API server again.
@@ -82,11 +82,11 @@ func authorizeMetrics(kube kubernetes.Interface, next http.Handler) http.Handler
 // selfSignedTLS returns a TLS configuration with a certificate made at start; scrapers verify
 // the caller (the token), not the endpoint, as is usual for in-cluster metrics.
 func selfSignedTLS() (*tls.Config, error) {
-	ca, caKey, err := cluster.NewCA("evalsi-operator-metrics", 10*365*24*time.Hour)
+	ca, caKey, err := pki.NewCA("evalsi-operator-metrics", 10*365*24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	cert, key, err := cluster.NewLeaf(ca, caKey, x509.Certificate{
+	cert, key, err := pki.NewLeaf(ca, caKey, x509.Certificate{
 		Subject:     pkix.Name{CommonName: "evalsi-operator-metrics"},
 		DNSNames:    []string{"localhost"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},

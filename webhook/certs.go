@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"evals.si/operator/cluster"
+	"evals.si/operator/internal/pki"
 )
 
 // certSource gives the serving certificate of each TLS handshake.
@@ -147,19 +147,19 @@ func (s *selfSignedCerts) renew(data map[string][]byte, now time.Time) (map[stri
 	}
 	changed := false
 	if caErr != nil || fresh(ca, now) < caLife/3 {
-		newCA, newKey, err := cluster.NewCA("evalsi-webhook-ca", caLife)
+		newCA, newKey, err := pki.NewCA("evalsi-webhook-ca", caLife)
 		if err != nil {
 			return nil, false, err
 		}
-		keyPEM, err := cluster.EncodeKey(newKey)
+		keyPEM, err := pki.EncodeKey(newKey)
 		if err != nil {
 			return nil, false, err
 		}
-		bundle := cluster.EncodeCert(newCA)
+		bundle := pki.EncodeCert(newCA)
 		if caErr == nil && ca.NotAfter.After(now) {
-			bundle = append(bundle, cluster.EncodeCert(ca)...)
+			bundle = append(bundle, pki.EncodeCert(ca)...)
 		}
-		out[keyCACert], out[keyCAKey], out[keyBundle] = cluster.EncodeCert(newCA), keyPEM, bundle
+		out[keyCACert], out[keyCAKey], out[keyBundle] = pki.EncodeCert(newCA), keyPEM, bundle
 		ca, caKey, changed = newCA, newKey, true
 		delete(out, keyCert) // re-sign the serving certificate with the new CA
 	}
@@ -176,15 +176,15 @@ func (s *selfSignedCerts) renew(data map[string][]byte, now time.Time) (map[stri
 				tmpl.DNSNames = append(tmpl.DNSNames, h)
 			}
 		}
-		cert, key, err := cluster.NewLeaf(ca, caKey, tmpl, s.cfg.Validity)
+		cert, key, err := pki.NewLeaf(ca, caKey, tmpl, s.cfg.Validity)
 		if err != nil {
 			return nil, false, err
 		}
-		keyPEM, err := cluster.EncodeKey(key)
+		keyPEM, err := pki.EncodeKey(key)
 		if err != nil {
 			return nil, false, err
 		}
-		out[keyCert], out[keyKey], changed = cluster.EncodeCert(cert), keyPEM, true
+		out[keyCert], out[keyKey], changed = pki.EncodeCert(cert), keyPEM, true
 	}
 	if len(out[keyBundle]) == 0 {
 		out[keyBundle], changed = out[keyCACert], true

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -118,11 +119,16 @@ func startWebhook(t *testing.T, ctx context.Context, validity time.Duration) run
 		ar.MutatingWebhookConfigurations().Delete(context.Background(), mwc.Name, metav1.DeleteOptions{})
 	})
 	ensureNamespace(t, ctx, "evalsi-system")
+	health, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	wctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(wctx, Config{
 			Listener: l,
+			Health:   health,
 			SelfSigned: &SelfSigned{
 				Kube: cs, Namespace: "evalsi-system", Secret: name + "-certs", Hosts: []string{"127.0.0.1"},
 				ValidatingConfig: vwc.Name, MutatingConfig: mwc.Name, Validity: validity,
@@ -148,6 +154,16 @@ func startWebhook(t *testing.T, ctx context.Context, validity time.Duration) run
 		_, err := env.Dynamic().Resource(gvr("TraceSource")).Namespace(ns).Create(ctx, traceSource("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + health.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %s", path, resp.Status)
+		}
+	}
 	return runningWebhook{addr: l.Addr().String(), stop: stop}
 }
 
