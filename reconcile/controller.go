@@ -144,13 +144,12 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 	if err == nil {
 		outcome, err = c.k.reconcile(ctx, c.e, c.k, obj)
 	}
-	if outcome.Status != nil {
-		var te *TerminalError
-		if errors.As(err, &te) {
-			outcome.Status.Conditions = append(outcome.Status.Conditions, Ready(false, te.Reason, te.Error()))
+	if te := (*TerminalError)(nil); errors.As(err, &te) {
+		if outcome.Status == nil {
+			outcome.Status = &Status{Fields: statusFields(obj)}
 		}
-	} else if te := (*TerminalError)(nil); errors.As(err, &te) {
-		outcome.Status = &Status{Conditions: []Condition{Ready(false, te.Reason, te.Error())}}
+		// The last condition of a type wins: this Ready replaces the reconcile's.
+		outcome.Status.Conditions = append(outcome.Status.Conditions, Ready(false, te.Reason, te.Error()))
 	}
 	if outcome.Status != nil {
 		if serr := c.e.writeStatus(ctx, c.k, obj, outcome.Status); serr != nil {

@@ -73,7 +73,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 		}))
 		if err != nil {
 			cond, err := apiFailure("creating the run", err)
-			return Outcome{Status: &Status{Fields: runFields(obj), Conditions: []Condition{cond}}}, err
+			return Outcome{Status: &Status{Fields: statusFields(obj), Conditions: []Condition{cond}}}, err
 		}
 		if e.afterCreateRun != nil {
 			if err := e.afterCreateRun(); err != nil {
@@ -88,7 +88,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 		}
 		if err != nil {
 			cond, err := apiFailure("reading the run", err)
-			return Outcome{Status: &Status{Fields: runFields(obj), Conditions: []Condition{cond}}}, err
+			return Outcome{Status: &Status{Fields: statusFields(obj), Conditions: []Condition{cond}}}, err
 		}
 		run = resp.Msg.Run
 	}
@@ -132,14 +132,6 @@ func runStatus(run *v1.Run) *Status {
 		ready = Ready(true, phase, "run "+run.Id+" is "+phase)
 	}
 	return &Status{Fields: fields, Conditions: []Condition{ready}}
-}
-
-// runFields are the run fields the object's status already holds, kept when a call fails.
-func runFields(obj *unstructured.Unstructured) map[string]any {
-	st, _, _ := unstructured.NestedMap(obj.Object, "status")
-	delete(st, "conditions")
-	delete(st, "observedGeneration")
-	return st
 }
 
 // resolveTarget fills in the endpoint of a target that names a CheckpointServer. While the
@@ -195,7 +187,7 @@ func (e *Engine) cancelRun(ctx context.Context, k *kind, obj *unstructured.Unstr
 				req = nil
 			case err != nil:
 				cond, err := apiFailure("finding the run to cancel", err)
-				return Outcome{Status: &Status{Fields: runFields(obj), Conditions: []Condition{cond}}}, err
+				return Outcome{Status: &Status{Fields: statusFields(obj), Conditions: []Condition{cond}}}, err
 			default:
 				req.Id = resp.Msg.Run.Id
 			}
@@ -203,7 +195,7 @@ func (e *Engine) cancelRun(ctx context.Context, k *kind, obj *unstructured.Unstr
 		if req != nil {
 			if _, err := e.api.Runs.CancelRun(ctx, connect.NewRequest(req)); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 				cond, err := apiFailure("cancelling the run before deletion", err)
-				return Outcome{Status: &Status{Fields: runFields(obj), Conditions: []Condition{cond}}}, err
+				return Outcome{Status: &Status{Fields: statusFields(obj), Conditions: []Condition{cond}}}, err
 			}
 		}
 	}

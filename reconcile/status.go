@@ -94,6 +94,15 @@ func buildStatus(old map[string]any, st *Status, generation int64) map[string]an
 	return next
 }
 
+// statusFields are the kind's own fields of obj's status, to keep as they are when a reconcile
+// reports a failure without recomputing them.
+func statusFields(obj *unstructured.Unstructured) map[string]any {
+	st, _, _ := unstructured.NestedMap(obj.Object, "status")
+	delete(st, "conditions")
+	delete(st, "observedGeneration")
+	return st
+}
+
 // readyOf returns the Ready condition in a status map, or an empty map.
 func readyOf(status map[string]any) map[string]any {
 	list, _ := status["conditions"].([]any)
