@@ -38,8 +38,9 @@ fuzz:
 	go test ./schemas -run '^$$' -fuzz FuzzValidate -fuzztime $(FUZZ_TIME)
 
 # Rewrite every golden file from the current code; review the diff like a pull request.
+# The packages are those whose tests use internal/golden (the -update flag).
 golden:
-	go test -timeout $(TEST_TIMEOUT) ./... -run Golden -update
+	go test -timeout $(TEST_TIMEOUT) . ./render ./chart -run Golden -update
 
 # Regenerate the Go and Connect code of apiclient/proto.
 generate:
