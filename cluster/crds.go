@@ -29,7 +29,7 @@ const (
 // InstallCRDs creates (or updates) the CRDs in path, a YAML file or a directory of them, and waits
 // until each is Established.
 func (c *Cluster) InstallCRDs(ctx context.Context, path string) error {
-	crds, err := ReadCRDs(path)
+	crds, err := readCRDs(path)
 	if err != nil {
 		return err
 	}
@@ -45,8 +45,8 @@ func (c *Cluster) InstallKedaCRDs(ctx context.Context) error {
 	return c.InstallCRDs(ctx, filepath.Join(dir, "config", "crd", "bases", "keda.sh_scaledobjects.yaml"))
 }
 
-// ReadCRDs decodes every CustomResourceDefinition in a YAML file or a directory of YAML files.
-func ReadCRDs(path string) ([]*unstructured.Unstructured, error) {
+// readCRDs decodes every CustomResourceDefinition in a YAML file or a directory of YAML files.
+func readCRDs(path string) ([]*unstructured.Unstructured, error) {
 	files := []string{path}
 	if fi, err := os.Stat(path); err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func ReadCRDs(path string) ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return nil, err
 		}
-		found, err := DecodeCRDs(f, data)
+		found, err := decodeCRDs(f, data)
 		if err != nil {
 			return nil, err
 		}
@@ -71,8 +71,8 @@ func ReadCRDs(path string) ([]*unstructured.Unstructured, error) {
 	return crds, nil
 }
 
-// DecodeCRDs returns the CustomResourceDefinitions of a YAML stream named name.
-func DecodeCRDs(name string, data []byte) ([]*unstructured.Unstructured, error) {
+// decodeCRDs returns the CustomResourceDefinitions of a YAML stream named name.
+func decodeCRDs(name string, data []byte) ([]*unstructured.Unstructured, error) {
 	var crds []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {

@@ -157,9 +157,6 @@ func New(cfg Config) (*Engine, error) {
 	}, nil
 }
 
-// Metrics returns the engine's metrics.
-func (e *Engine) Metrics() *Metrics { return e.metrics }
-
 // Kube returns the engine's typed client (for leader election and events).
 func (e *Engine) Kube() kubernetes.Interface { return e.kube }
 

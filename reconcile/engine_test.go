@@ -234,7 +234,7 @@ func writes(e *Engine) float64 {
 	for _, verb := range []string{"POST", "PUT", "PATCH", "DELETE"} {
 		for _, res := range []string{"deployments", "services", "scaledobjects", "events",
 			"evaluators/status", "sandboxclasses/status", "checkpointservers/status"} {
-			n += e.metrics.KubeRequests(verb, res)
+			n += e.metrics.kubeRequests(verb, res)
 		}
 	}
 	return n

@@ -56,9 +56,9 @@ func (m *Metrics) observeReconcile(controller, result string, d time.Duration) {
 	m.duration.WithLabelValues(controller).Observe(d.Seconds())
 }
 
-// KubeRequests returns the count of requests with verb to resource so far (tests use it to
+// kubeRequests returns the count of requests with verb to resource so far (tests use it to
 // prove that steady state writes nothing).
-func (m *Metrics) KubeRequests(verb, resource string) float64 {
+func (m *Metrics) kubeRequests(verb, resource string) float64 {
 	return counterSum(m.requests, map[string]string{"verb": verb, "resource": resource})
 }
 

@@ -58,8 +58,8 @@ func OwnerOf(obj *unstructured.Unstructured) Owner {
 	return Owner{Kind: obj.GetKind(), Name: obj.GetName(), Namespace: obj.GetNamespace(), UID: string(obj.GetUID())}
 }
 
-// LabelKind returns the label key that names an owner of kind on its children: evals.si/<kind>.
-func LabelKind(kind string) string {
+// labelKind returns the label key that names an owner of kind on its children: evals.si/<kind>.
+func labelKind(kind string) string {
 	return Group + "/" + strings.ToLower(kind)
 }
 
@@ -70,7 +70,7 @@ func (o Owner) labels(component string) map[string]any {
 		LabelName:         strings.ToLower(o.Kind),
 		LabelInstance:     o.Name,
 		LabelComponent:    component,
-		LabelKind(o.Kind): o.Name,
+		labelKind(o.Kind): o.Name,
 	}
 }
 

@@ -105,12 +105,6 @@ func compile() (map[string]*jsonschema.Schema, error) {
 	return compiled, compileErr
 }
 
-// Kinds reports whether kind is an evalsi kind with a schema.
-func Kinds(kind string) bool {
-	_, ok := kindSchemas[kind]
-	return ok
-}
-
 // Validate checks an evalsi object: its spec against its kind's schema, and the few rules on
 // its name. It returns nil or Errors with pointers such as /spec/autoscaling/minReplicas.
 func Validate(obj *unstructured.Unstructured) error {
