@@ -251,7 +251,9 @@ func TestInvalidArgumentIsTerminalAndUnavailableBacksOff(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{})
-	startEngine(t, api.apiConfig(ns))
+	cfg := api.apiConfig(ns)
+	cfg.Resync = time.Second
+	startEngine(t, cfg)
 
 	api.KnownSuites("smoke")
 	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "unknown", runSpec(map[string]any{"suite": "nope"}))
@@ -259,10 +261,13 @@ func TestInvalidArgumentIsTerminalAndUnavailableBacksOff(t *testing.T) {
 	if _, _, msg := readyCondition(got); !strings.Contains(msg, `spec.suite: unknown suite "nope"`) {
 		t.Errorf("message %q lacks the server's", msg)
 	}
+	if s, r, _ := conditionOf(got, "Stalled"); s != "True" || r != "Rejected" {
+		t.Errorf("Stalled=%s reason %s, want True Rejected", s, r)
+	}
 	calls := api.Calls("CreateRun")
-	time.Sleep(time.Second)
+	time.Sleep(3 * time.Second)
 	if n := api.Calls("CreateRun") - calls; n != 0 {
-		t.Errorf("%d more CreateRun calls after a terminal rejection", n)
+		t.Errorf("%d more CreateRun calls over three resyncs after a terminal rejection", n)
 	}
 
 	start := len(api.CallLog())

@@ -136,6 +136,12 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 		}
 	}()
 	if obj.GetDeletionTimestamp() == nil {
+		if c.k.api && stalled(obj) {
+			// evalsid refused this spec, and would again: no call until the spec changes.
+			// Workload kinds render again, which costs nothing outside and picks up a fixed
+			// operator configuration.
+			return Outcome{}, nil
+		}
 		// An object that entered while the webhook was off meets the same rules here.
 		if verr := schemas.Validate(obj); verr != nil {
 			err = Terminal("InvalidSpec", verr)
@@ -148,8 +154,11 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 		if outcome.Status == nil {
 			outcome.Status = &Status{Fields: statusFields(obj)}
 		}
-		// The last condition of a type wins: this Ready replaces the reconcile's.
-		outcome.Status.Conditions = append(outcome.Status.Conditions, Ready(false, te.Reason, te.Error()))
+		// The last condition of a type wins: this Ready replaces the reconcile's. Stalled (the
+		// kstatus convention) says that nothing changes until the spec does.
+		outcome.Status.Conditions = append(outcome.Status.Conditions,
+			Ready(false, te.Reason, te.Error()),
+			Condition{Type: "Stalled", Status: "True", Reason: te.Reason, Message: te.Error()})
 	}
 	if outcome.Status != nil {
 		if serr := c.e.writeStatus(ctx, c.k, obj, outcome.Status); serr != nil {

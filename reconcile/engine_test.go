@@ -169,13 +169,24 @@ func create(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, 
 	return got
 }
 
-// readyCondition returns the Ready condition's status and reason.
+// readyCondition returns the Ready condition's status, reason and message.
 func readyCondition(obj *unstructured.Unstructured) (string, string, string) {
-	r := readyOf(obj.Object["status"].(map[string]any))
-	s, _ := r["status"].(string)
-	reason, _ := r["reason"].(string)
-	msg, _ := r["message"].(string)
-	return s, reason, msg
+	return conditionOf(obj, "Ready")
+}
+
+// conditionOf returns the status, reason and message of obj's condition of type t.
+func conditionOf(obj *unstructured.Unstructured, t string) (string, string, string) {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == t {
+			s, _ := m["status"].(string)
+			reason, _ := m["reason"].(string)
+			msg, _ := m["message"].(string)
+			return s, reason, msg
+		}
+	}
+	return "", "", ""
 }
 
 // waitReady waits until the object's Ready condition has status and reason for its current

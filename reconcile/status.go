@@ -103,6 +103,21 @@ func statusFields(obj *unstructured.Unstructured) map[string]any {
 	return st
 }
 
+// stalled reports whether obj's status holds Stalled=True for its current generation: a terminal
+// failure that nothing but a new spec can change.
+func stalled(obj *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] != "Stalled" || m["status"] != "True" {
+			continue
+		}
+		g, ok := number(m["observedGeneration"])
+		return ok && int64(g) == obj.GetGeneration()
+	}
+	return false
+}
+
 // readyOf returns the Ready condition in a status map, or an empty map.
 func readyOf(status map[string]any) map[string]any {
 	list, _ := status["conditions"].([]any)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -57,7 +58,8 @@ func immutable(old, obj *unstructured.Unstructured) string {
 	if old.GetAnnotations()[AnnotationCreatedBy] != obj.GetAnnotations()[AnnotationCreatedBy] {
 		return fmt.Sprintf("metadata.annotations[%s] records who created the object and cannot be changed or removed", AnnotationCreatedBy)
 	}
-	if obj.GetKind() == "EvalRun" && !sameJSON(old.Object["spec"], obj.Object["spec"]) {
+	// Both sides come from JSON, so their numbers have the same Go type.
+	if obj.GetKind() == "EvalRun" && !reflect.DeepEqual(old.Object["spec"], obj.Object["spec"]) {
 		return "spec is immutable: create a new EvalRun"
 	}
 	return ""
@@ -106,12 +108,6 @@ func deny(req *admissionv1.AdmissionRequest, code int32, reason metav1.StatusRea
 	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: false, Result: &metav1.Status{
 		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,
 	}}
-}
-
-func sameJSON(a, b any) bool {
-	ja, err1 := json.Marshal(a)
-	jb, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && string(ja) == string(jb)
 }
 
 // handler serves AdmissionReview v1 requests with decide.

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -219,13 +220,11 @@ func (s *selfSignedCerts) patchCABundle(ctx context.Context, bundle []byte) erro
 		if err != nil {
 			return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", name, err)
 		}
-		changed := false
+		var clients []*admissionregistrationv1.WebhookClientConfig
 		for i := range cfg.Webhooks {
-			if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, bundle) {
-				cfg.Webhooks[i].ClientConfig.CABundle, changed = bundle, true
-			}
+			clients = append(clients, &cfg.Webhooks[i].ClientConfig)
 		}
-		if changed {
+		if setBundle(bundle, clients) {
 			if _, err := ar.ValidatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
 				return fmt.Errorf("patching the caBundle of %s: %w", name, err)
 			}
@@ -236,17 +235,27 @@ func (s *selfSignedCerts) patchCABundle(ctx context.Context, bundle []byte) erro
 		if err != nil {
 			return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", name, err)
 		}
-		changed := false
+		var clients []*admissionregistrationv1.WebhookClientConfig
 		for i := range cfg.Webhooks {
-			if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, bundle) {
-				cfg.Webhooks[i].ClientConfig.CABundle, changed = bundle, true
-			}
+			clients = append(clients, &cfg.Webhooks[i].ClientConfig)
 		}
-		if changed {
+		if setBundle(bundle, clients) {
 			if _, err := ar.MutatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
 				return fmt.Errorf("patching the caBundle of %s: %w", name, err)
 			}
 		}
 	}
 	return nil
+}
+
+// setBundle sets bundle as the caBundle of each client configuration and reports whether any
+// changed (nothing is written otherwise).
+func setBundle(bundle []byte, clients []*admissionregistrationv1.WebhookClientConfig) bool {
+	changed := false
+	for _, c := range clients {
+		if !bytes.Equal(c.CABundle, bundle) {
+			c.CABundle, changed = bundle, true
+		}
+	}
+	return changed
 }

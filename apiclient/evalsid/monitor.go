@@ -61,13 +61,23 @@ func validatePolicy(m *v1.PutPolicyRequest) error {
 	return nil
 }
 
+// ownedPolicy returns the policy name that project owns; NotFound for any other project, which
+// learns nothing of names it does not own. The caller holds s.mu.
+func (s *Server) ownedPolicy(project, name string) (*policy, error) {
+	p, ok := s.policies[name]
+	if !ok || p.msg.Project != project {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no policy %q", project, name))
+	}
+	return p, nil
+}
+
 func (ms monitorService) GetPolicy(_ context.Context, req *connect.Request[v1.GetPolicyRequest]) (*connect.Response[v1.GetPolicyResponse], error) {
 	s := ms.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p, ok := s.policies[req.Msg.Name]
-	if !ok || p.msg.Project != req.Msg.Project {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no policy %q", req.Msg.Project, req.Msg.Name))
+	p, err := s.ownedPolicy(req.Msg.Project, req.Msg.Name)
+	if err != nil {
+		return nil, err
 	}
 	return connect.NewResponse(&v1.GetPolicyResponse{Policy: proto.Clone(p.msg).(*v1.Policy)}), nil
 }
@@ -76,9 +86,8 @@ func (ms monitorService) DeletePolicy(_ context.Context, req *connect.Request[v1
 	s := ms.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p, ok := s.policies[req.Msg.Name]
-	if !ok || p.msg.Project != req.Msg.Project {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no policy %q", req.Msg.Project, req.Msg.Name))
+	if _, err := s.ownedPolicy(req.Msg.Project, req.Msg.Name); err != nil {
+		return nil, err
 	}
 	delete(s.policies, req.Msg.Name)
 	return connect.NewResponse(&v1.DeletePolicyResponse{}), nil
