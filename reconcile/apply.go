@@ -53,7 +53,7 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 			return nil, errCacheNotSynced
 		}
 		informers[gvr.Resource] = inf
-		objs, err := inf.applied.ByIndex(ownerIndex, string(owner.GetUID()))
+		objs, err := inf.written.ByIndex(ownerIndex, string(owner.GetUID()))
 		if err != nil {
 			return nil, fmt.Errorf("listing children: %w", err)
 		}
@@ -81,7 +81,7 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 		}
 		if inf := informers[childGVRs[want.GetKind()].Resource]; inf != nil {
 			dropManagedFields(obj)
-			inf.applied.Mutation(obj)
+			inf.written.Mutation(obj)
 		}
 		if cur != nil {
 			// Creating children is what a new object is for; an event says when one had to

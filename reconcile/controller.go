@@ -18,11 +18,10 @@ import (
 
 // controller is the queue and workers of one kind.
 type controller struct {
-	e      *Engine
-	k      *kind
-	queue  workqueue.TypedRateLimitingInterface[string]
-	lister cache.Indexer
-	synced func() bool
+	e     *Engine
+	k     *kind
+	queue workqueue.TypedRateLimitingInterface[string]
+	inf   *informer
 }
 
 func newController(e *Engine, k *kind) *controller {
@@ -45,10 +44,10 @@ func (c *controller) enqueue(obj any) {
 
 // enqueueAll adds every object in the cache, for a change that concerns all of them.
 func (c *controller) enqueueAll() {
-	if c.lister == nil {
+	if c.inf == nil {
 		return
 	}
-	for _, key := range c.lister.ListKeys() {
+	for _, key := range c.inf.inf.GetStore().ListKeys() {
 		c.queue.Add(key)
 	}
 }
@@ -56,7 +55,7 @@ func (c *controller) enqueueAll() {
 // run waits for the cache, runs the workers until ctx ends, then drains.
 func (c *controller) run(ctx context.Context) {
 	defer c.queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.inf.inf.HasSynced) {
 		return
 	}
 	done := make(chan struct{})
@@ -119,7 +118,7 @@ func (c *controller) processNext(ctx context.Context) bool {
 // reconcileKey reads the object from the cache, runs the kind's reconcile with a timeout and a
 // panic guard, and writes the status it returned.
 func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outcome, err error) {
-	cached, exists, err := c.lister.GetByKey(key)
+	cached, exists, err := c.inf.written.GetByKey(key)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("reading %s from the cache: %w", key, err)
 	}
@@ -161,8 +160,13 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 			Condition{Type: "Stalled", Status: "True", Reason: te.Reason, Message: te.Error()})
 	}
 	if outcome.Status != nil {
-		if serr := c.e.writeStatus(ctx, c.k, obj, outcome.Status); serr != nil {
+		written, serr := c.e.writeStatus(ctx, c.k, obj, outcome.Status)
+		if serr != nil {
 			return outcome, errors.Join(err, serr)
+		}
+		if written != nil {
+			dropManagedFields(written)
+			c.inf.written.Mutation(written)
 		}
 	}
 	return outcome, err

@@ -96,9 +96,9 @@ type informerKey struct {
 type informer struct {
 	inf  cache.SharedIndexInformer
 	stop chan struct{}
-	// applied holds children the operator just wrote, until the informer has seen them, so that
-	// a reconcile right after an apply does not apply again.
-	applied cache.MutationCache
+	// written holds objects the operator just wrote, until the informer has seen them, so that
+	// a reconcile right after a write neither writes again nor conflicts with it.
+	written cache.MutationCache
 }
 
 // ownerIndex indexes children by the UID of their controller owner.
@@ -169,7 +169,7 @@ func (e *Engine) Synced() bool {
 		return false
 	}
 	for _, c := range e.controllers {
-		if !c.synced() {
+		if !c.inf.inf.HasSynced() {
 			return false
 		}
 	}
@@ -318,12 +318,12 @@ func (e *Engine) startController(ctx context.Context, k *kind, wg *sync.WaitGrou
 		ns = ""
 	}
 	inf := e.ensureInformer(ctx, k.gvr, ns, false)
-	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	inf.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueue(obj) },
 		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
 		DeleteFunc: func(obj any) { c.enqueue(obj) },
 	})
-	c.lister, c.synced = inf.GetIndexer(), inf.HasSynced
+	c.inf = inf
 	for _, gvr := range k.children {
 		if e.isServed(gvr) {
 			e.ensureInformer(ctx, gvr, k.childNamespace(e.cfg), true)
@@ -348,12 +348,12 @@ func (e *Engine) isServed(gvr schema.GroupVersionResource) bool {
 // ensureInformer starts (once) an informer of gvr in namespace. Child informers select by the
 // managed-by label, index by controller owner and route events to the owner's controller. Every
 // informer drops managedFields before objects enter its cache.
-func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, child bool) cache.SharedIndexInformer {
+func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, child bool) *informer {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := informerKey{gvr, namespace}
 	if i, ok := e.informers[key]; ok {
-		return i.inf
+		return i
 	}
 	var tweak dynamicinformer.TweakListOptionsFunc
 	indexers := cache.Indexers{}
@@ -365,35 +365,37 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	inf := gi.Informer()
 	inf.SetTransform(dropManagedFields)
 	i := &informer{inf: inf, stop: make(chan struct{})}
-	if child {
-		i.applied = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.GetStore(), cache.MutationCacheOptions{
-			Indexer: inf.GetIndexer(), TTL: time.Minute, IncludeAdds: true, MaxCacheSize: 10000,
-		})
-		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(obj any) {
-				i.applied.OnAddOrUpdate(obj.(*unstructured.Unstructured))
+	i.written = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.GetStore(), cache.MutationCacheOptions{
+		Indexer: inf.GetIndexer(), TTL: time.Minute, IncludeAdds: true, MaxCacheSize: 10000,
+	})
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			i.written.OnAddOrUpdate(obj.(*unstructured.Unstructured))
+			if child {
 				e.enqueueOwner(obj)
-			},
-			UpdateFunc: func(old, obj any) {
-				i.applied.OnAddOrUpdate(obj.(*unstructured.Unstructured))
-				if old.(*unstructured.Unstructured).GetResourceVersion() != obj.(*unstructured.Unstructured).GetResourceVersion() {
-					e.enqueueOwner(obj)
-				}
-			},
-			DeleteFunc: func(obj any) {
-				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-					obj = d.Obj
-				}
-				if u, ok := obj.(*unstructured.Unstructured); ok {
-					i.applied.OnDelete(u)
-				}
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			i.written.OnAddOrUpdate(obj.(*unstructured.Unstructured))
+			if child && old.(*unstructured.Unstructured).GetResourceVersion() != obj.(*unstructured.Unstructured).GetResourceVersion() {
 				e.enqueueOwner(obj)
-			},
-		})
-	}
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				i.written.OnDelete(u)
+			}
+			if child {
+				e.enqueueOwner(obj)
+			}
+		},
+	})
 	e.informers[key] = i
 	go inf.RunWithContext(stopContext(ctx, i.stop))
-	return inf
+	return i
 }
 
 // stopContext returns a context that ends with ctx or when stop is closed.

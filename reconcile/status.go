@@ -17,17 +17,19 @@ import (
 var now = func() time.Time { return time.Now().UTC() }
 
 // writeStatus writes st as obj's status when it differs from what obj holds, and records an
-// Event when the Ready condition changed. Nothing is written at steady state.
-func (e *Engine) writeStatus(ctx context.Context, k *kind, obj *unstructured.Unstructured, st *Status) error {
+// Event when the Ready condition changed. It returns the object written, or nil when nothing was:
+// nothing is written at steady state.
+func (e *Engine) writeStatus(ctx context.Context, k *kind, obj *unstructured.Unstructured, st *Status) (*unstructured.Unstructured, error) {
 	old, _, _ := unstructured.NestedMap(obj.Object, "status")
 	next := buildStatus(old, st, obj.GetGeneration())
 	if sameJSON(old, next) {
-		return nil
+		return nil, nil
 	}
 	obj.Object["status"] = next
 	client := e.client.Resource(k.gvr).Namespace(obj.GetNamespace())
-	if _, err := client.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-		return fmt.Errorf("writing status: %w", err)
+	written, err := client.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("writing status: %w", err)
 	}
 	// An event when Ready changes, not for the first status of a new object unless it failed.
 	before, after := readyOf(old), readyOf(next)
@@ -41,7 +43,7 @@ func (e *Engine) writeStatus(ctx context.Context, k *kind, obj *unstructured.Uns
 		msg, _ := after["message"].(string)
 		e.recorder.Event(obj, kind, reason, msg)
 	}
-	return nil
+	return written, nil
 }
 
 // buildStatus returns the status map for st: its fields, observedGeneration and conditions whose
