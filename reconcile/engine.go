@@ -365,8 +365,10 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	inf := gi.Informer()
 	inf.SetTransform(dropManagedFields)
 	i := &informer{inf: inf, stop: make(chan struct{})}
+	// A child the operator created is there before the informer shows it (IncludeAdds); an owner
+	// missing from the informer is gone, whatever status the operator last wrote for it.
 	i.written = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.GetStore(), cache.MutationCacheOptions{
-		Indexer: inf.GetIndexer(), TTL: time.Minute, IncludeAdds: true, MaxCacheSize: 10000,
+		Indexer: inf.GetIndexer(), TTL: time.Minute, IncludeAdds: child, MaxCacheSize: 10000,
 	})
 	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
