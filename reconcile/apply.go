@@ -49,7 +49,7 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 		if inf == nil {
 			continue
 		}
-		if !inf.inf.HasSynced() {
+		if !inf.shared.HasSynced() {
 			return nil, errCacheNotSynced
 		}
 		informers[gvr.Resource] = inf

@@ -47,7 +47,7 @@ func (c *controller) enqueueAll() {
 	if c.inf == nil {
 		return
 	}
-	for _, key := range c.inf.inf.GetStore().ListKeys() {
+	for _, key := range c.inf.shared.GetStore().ListKeys() {
 		c.queue.Add(key)
 	}
 }
@@ -55,7 +55,7 @@ func (c *controller) enqueueAll() {
 // run waits for the cache, runs the workers until ctx ends, then drains.
 func (c *controller) run(ctx context.Context) {
 	defer c.queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), c.inf.inf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.inf.shared.HasSynced) {
 		return
 	}
 	done := make(chan struct{})

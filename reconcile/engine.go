@@ -93,9 +93,10 @@ type informerKey struct {
 	namespace string
 }
 
+// informer is a running shared informer and the operator's own writes it has not shown yet.
 type informer struct {
-	inf  cache.SharedIndexInformer
-	stop chan struct{}
+	shared cache.SharedIndexInformer
+	stop   chan struct{}
 	// written holds objects the operator just wrote, until the informer has seen them, so that
 	// a reconcile right after a write neither writes again nor conflicts with it.
 	written cache.MutationCache
@@ -169,7 +170,7 @@ func (e *Engine) Synced() bool {
 		return false
 	}
 	for _, c := range e.controllers {
-		if !c.inf.inf.HasSynced() {
+		if !c.inf.shared.HasSynced() {
 			return false
 		}
 	}
@@ -318,7 +319,7 @@ func (e *Engine) startController(ctx context.Context, k *kind, wg *sync.WaitGrou
 		ns = ""
 	}
 	inf := e.ensureInformer(ctx, k.gvr, ns, false)
-	inf.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	inf.shared.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueue(obj) },
 		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
 		DeleteFunc: func(obj any) { c.enqueue(obj) },
@@ -364,7 +365,7 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	gi := dynamicinformer.NewFilteredDynamicInformer(e.client, gvr, namespace, e.cfg.Resync, indexers, tweak)
 	inf := gi.Informer()
 	inf.SetTransform(dropManagedFields)
-	i := &informer{inf: inf, stop: make(chan struct{})}
+	i := &informer{shared: inf, stop: make(chan struct{})}
 	// A child the operator created is there before the informer shows it (IncludeAdds); an owner
 	// missing from the informer is gone, whatever status the operator last wrote for it.
 	i.written = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.GetStore(), cache.MutationCacheOptions{
