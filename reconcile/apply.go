@@ -80,8 +80,7 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 			return nil, err
 		}
 		if inf := informers[childGVRs[want.GetKind()].Resource]; inf != nil {
-			dropManagedFields(obj)
-			inf.written.Mutation(obj)
+			inf.remember(obj)
 		}
 		if cur != nil {
 			// Creating children is what a new object is for; an event says when one had to

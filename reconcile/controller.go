@@ -165,8 +165,7 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 			return outcome, errors.Join(err, serr)
 		}
 		if written != nil {
-			dropManagedFields(written)
-			c.inf.written.Mutation(written)
+			c.inf.remember(written)
 		}
 	}
 	return outcome, err

@@ -102,6 +102,12 @@ type informer struct {
 	written cache.MutationCache
 }
 
+// remember keeps obj, just written by the operator, until the informer shows it or a newer version.
+func (i *informer) remember(obj *unstructured.Unstructured) {
+	dropManagedFields(obj)
+	i.written.Mutation(obj)
+}
+
 // ownerIndex indexes children by the UID of their controller owner.
 const ownerIndex = "owner"
 
