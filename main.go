@@ -3,7 +3,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,9 +23,38 @@ var (
 const kubernetesMinor = "1.37"
 
 func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs the command line args and returns the exit status: 0, the status a command chose
+// (validate and render: 1 for invalid input), 2 for a command line that cannot be used, else 1.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := newApp(stdin, stdout, stderr).RunContext(ctx, args)
+	if err == nil {
+		return 0
+	}
+	code := 1
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		code = ec.ExitCode()
+	}
+	if msg := err.Error(); msg != "" {
+		fmt.Fprintln(stderr, "evalsi-operator:", msg)
+	}
+	return code
+}
+
+// newApp is the command line: every command, with usage errors as exit status 2.
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
+	usageError := func(_ *cli.Context, err error, _ bool) error { return cli.Exit(err.Error(), exitUsage) }
 	app := &cli.App{
-		Name:  "evalsi-operator",
-		Usage: "the Kubernetes operator of the Evals.si evaluation platform",
+		Name:    "evalsi-operator",
+		Usage:   "the Kubernetes operator of the Evals.si evaluation platform",
+		Version: fmt.Sprintf("%s (commit %s, Kubernetes %s)", version, commit, kubernetesMinor),
+		Reader:  stdin, Writer: stdout, ErrWriter: stderr,
 		Commands: []*cli.Command{
 			runCommand(),
 			renderCommand(),
@@ -34,13 +65,20 @@ func main() {
 			releaseFinalizersCommand(),
 			versionCommand(),
 		},
+		// An unknown command is a usage error, not a help topic.
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return cli.Exit(fmt.Sprintf("%q is not a command; run evalsi-operator --help", c.Args().First()), exitUsage)
+			}
+			return cli.ShowAppHelp(c)
+		},
+		OnUsageError:   usageError,
+		ExitErrHandler: func(*cli.Context, error) {}, // run reports the error and chooses the status
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := app.RunContext(ctx, os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "evalsi-operator:", err)
-		os.Exit(1)
+	for _, c := range app.Commands {
+		c.OnUsageError = usageError
 	}
+	return app
 }
 
 func versionCommand() *cli.Command {

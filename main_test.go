@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -34,48 +37,55 @@ func TestRenderCommandGolden(t *testing.T) {
 	golden.Check(t, "testdata/render-command/examples.yaml", out.Bytes())
 }
 
-func TestRenderCommandNamesFileDocumentAndField(t *testing.T) {
-	var out, errOut bytes.Buffer
-	app := &cli.App{Writer: &out, ErrWriter: &errOut, Commands: []*cli.Command{renderCommand()},
-		ExitErrHandler: func(*cli.Context, error) {}}
-	err := app.Run([]string{"evalsi-operator", "render", "-f", "testdata/render-command/invalid.yaml"})
-	if code := exitCode(err); code != 1 {
-		t.Fatalf("exit code %d (%v), want 1", code, err)
+// TestCommandOutput runs validate and render as a user would, with several files, globs (a
+// shell passes them as arguments), directories, stdin, mixes of valid and invalid documents,
+// and usage errors, and compares the exit status and output with testdata/commands/<case>.txt.
+func TestCommandOutput(t *testing.T) {
+	const in = "testdata/commands/input/"
+	bad, err := os.ReadFile(in + "bad.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []string{
-		`testdata/render-command/invalid.yaml:2: Evaluator typo: spec: json: unknown field "replicaz"`,
-		`testdata/render-command/invalid.yaml:3: CheckpointServer nomodel: spec.model: required`,
+	for name, tc := range map[string]struct {
+		args  string
+		stdin string
+	}{
+		"validate-good-then-bad":   {args: "validate -f " + in + "good.yaml " + in + "bad.yaml"},
+		"validate-bad-then-good":   {args: "validate -f " + in + "bad.yaml -f " + in + "good.yaml"},
+		"validate-glob":            {args: "validate -f " + in + "dir/a.yaml " + in + "dir/b.yml " + in + "dir/c.json"},
+		"validate-directory":       {args: "validate -f " + in + "dir"},
+		"validate-stdin-and-file":  {args: "validate -f - -f " + in + "good.yaml", stdin: string(bad)},
+		"validate-all-valid":       {args: "validate " + in + "good.yaml " + in + "dir/a.yaml"},
+		"validate-no-input":        {args: "validate"},
+		"validate-missing-file":    {args: "validate -f " + in + "missing.yaml"},
+		"validate-unknown-flag":    {args: "validate --filenames " + in + "good.yaml"},
+		"render-good-and-bad":      {args: "render --default-image=evalsi/platform:1.4.0 -f " + in + "good.yaml " + in + "bad.yaml"},
+		"render-directory":         {args: "render --default-image=evalsi/platform:1.4.0 -f " + in + "dir"},
+		"render-stdin":             {args: "render -f -", stdin: string(bad)},
+		"render-no-input":          {args: "render"},
+		"unknown-command":          {args: "valdiate -f " + in + "good.yaml"},
+		"version-flag":             {args: "--version"},
+		"validate-admission-cases": {args: "validate -f testdata/admission/valid.yaml testdata/admission/invalid.yaml"},
 	} {
-		if !strings.Contains(errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
-		}
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			args := append([]string{"evalsi-operator"}, strings.Fields(tc.args)...)
+			code := run(context.Background(), args, strings.NewReader(tc.stdin), &out, &errOut)
+			got := fmt.Sprintf("$ evalsi-operator %s\nexit %d\n--- stdout\n%s--- stderr\n%s", tc.args, code, out.String(), errOut.String())
+			golden.Check(t, "testdata/commands/"+name+".txt", []byte(got))
+		})
 	}
-	if !strings.Contains(out.String(), "name: fine-evaluator") {
-		t.Errorf("the valid resource was not rendered:\n%s", out.String())
-	}
-}
-
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	if ec, ok := err.(cli.ExitCoder); ok {
-		return ec.ExitCode()
-	}
-	return -1
 }
 
 // TestValidateCommandGivesTheValidatorsMessages runs validate over the admission cases: every
-// invalid document's expected error is printed as file:document: pointer: message.
+// invalid document's expected error is printed as FILE:LINE: KIND/NAME: pointer: message.
 func TestValidateCommandGivesTheValidatorsMessages(t *testing.T) {
-	run := func(path string) (string, int) {
+	validate := func(path string) (string, int) {
 		var out bytes.Buffer
-		app := &cli.App{Writer: &out, ErrWriter: &out, Commands: []*cli.Command{validateCommand()},
-			ExitErrHandler: func(*cli.Context, error) {}}
-		err := app.Run([]string{"evalsi-operator", "validate", "-f", path})
-		return out.String(), exitCode(err)
+		code := run(context.Background(), []string{"evalsi-operator", "validate", "-f", path}, nil, &out, &out)
+		return out.String(), code
 	}
-	out, code := run("testdata/admission/invalid.yaml")
+	out, code := validate("testdata/admission/invalid.yaml")
 	if code != 1 {
 		t.Fatalf("exit %d for invalid specs, want 1", code)
 	}
@@ -84,15 +94,15 @@ func TestValidateCommandGivesTheValidatorsMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range docs {
-		want := d.Where() + ": " + d.Object.GetAnnotations()["test.evals.si/expect"]
-		if !strings.Contains(out, want+"\n") {
+		want := fmt.Sprintf("%s: %s/%s: %s\n", d.Where(), d.Object.GetKind(), d.Object.GetName(), d.Object.GetAnnotations()["test.evals.si/expect"])
+		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	if out, code := run("testdata/admission/valid.yaml"); code != 0 {
+	if out, code := validate("testdata/admission/valid.yaml"); code != 0 {
 		t.Errorf("exit %d for valid specs, want 0:\n%s", code, out)
 	}
-	if _, code := run("testdata/admission/missing.yaml"); code != 2 {
+	if _, code := validate("testdata/admission/missing.yaml"); code != 2 {
 		t.Errorf("exit %d for a missing file, want 2", code)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"evals.si/operator/internal/manifest"
 	"evals.si/operator/render"
 )
 
@@ -14,16 +13,22 @@ func renderCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "render",
 		Usage:     "print, as a YAML stream, the objects the operator would apply for each resource",
-		ArgsUsage: " ",
+		ArgsUsage: "[FILE|DIR|-]...",
+		Description: "Validates every document as admission does, then renders the valid ones. Problems are printed to\n" +
+			"stderr as FILE:LINE: KIND/NAME: /spec/field: sentence, as validate prints them. Exit status: 0 when\n" +
+			"every resource rendered, 1 when any is invalid, 2 when the command line or the input cannot be used.\n\n" +
+			"Examples:\n" +
+			"  evalsi-operator render -f evaluator.yaml --default-image=registry.example/evalsi/platform:1.4.0\n" +
+			"  evalsi-operator render -f manifests/ --autoscaling=false",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "filename", Aliases: []string{"f"}, Required: true, Usage: "a file, a directory of files, or - for stdin"},
+			filenameFlag,
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default", Usage: "namespace of resources that name none"},
 			&cli.BoolFlag{Name: "autoscaling", Value: true, Usage: "render as if KEDA's ScaledObject is served"},
 		}, renderFlags...),
 		Action: func(c *cli.Context) error {
-			docs, err := manifest.Read(c.String("filename"), c.App.Reader)
+			docs, err := readManifests(c)
 			if err != nil {
-				return cli.Exit(err.Error(), 2)
+				return err
 			}
 			opts := renderOptions(c)
 			opts.Autoscaling = c.Bool("autoscaling")
@@ -31,16 +36,15 @@ func renderCommand() *cli.Command {
 			var failed int
 			for _, d := range docs {
 				obj := d.Object
-				if obj.GroupVersionKind().Group != render.Group {
-					continue
-				}
 				if obj.GetNamespace() == "" && obj.GetKind() != "SandboxClass" {
 					obj.SetNamespace(c.String("namespace"))
 				}
 				r, err := render.Object(obj, opts)
 				if err != nil {
-					fmt.Fprintf(c.App.ErrWriter, "%s: %s %s: %v\n", d.Where(), obj.GetKind(), obj.GetName(), err)
 					failed++
+					if !reportInvalid(c.App.ErrWriter, d, err) {
+						return cli.Exit("cannot render with these settings", exitUsage)
+					}
 					continue
 				}
 				all = append(all, r.Objects...)
@@ -49,7 +53,7 @@ func renderCommand() *cli.Command {
 				return err
 			}
 			if failed > 0 {
-				return cli.Exit(fmt.Sprintf("%d resources did not render", failed), 1)
+				return cli.Exit(fmt.Sprintf("%d resources did not render", failed), exitInvalid)
 			}
 			return nil
 		},

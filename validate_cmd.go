@@ -5,45 +5,39 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"evals.si/operator/internal/manifest"
-	"evals.si/operator/schemas"
+	"evals.si/operator/render"
 )
 
 func validateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "validate",
 		Usage:     "check evals.si resources offline with the admission webhook's rules",
-		ArgsUsage: " ",
-		Description: "Prints file:document: /spec/field: message for each problem. Exit status: 0 when every\n" +
-			"resource is valid, 1 when any is invalid, 2 when the input cannot be read.",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "filename", Aliases: []string{"f"}, Required: true, Usage: "a file, a directory of files, or - for stdin"},
-		},
+		ArgsUsage: "[FILE|DIR|-]...",
+		Description: "Checks every document as admission does and prints FILE:LINE: KIND/NAME: /spec/field: sentence\n" +
+			"for each problem. Exit status: 0 when every resource is valid, 1 when any is invalid, 2 when the\n" +
+			"command line or the input cannot be used.\n\n" +
+			"Examples:\n" +
+			"  evalsi-operator validate -f evalrun.yaml\n" +
+			"  evalsi-operator validate -f manifests/ -f extra.yaml\n" +
+			"  evalsi-operator validate manifests/*.yaml\n" +
+			"  kustomize build . | evalsi-operator validate -f -",
+		Flags: []cli.Flag{filenameFlag},
 		Action: func(c *cli.Context) error {
-			docs, err := manifest.Read(c.String("filename"), c.App.Reader)
+			docs, err := readManifests(c)
 			if err != nil {
-				return cli.Exit(err.Error(), 2)
+				return err
 			}
 			invalid := 0
 			for _, d := range docs {
-				if d.Object.GroupVersionKind().Group != "evals.si" {
-					continue
-				}
-				err := schemas.Validate(d.Object)
-				if err == nil {
-					continue
-				}
-				invalid++
-				errs, ok := err.(schemas.Errors)
-				if !ok {
-					return cli.Exit(fmt.Sprintf("%s: %v", d.Where(), err), 2)
-				}
-				for _, e := range errs {
-					fmt.Fprintf(c.App.Writer, "%s: %s\n", d.Where(), e)
+				if err := render.Validate(d.Object); err != nil {
+					invalid++
+					if !reportInvalid(c.App.Writer, d, err) {
+						return cli.Exit("cannot validate", exitUsage)
+					}
 				}
 			}
 			if invalid > 0 {
-				return cli.Exit(fmt.Sprintf("%d of %d resources are invalid", invalid, len(docs)), 1)
+				return cli.Exit(fmt.Sprintf("%d of %d resources are invalid", invalid, len(docs)), exitInvalid)
 			}
 			return nil
 		},

@@ -74,6 +74,12 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 			out[key] = cur
 			continue
 		}
+		if msg, ok := refusedBefore(owner, want); ok {
+			// The API server refused this very rendering for this generation: applying it again
+			// on every resync would be refused again. A new spec or operator setting renders
+			// something else and is applied.
+			return nil, Terminal("InvalidSpec", errors.New(msg))
+		}
 		e.log.Debug("applying child", "owner", owner.GetName(), "child", key, "why", why)
 		obj, err := e.apply(ctx, want, cur)
 		if err != nil {
@@ -211,12 +217,27 @@ func (e *Engine) apply(ctx context.Context, want, cur *unstructured.Unstructured
 	applied, err := client.Apply(ctx, want.GetName(), want, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	if apierrors.IsInvalid(err) {
 		// The spec rendered into something the API server rejects; retrying cannot help.
-		return nil, Terminal("InvalidSpec", fmt.Errorf("%s %s: %w", want.GetKind(), want.GetName(), err))
+		return nil, Terminal("InvalidSpec", fmt.Errorf("%s: %w", refusal(want), err))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("applying %s %s/%s: %w", want.GetKind(), want.GetNamespace(), want.GetName(), err)
 	}
 	return applied, nil
+}
+
+// refusal begins the message of a child the API server refused: it names the child and the
+// rendering (its spec hash), so that the same rendering is known again (refusedBefore).
+func refusal(want *unstructured.Unstructured) string {
+	return fmt.Sprintf("%s %s (rendering %s) was refused by the API server",
+		want.GetKind(), want.GetName(), want.GetAnnotations()[render.AnnotationSpecHash])
+}
+
+// refusedBefore returns the message of owner's Stalled condition when it says that the API server
+// refused want, rendered the same way, for owner's current generation.
+func refusedBefore(owner, want *unstructured.Unstructured) (string, bool) {
+	c := stalledCondition(owner)
+	msg, _ := c["message"].(string)
+	return msg, c != nil && strings.HasPrefix(msg, refusal(want)+":")
 }
 
 // handOverReplicas keeps a Deployment's current replica count when the operator stops applying

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
-	"evals.si/operator/schemas"
+	"evals.si/operator/render"
 )
 
 // controller is the queue and workers of one kind.
@@ -141,9 +141,13 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 			// operator configuration.
 			return Outcome{}, nil
 		}
-		// An object that entered while the webhook was off meets the same rules here.
-		if verr := schemas.Validate(obj); verr != nil {
-			err = Terminal("InvalidSpec", verr)
+		// An object that entered while the webhook was off meets the same rules here. Workload
+		// kinds meet them when they render (render.Validate is rendering), so only the API kinds,
+		// which may call evalsid before they decode, are checked first.
+		if c.k.api {
+			if verr := render.Validate(obj); verr != nil {
+				err = Terminal("InvalidSpec", verr)
+			}
 		}
 	}
 	if err == nil {

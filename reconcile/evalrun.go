@@ -2,15 +2,12 @@ package reconcile
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -57,7 +54,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 
 	var run *v1.Run
 	if runID == "" {
-		spec, err := decodeProtoSpec(obj, &v1.RunSpec{})
+		spec, err := render.RunSpec(obj)
 		if err != nil {
 			return Outcome{}, Terminal("InvalidSpec", err)
 		}
@@ -162,6 +159,7 @@ func (e *Engine) resolveTarget(ctx context.Context, obj *unstructured.Unstructur
 		spec.Target.Endpoint = &v1.EndpointTarget{}
 	}
 	spec.Target.Endpoint.Url, spec.Target.Endpoint.Model = endpoint, model
+	spec.Target.Endpoint.ApiKeyEnv = spec.Target.ApiKeyEnv
 	return nil, nil
 }
 
@@ -200,18 +198,6 @@ func (e *Engine) cancelRun(ctx context.Context, k *kind, obj *unstructured.Unstr
 		}
 	}
 	return Outcome{}, e.setFinalizer(ctx, k, obj, runFinalizer, false)
-}
-
-// decodeProtoSpec decodes obj's spec (the message as JSON) into msg, rejecting unknown fields.
-func decodeProtoSpec[M proto.Message](obj *unstructured.Unstructured, msg M) (M, error) {
-	data, err := json.Marshal(obj.Object["spec"])
-	if err != nil {
-		return msg, fmt.Errorf("spec: %w", err)
-	}
-	if err := protojson.Unmarshal(data, msg); err != nil {
-		return msg, fmt.Errorf("spec: %w", err)
-	}
-	return msg, nil
 }
 
 // jitter returns d spread by ±20%.

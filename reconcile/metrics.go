@@ -56,10 +56,14 @@ func (m *Metrics) observeReconcile(controller, result string, d time.Duration) {
 	m.duration.WithLabelValues(controller).Observe(d.Seconds())
 }
 
-// kubeRequests returns the count of requests with verb to resource so far (tests use it to
-// prove that steady state writes nothing).
+// kubeRequests returns the count of requests with verb to resource ("" for any) so far (tests
+// use it to prove that steady state writes nothing).
 func (m *Metrics) kubeRequests(verb, resource string) float64 {
-	return counterSum(m.requests, map[string]string{"verb": verb, "resource": resource})
+	match := map[string]string{"verb": verb}
+	if resource != "" {
+		match["resource"] = resource
+	}
+	return counterSum(m.requests, match)
 }
 
 // reconcileCount returns the reconciles of controller that ended with result.

@@ -19,7 +19,8 @@ import (
 type serverObject struct {
 	what      string // "policy" or "trace source", for messages
 	finalizer string
-	newSpec   func() proto.Message
+	// decode decodes and checks the object's spec (render.PolicySpec, render.TraceSourceSpec).
+	decode func(*unstructured.Unstructured) (proto.Message, error)
 	// get returns the server's spec and the status fields it reports; NotFound when absent.
 	get func(ctx context.Context, e *Engine, project, name string) (proto.Message, map[string]any, error)
 	// put stores spec and returns the status fields the server reports.
@@ -50,8 +51,8 @@ func (so serverObject) reconcile(ctx context.Context, e *Engine, k *kind, obj *u
 		}
 		return Outcome{}, e.setFinalizer(ctx, k, obj, so.finalizer, false)
 	}
-	spec := so.newSpec()
-	if _, err := decodeProtoSpec(obj, spec); err != nil {
+	spec, err := so.decode(obj)
+	if err != nil {
 		return Outcome{}, Terminal("InvalidSpec", err)
 	}
 	if err := e.setFinalizer(ctx, k, obj, so.finalizer, true); err != nil {
@@ -92,7 +93,7 @@ const (
 var policies = serverObject{
 	what:      "policy",
 	finalizer: policyFinalizer,
-	newSpec:   func() proto.Message { return &v1.PolicySpec{} },
+	decode:    func(obj *unstructured.Unstructured) (proto.Message, error) { return render.PolicySpec(obj) },
 	get: func(ctx context.Context, e *Engine, project, name string) (proto.Message, map[string]any, error) {
 		resp, err := e.api.Monitor.GetPolicy(ctx, connect.NewRequest(&v1.GetPolicyRequest{Project: project, Name: name}))
 		if err != nil {
@@ -116,7 +117,7 @@ var policies = serverObject{
 var traceSources = serverObject{
 	what:      "trace source",
 	finalizer: traceSourceFinalizer,
-	newSpec:   func() proto.Message { return &v1.TraceSourceSpec{} },
+	decode:    func(obj *unstructured.Unstructured) (proto.Message, error) { return render.TraceSourceSpec(obj) },
 	get: func(ctx context.Context, e *Engine, project, name string) (proto.Message, map[string]any, error) {
 		resp, err := e.api.Monitor.GetTraceSource(ctx, connect.NewRequest(&v1.GetTraceSourceRequest{Project: project, Name: name}))
 		if err != nil {

@@ -107,17 +107,23 @@ func statusFields(obj *unstructured.Unstructured) map[string]any {
 
 // stalled reports whether obj's status holds Stalled=True for its current generation: a terminal
 // failure that nothing but a new spec can change.
-func stalled(obj *unstructured.Unstructured) bool {
+func stalled(obj *unstructured.Unstructured) bool { return stalledCondition(obj) != nil }
+
+// stalledCondition returns obj's Stalled=True condition when it is for obj's current generation,
+// else nil.
+func stalledCondition(obj *unstructured.Unstructured) map[string]any {
 	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
 	for _, c := range conds {
 		m, _ := c.(map[string]any)
 		if m["type"] != "Stalled" || m["status"] != "True" {
 			continue
 		}
-		g, ok := number(m["observedGeneration"])
-		return ok && int64(g) == obj.GetGeneration()
+		if g, ok := number(m["observedGeneration"]); ok && int64(g) == obj.GetGeneration() {
+			return m
+		}
+		return nil
 	}
-	return false
+	return nil
 }
 
 // readyOf returns the Ready condition in a status map, or an empty map.

@@ -95,9 +95,9 @@ func TestInvalidSpecIsTerminal(t *testing.T) {
 		message string
 	}{
 		"unknown field": {map[string]any{"replicaz": int64(2)}, `/spec/replicaz: is not a known field`},
-		"rejected by the API server": {
+		"a rule of the API server": {
 			map[string]any{"tolerations": []any{map[string]any{"key": "k", "effect": "NoSchedule", "tolerationSeconds": int64(5)}}},
-			"tolerations[0].effect",
+			"/spec/tolerations/0/effect: must be NoExecute when tolerationSeconds is set",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -115,6 +115,37 @@ func TestInvalidSpecIsTerminal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRefusedRenderingIsNotAppliedAgain renders, from an operator setting the API server refuses
+// (an image with a trailing space), a Deployment that is refused with 422: the Evaluator is
+// Stalled for its generation and nothing is sent again over three resyncs. The same Evaluator
+// recovers when the operator runs with a setting that renders something else.
+func TestRefusedRenderingIsNotAppliedAgain(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	bad := testOptions
+	bad.DefaultImage = "evalsi/platform:1.4.0 "
+	e := startEngineNoCleanup(t, Config{Namespace: ns, Resync: time.Second, Render: bad})
+	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1)})
+	got := waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "False", "InvalidSpec")
+	if s, _, msg := conditionOf(got, "Stalled"); s != "True" || !strings.Contains(msg, "was refused by the API server") {
+		t.Errorf("Stalled=%s %q, want True and the API server's refusal", s, msg)
+	}
+	settled(t, ctx, e.Engine)
+	before, applies := writes(e.Engine), e.metrics.kubeRequests("PATCH", "deployments")
+	time.Sleep(3500 * time.Millisecond)
+	if w := writes(e.Engine) - before; w != 0 {
+		t.Errorf("%v writes over three resyncs of a refused rendering, want 0", w)
+	}
+	if a := e.metrics.kubeRequests("PATCH", "deployments") - applies; a != 0 {
+		t.Errorf("%v applies of the refused Deployment over three resyncs, want 0", a)
+	}
+	e.stop()
+	e.wait(t)
+
+	startEngine(t, Config{Namespace: ns})
+	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
 }
 
 func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {

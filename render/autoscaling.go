@@ -32,9 +32,41 @@ const (
 	defaultFailureThreshold = 3
 )
 
+// check applies the rules KEDA holds a ScaledObject to, and what the operator needs to render
+// one: minReplicas at most maxReplicas, idleReplicas below minReplicas (KEDA reads a missing
+// minReplicas as 0, so idleReplicas needs one), whole seconds for the intervals.
+func (a *Autoscaling) check(p pointer, ps *problems) {
+	if a.MinReplicas != nil && *a.MinReplicas > a.MaxReplicas {
+		ps.add(p.at("minReplicas"), "minReplicas must not be above maxReplicas")
+	}
+	if a.IdleReplicas != nil {
+		switch {
+		case a.MinReplicas == nil:
+			ps.add(p.at("idleReplicas"), "idleReplicas needs minReplicas above it (KEDA reads a missing minReplicas as 0)")
+		case *a.IdleReplicas >= *a.MinReplicas:
+			ps.add(p.at("idleReplicas"), "idleReplicas must be below minReplicas")
+		}
+	}
+	for field, d := range map[string]string{"pollingInterval": a.PollingInterval, "cooldownPeriod": a.CooldownPeriod} {
+		if _, ok := seconds(d); d != "" && !ok {
+			ps.add(p.at(field), "%q is not a whole number of seconds such as \"30s\" or \"5m\"", d)
+		}
+	}
+}
+
+// checkReplicas applies the rule of a pool that may set a fixed count or autoscaling.
+func checkReplicas(replicas *int32, a *Autoscaling, ps *problems) {
+	if replicas != nil && a != nil {
+		ps.add(specPointer, "set replicas or autoscaling, not both")
+	}
+	if a != nil {
+		a.check(specPointer.at("autoscaling"), ps)
+	}
+}
+
 // scaledObject renders KEDA's ScaledObject for the Deployment named target, scaling on the queue
 // that evalsid serves for queue (a project and a pool name).
-func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueURL string) (*unstructured.Unstructured, error) {
+func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueURL string) *unstructured.Unstructured {
 	spec := map[string]any{
 		"scaleTargetRef":  map[string]any{"name": target},
 		"maxReplicaCount": int64(a.MaxReplicas),
@@ -46,14 +78,9 @@ func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueU
 		spec["idleReplicaCount"] = int64(*a.IdleReplicas)
 	}
 	for field, d := range map[string]string{"pollingInterval": a.PollingInterval, "cooldownPeriod": a.CooldownPeriod} {
-		if d == "" {
-			continue
+		if secs, ok := seconds(d); ok {
+			spec[field] = secs
 		}
-		secs, err := seconds("spec.autoscaling."+field, d)
-		if err != nil {
-			return nil, err
-		}
-		spec[field] = secs
 	}
 	if f := a.Fallback; f != nil {
 		threshold := f.FailureThreshold
@@ -75,7 +102,7 @@ func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueU
 			"targetValue":   strconv.Itoa(int(depth)),
 		},
 	}}
-	return o.object("keda.sh/v1alpha1", "ScaledObject", target, namespace, component, map[string]any{"spec": spec}), nil
+	return o.object("keda.sh/v1alpha1", "ScaledObject", target, namespace, component, map[string]any{"spec": spec})
 }
 
 // queueURL is evalsid's queue-depth endpoint of one pool.
@@ -83,13 +110,14 @@ func queueURL(api, project, kind, name string) string {
 	return fmt.Sprintf("%s/v1/queues/%s/%s/%s", api, url.PathEscape(project), url.PathEscape(kind), url.PathEscape(name))
 }
 
-// seconds parses a duration such as "30s" or "5m" into whole seconds.
-func seconds(field, d string) (int64, error) {
+// seconds parses a duration such as "30s" or "5m" into whole seconds; false when d is not a
+// positive whole number of seconds.
+func seconds(d string) (int64, bool) {
 	v, err := time.ParseDuration(d)
 	if err != nil || v <= 0 || v%time.Second != 0 {
-		return 0, fmt.Errorf("%s: %q is not a positive whole number of seconds such as \"30s\"", field, d)
+		return 0, false
 	}
-	return int64(v / time.Second), nil
+	return int64(v / time.Second), true
 }
 
 // fixedReplicas is the replica count of a pool that nothing scales: spec.replicas, else the
@@ -108,18 +136,17 @@ func fixedReplicas(replicas *int32, a *Autoscaling) int32 {
 // pool renders a pool's Deployment and, when autoscaling is set and KEDA is served, the
 // ScaledObject that owns its replicas (the Deployment then has none). It fills in p's
 // Autoscaled, AutoscalingUnavailable and Replicas.
-func (o Owner) pool(p *Pool, component string, replicas *int32, a *Autoscaling, opts Options, queueURL string, pod map[string]any) ([]*unstructured.Unstructured, error) {
+func (o Owner) pool(p *Pool, component string, replicas *int32, a *Autoscaling, opts Options, queueURL string, pod map[string]any) []*unstructured.Unstructured {
 	if a != nil && opts.Autoscaling {
 		p.Autoscaled = true
-		scaled, err := o.scaledObject(a, p.Deployment, p.Namespace, component, queueURL)
-		if err != nil {
-			return nil, err
+		return []*unstructured.Unstructured{
+			o.deployment(p.Deployment, p.Namespace, component, nil, "", pod),
+			o.scaledObject(a, p.Deployment, p.Namespace, component, queueURL),
 		}
-		return []*unstructured.Unstructured{o.deployment(p.Deployment, p.Namespace, component, nil, "", pod), scaled}, nil
 	}
 	p.AutoscalingUnavailable = a != nil
 	p.Replicas = fixedReplicas(replicas, a)
-	return []*unstructured.Unstructured{o.deployment(p.Deployment, p.Namespace, component, &p.Replicas, "", pod)}, nil
+	return []*unstructured.Unstructured{o.deployment(p.Deployment, p.Namespace, component, &p.Replicas, "", pod)}
 }
 
 // platformImage is a pool's image: the spec's, else the operator's default.

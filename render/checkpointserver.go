@@ -2,9 +2,13 @@ package render
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // CheckpointServerSpec is a CheckpointServer's spec: a vLLM server for one checkpoint.
@@ -57,6 +61,88 @@ type Served struct {
 	ModelName string
 }
 
+// vllmFlags are the vLLM flags the operator sets or that would carry a secret, each with the
+// spec field (or the way) to use instead.
+var vllmFlags = map[string]string{
+	"--host":                 "nothing: the server listens on every address of its pod",
+	"--port":                 "spec.port",
+	"--model":                "spec.model (or spec.lora.baseModel)",
+	"--served-model-name":    "spec.servedModelName",
+	"--enable-lora":          "spec.lora",
+	"--lora-modules":         "spec.lora",
+	"--max-lora-rank":        "spec.lora.maxLoraRank",
+	"--tensor-parallel-size": "spec.gpus",
+	"-tp":                    "spec.gpus",
+	"--api-key":              "spec.apiKeySecret: the key reaches vLLM as VLLM_API_KEY from the Secret, never as an argument",
+	"--hf-token":             "an env variable HF_TOKEN with valueFrom.secretKeyRef: a token is never an argument",
+}
+
+// vllmEnv are the variables the operator sets or that hold a secret, with the field to use instead.
+var vllmEnv = map[string]string{
+	"VLLM_API_KEY":                     "spec.apiKeySecret",
+	"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "spec.lora, which sets it",
+}
+
+// secretEnv are variables that hold a secret: they come from a Secret, never as a plain value.
+var secretEnv = []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}
+
+// check applies the CheckpointServer's rules across fields, keeps secrets out of arguments and
+// plain values, and applies Kubernetes' rules for what reaches its pods.
+func (spec CheckpointServerSpec) check() error {
+	var ps problems
+	for _, m := range []struct{ field, model string }{{"model", spec.Model}, {"lora/baseModel", ""}} {
+		if m.field == "lora/baseModel" && spec.Lora != nil {
+			m.model = spec.Lora.BaseModel
+		}
+		if strings.HasPrefix(m.model, checkpointMount+"/") && spec.CheckpointClaim == "" {
+			what := "a model"
+			if m.field != "model" {
+				what = "a lora.baseModel"
+			}
+			ps.add(specPointer.at("checkpointClaim"), "%s under /checkpoints needs checkpointClaim, the claim mounted there", what)
+		}
+	}
+	for i, arg := range spec.ExtraArgs {
+		if flag, use := ownedFlag(arg); flag != "" {
+			ps.add(specPointer.at("extraArgs").index(i), "%s is not allowed here: use %s", flag, use)
+		}
+	}
+	if k := spec.APIKeySecret; k != nil && k.Key != "" {
+		ps.addAll(specPointer.at("apiKeySecret").at("key"), validation.IsConfigMapKey(k.Key))
+	}
+	if _, set := spec.Resources.Limits[gpuResource]; set && spec.GPUs > 0 {
+		ps.add(specPointer.at("gpus"), "set gpus or resources.limits[%s], not both", gpuResource)
+	}
+	if _, set := spec.Resources.Requests[gpuResource]; set && spec.GPUs > 0 {
+		ps.add(specPointer.at("gpus"), "set gpus or resources.requests[%s], not both", gpuResource)
+	}
+	spec.Resources.check(specPointer.at("resources"), &ps)
+	checkEnv(specPointer.at("env"), spec.Env, vllmEnv, &ps)
+	for i, e := range spec.Env {
+		if slices.Contains(secretEnv, e.Name) && e.ValueFrom == nil {
+			ps.add(specPointer.at("env").index(i).at("value"), "%s holds a secret: take it from a Secret with valueFrom.secretKeyRef", e.Name)
+		}
+	}
+	spec.Scheduling.check(specPointer, &ps)
+	return ps.err()
+}
+
+// ownedFlag returns the vLLM flag that arg sets, and what to use instead, when that flag is one
+// of vllmFlags; vLLM reads '_' as '-' and takes unambiguous abbreviations, so both count.
+func ownedFlag(arg string) (flag, use string) {
+	name, _, _ := strings.Cut(arg, "=")
+	name = "--" + strings.ReplaceAll(strings.TrimPrefix(name, "--"), "_", "-")
+	if strings.HasPrefix(arg, "-") && !strings.HasPrefix(arg, "--") {
+		name = strings.SplitN(arg, "=", 2)[0]
+	}
+	for _, f := range slices.Sorted(maps.Keys(vllmFlags)) {
+		if name == f || (len(name) > 4 && strings.HasPrefix(f, name)) {
+			return f, vllmFlags[f]
+		}
+	}
+	return "", ""
+}
+
 // CheckpointServer renders a CheckpointServer into a vLLM Deployment and its Service.
 //
 // vLLM images run as root and write caches under the root filesystem, so the pod keeps the
@@ -67,8 +153,8 @@ func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstruct
 	if err := decodeSpec(obj, &spec); err != nil {
 		return nil, Served{}, err
 	}
-	if spec.Model == "" {
-		return nil, Served{}, fmt.Errorf("spec.model: required")
+	if err := spec.check(); err != nil {
+		return nil, Served{}, err
 	}
 	image := spec.Image
 	if image == "" {
@@ -95,9 +181,6 @@ func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstruct
 	args := []string{"--host=0.0.0.0", "--port=" + strconv.Itoa(int(port))}
 	env := []EnvVar{}
 	if spec.Lora != nil {
-		if spec.Lora.BaseModel == "" {
-			return nil, served, fmt.Errorf("spec.lora.baseModel: required")
-		}
 		args = append(args, "--model="+spec.Lora.BaseModel, "--enable-lora",
 			"--lora-modules="+served.ModelName+"="+spec.Model)
 		if spec.Lora.MaxLoraRank > 0 {
@@ -130,10 +213,7 @@ func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstruct
 			(*m)[gpuResource] = gpus
 		}
 	}
-	resources, err := spec.Resources.render("spec.resources")
-	if err != nil {
-		return nil, served, err
-	}
+	resources := spec.Resources.render()
 
 	health := map[string]any{"path": "/health", "port": "http"}
 	mounts := []any{map[string]any{"name": "dshm", "mountPath": "/dev/shm"}}

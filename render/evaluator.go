@@ -1,6 +1,8 @@
 package render
 
 import (
+	"strings"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -39,11 +41,38 @@ func Project(obj *unstructured.Unstructured) string {
 	return obj.GetNamespace()
 }
 
+// check applies the Evaluator's rules across fields and Kubernetes' rules for what reaches its pods.
+func (spec EvaluatorSpec) check(fixed []EnvVar) error {
+	var ps problems
+	checkReplicas(spec.Replicas, spec.Autoscaling, &ps)
+	for i, a := range spec.Args {
+		if a == "--pool" || strings.HasPrefix(a, "--pool=") {
+			ps.add(specPointer.at("args").index(i), "--pool is set by the operator to the Evaluator's name")
+		}
+	}
+	spec.Resources.check(specPointer.at("resources"), &ps)
+	owned := fixedEnv(fixed)
+	owned["EVALSI_SANDBOX_CLASS"] = "spec.sandboxClass"
+	checkEnv(specPointer.at("env"), spec.Env, owned, &ps)
+	spec.Scheduling.check(specPointer, &ps)
+	return ps.err()
+}
+
 // Evaluator renders an Evaluator into its Deployment and, when autoscaling is set and KEDA is
 // served, its ScaledObject.
 func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Unstructured, Pool, error) {
 	var spec EvaluatorSpec
 	if err := decodeSpec(obj, &spec); err != nil {
+		return nil, Pool{}, err
+	}
+	project := Project(obj)
+	fixed := []EnvVar{
+		{Name: "EVALSI_API_URL", Value: opts.APIURL},
+		{Name: "EVALSI_PROJECT", Value: project},
+		{Name: "EVALSI_EVALUATOR", Value: obj.GetName()},
+		{Name: "EVALSI_SANDBOX_CLASS", Value: spec.SandboxClass},
+	}
+	if err := spec.check(fixed); err != nil {
 		return nil, Pool{}, err
 	}
 	o := OwnerOf(obj)
@@ -53,11 +82,6 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 	if err != nil {
 		return nil, pool, err
 	}
-	resources, err := spec.Resources.render("spec.resources")
-	if err != nil {
-		return nil, pool, err
-	}
-	project := Project(obj)
 	tmp, tmpMount := tmpVolume()
 	container := map[string]any{
 		"name":            "evaluator",
@@ -65,14 +89,9 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 		"args":            toAnySlice(append([]string{"evaluator", "--pool=" + obj.GetName()}, spec.Args...)),
 		"securityContext": restrictedContainer(),
 		"volumeMounts":    []any{tmpMount},
-		"env": envList([]EnvVar{
-			{Name: "EVALSI_API_URL", Value: opts.APIURL},
-			{Name: "EVALSI_PROJECT", Value: project},
-			{Name: "EVALSI_EVALUATOR", Value: obj.GetName()},
-			{Name: "EVALSI_SANDBOX_CLASS", Value: spec.SandboxClass},
-		}, spec.Env),
+		"env":             envList(fixed, spec.Env),
 	}
-	setIf(container, "resources", resources)
+	setIf(container, "resources", spec.Resources.render())
 	pod := map[string]any{
 		"securityContext": restrictedPod(),
 		"containers":      []any{container},
@@ -81,7 +100,7 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 	setIf(pod, "serviceAccountName", spec.ServiceAccountName)
 	spec.Scheduling.apply(pod)
 
-	objs, err := o.pool(&pool, "evaluator", spec.Replicas, spec.Autoscaling, opts,
+	objs := o.pool(&pool, "evaluator", spec.Replicas, spec.Autoscaling, opts,
 		queueURL(opts.APIURL, project, "evaluators", obj.GetName()), pod)
-	return objs, pool, err
+	return objs, pool, nil
 }

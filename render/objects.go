@@ -5,13 +5,14 @@
 package render
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/schemas"
 )
 
 // Group is the API group of the evalsi kinds.
@@ -104,21 +105,16 @@ func (o Owner) object(apiVersion, kind, name, namespace, component string, field
 	return &unstructured.Unstructured{Object: obj}
 }
 
-// decodeSpec decodes obj's spec into out, rejecting unknown fields so that a typo is an error
-// naming the field rather than a silently ignored setting.
+// decodeSpec checks obj's spec against its kind's JSON schema, then decodes it into out (the
+// kind's Go type), refusing unknown fields. The schema and the Go type describe the same fields
+// (TestSchemasMatchGoTypes), so a spec the schema accepts always decodes; every refusal is
+// schemas.Errors naming the field.
 func decodeSpec(obj *unstructured.Unstructured, out any) error {
-	spec, ok := obj.Object["spec"]
-	if !ok {
-		return fmt.Errorf("spec: required")
+	if err := schemas.Validate(obj); err != nil {
+		return err
 	}
-	data, err := json.Marshal(spec)
-	if err != nil {
-		return fmt.Errorf("spec: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(out); err != nil {
-		return fmt.Errorf("spec: %w", describeJSONError(err))
+	if err := strictly(obj.Object["spec"], out); err != nil {
+		return schemas.Errors{{Pointer: string(specPointer), Message: describeJSONError(err).Error()}}
 	}
 	return nil
 }
@@ -150,20 +146,16 @@ func (q *Quantity) UnmarshalJSON(data []byte) error {
 }
 
 // quantities returns a resource map with every quantity in canonical form, so that the applied
-// value equals what the API server stores and steady state needs no write.
-func quantities(field string, in map[string]Quantity) (map[string]any, error) {
-	if len(in) == 0 {
-		return nil, nil
-	}
+// value equals what the API server stores and steady state needs no write. The quantities were
+// checked (Resources.check); one that does not parse is left out.
+func quantities(in map[string]Quantity) map[string]any {
 	out := make(map[string]any, len(in))
 	for name, v := range in {
-		q, err := resource.ParseQuantity(string(v))
-		if err != nil {
-			return nil, fmt.Errorf("%s.%s: %q is not a quantity", field, name, v)
+		if q, err := resource.ParseQuantity(string(v)); err == nil {
+			out[name] = q.String()
 		}
-		out[name] = q.String()
 	}
-	return out, nil
+	return out
 }
 
 // Resources are a container's requests and limits.
@@ -172,22 +164,12 @@ type Resources struct {
 	Limits   map[string]Quantity `json:"limits,omitempty"`
 }
 
-// render returns the container resources field, or nil when empty.
-func (r Resources) render(field string) (map[string]any, error) {
+// render returns the container resources field (empty when none are set).
+func (r Resources) render() map[string]any {
 	out := map[string]any{}
-	for name, m := range map[string]map[string]Quantity{"requests": r.Requests, "limits": r.Limits} {
-		q, err := quantities(field+"."+name, m)
-		if err != nil {
-			return nil, err
-		}
-		if q != nil {
-			out[name] = q
-		}
-	}
-	if len(out) == 0 {
-		return nil, nil
-	}
-	return out, nil
+	setIf(out, "requests", quantities(r.Requests))
+	setIf(out, "limits", quantities(r.Limits))
+	return out
 }
 
 // setIf sets m[key] = v when v is not empty.

@@ -5,7 +5,7 @@ import "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 // Scheduling is where a pool's pods may run, passed through to the pod spec as written.
 type Scheduling struct {
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
-	Tolerations  []map[string]any  `json:"tolerations,omitempty"`
+	Tolerations  []Toleration      `json:"tolerations,omitempty"`
 	Affinity     map[string]any    `json:"affinity,omitempty"`
 }
 
@@ -15,7 +15,7 @@ func (s Scheduling) apply(pod map[string]any) {
 	if len(s.Tolerations) > 0 {
 		ts := make([]any, len(s.Tolerations))
 		for i, t := range s.Tolerations {
-			ts[i] = t
+			ts[i] = t.render()
 		}
 		pod["tolerations"] = ts
 	}

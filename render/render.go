@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -24,17 +22,15 @@ type Result struct {
 }
 
 // Object renders any evals.si object. Kinds reconciled through evalsid (EvalRun,
-// OnlineEvalPolicy, TraceSource) have no Kubernetes children and render to nothing.
+// OnlineEvalPolicy, TraceSource) have no Kubernetes children: their spec is decoded and checked
+// as their reconcilers do, and they render to nothing. A spec that cannot be rendered is
+// schemas.Errors naming each field; any other error is the operator's configuration.
 func Object(obj *unstructured.Unstructured, opts Options) (Result, error) {
 	var r Result
-	var err error
-	switch obj.GetKind() {
-	case "Evaluator", "SandboxClass", "CheckpointServer":
-		// The name becomes part of children's names and label values.
-		if errs := validation.IsDNS1123Label(obj.GetName()); len(errs) > 0 {
-			return r, fmt.Errorf("metadata.name: %q %s", obj.GetName(), strings.Join(errs, "; "))
-		}
+	if err := checkIdentity(obj); err != nil {
+		return r, err
 	}
+	var err error
 	switch obj.GetKind() {
 	case "Evaluator":
 		r.Objects, r.Pool, err = Evaluator(obj, opts)
@@ -42,9 +38,12 @@ func Object(obj *unstructured.Unstructured, opts Options) (Result, error) {
 		r.Objects, r.Pool, err = SandboxClass(obj, opts)
 	case "CheckpointServer":
 		r.Objects, r.Served, err = CheckpointServer(obj, opts)
-	case "EvalRun", "OnlineEvalPolicy", "TraceSource":
-	default:
-		err = fmt.Errorf("kind %q is not an evals.si kind", obj.GetKind())
+	case "EvalRun":
+		_, err = RunSpec(obj)
+	case "OnlineEvalPolicy":
+		_, err = PolicySpec(obj)
+	case "TraceSource":
+		_, err = TraceSourceSpec(obj)
 	}
 	if err != nil {
 		return r, err

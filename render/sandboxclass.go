@@ -25,6 +25,24 @@ type SandboxClassSpec struct {
 	Scheduling
 }
 
+// check applies the SandboxClass's rules across fields and Kubernetes' rules for what reaches
+// its pods.
+func (spec SandboxClassSpec) check() error {
+	var ps problems
+	if spec.Rung == RungPod {
+		for field, set := range map[string]bool{"replicas": spec.Replicas != nil, "autoscaling": spec.Autoscaling != nil} {
+			if set {
+				ps.add(specPointer.at(field), "the pod rung has no pool (each trial gets a pod of its own): remove %s, or choose bubblewrap or landlock", field)
+			}
+		}
+		return ps.err()
+	}
+	checkReplicas(spec.Replicas, spec.Autoscaling, &ps)
+	spec.Resources.check(specPointer.at("resources"), &ps)
+	spec.Scheduling.check(specPointer, &ps)
+	return ps.err()
+}
+
 // SandboxClass renders a SandboxClass's pool into the sandbox namespace. The `pod` rung has no
 // pool (each trial gets a pod of its own) and renders nothing.
 func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Unstructured, Pool, error) {
@@ -32,22 +50,17 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 	if err := decodeSpec(obj, &spec); err != nil {
 		return nil, Pool{}, err
 	}
+	if err := spec.check(); err != nil {
+		return nil, Pool{}, err
+	}
 	pool := Pool{Namespace: opts.SandboxNamespace}
-	switch spec.Rung {
-	case RungPod:
+	if spec.Rung == RungPod {
 		return nil, pool, nil
-	case RungBubblewrap, RungLandlock:
-	default:
-		return nil, pool, fmt.Errorf("spec.rung: %q is not one of pod, bubblewrap, landlock", spec.Rung)
 	}
 	if opts.SandboxNamespace == "" {
 		return nil, pool, fmt.Errorf("the operator has no --sandbox-namespace to run SandboxClass pools in")
 	}
 	image, err := platformImage(spec.Image, opts)
-	if err != nil {
-		return nil, pool, err
-	}
-	resources, err := spec.Resources.render("spec.resources")
 	if err != nil {
 		return nil, pool, err
 	}
@@ -66,7 +79,7 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 			{Name: "EVALSI_SANDBOX_CLASS", Value: obj.GetName()},
 		}, nil),
 	}
-	setIf(container, "resources", resources)
+	setIf(container, "resources", spec.Resources.render())
 	pod := map[string]any{
 		"securityContext":              podSecurity,
 		"containers":                   []any{container},
@@ -83,9 +96,9 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 	setIf(pod, "runtimeClassName", spec.RuntimeClassName)
 	spec.Scheduling.apply(pod)
 
-	objs, err := o.pool(&pool, "sandbox", spec.Replicas, spec.Autoscaling, opts,
+	objs := o.pool(&pool, "sandbox", spec.Replicas, spec.Autoscaling, opts,
 		queueURL(opts.APIURL, "_cluster", "sandboxclasses", obj.GetName()), pod)
-	return objs, pool, err
+	return objs, pool, nil
 }
 
 // sandboxSecurity returns the pod and container security contexts of a rung:

@@ -36,10 +36,6 @@ var kindSchemas = map[string]string{
 	"CheckpointServer": "checkpointserver.json",
 }
 
-// maxNameLength bounds object names whose children's names add a suffix that must stay a DNS
-// label (a Service is <name>-vllm).
-var maxNameLength = map[string]int{"CheckpointServer": 58}
-
 // FieldError is one problem with an object: the JSON pointer of the field and a sentence.
 type FieldError struct {
 	Pointer string
@@ -59,56 +55,59 @@ func (es Errors) Error() string {
 	return strings.Join(parts, "; ")
 }
 
-var (
-	compileOnce sync.Once
-	compiled    map[string]*jsonschema.Schema
-	compileErr  error
-)
-
-// compile compiles every schema once.
-func compile() (map[string]*jsonschema.Schema, error) {
-	compileOnce.Do(func() {
-		c := jsonschema.NewCompiler()
-		c.Draft = jsonschema.Draft2020
-		c.AssertFormat = true
-		c.Formats["duration"] = isDuration
-		c.Formats["quantity"] = isQuantity
-		c.Formats["model"] = isModel
-		c.Formats["http-url"] = isHTTPURL
-		c.RegisterExtension("x-rules", rulesMeta, rulesCompiler{})
-		entries, err := files.ReadDir(".")
+// compiled holds every kind's compiled schema, compiled on first use.
+var compiled = sync.OnceValues(func() (map[string]*jsonschema.Schema, error) {
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.AssertFormat = true
+	c.Formats["duration"] = isDuration
+	c.Formats["quantity"] = isQuantity
+	c.Formats["model"] = isModel
+	c.Formats["http-url"] = isHTTPURL
+	entries, err := files.ReadDir(".")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		data, err := files.ReadFile(e.Name())
 		if err != nil {
-			compileErr = err
-			return
+			return nil, err
 		}
-		for _, e := range entries {
-			data, err := files.ReadFile(e.Name())
-			if err != nil {
-				compileErr = err
-				return
-			}
-			if err := c.AddResource(base+e.Name(), bytes.NewReader(data)); err != nil {
-				compileErr = fmt.Errorf("schema %s: %w", e.Name(), err)
-				return
-			}
+		if err := c.AddResource(base+e.Name(), bytes.NewReader(data)); err != nil {
+			return nil, fmt.Errorf("schema %s: %w", e.Name(), err)
 		}
-		compiled = map[string]*jsonschema.Schema{}
-		for kind, file := range kindSchemas {
-			s, err := c.Compile(base + file)
-			if err != nil {
-				compileErr = fmt.Errorf("compiling %s: %w", file, err)
-				return
-			}
-			compiled[kind] = s
+	}
+	out := map[string]*jsonschema.Schema{}
+	for kind, file := range kindSchemas {
+		s, err := c.Compile(base + file)
+		if err != nil {
+			return nil, fmt.Errorf("compiling %s: %w", file, err)
 		}
-	})
-	return compiled, compileErr
+		out[kind] = s
+	}
+	return out, nil
+})
+
+// Source returns the JSON schema of kind's spec as written, and the shared definitions it refers
+// to (common.json), for tests that compare the schema with the Go types that decode the spec.
+func Source(kind string) (schema, common []byte, err error) {
+	file, ok := kindSchemas[kind]
+	if !ok {
+		return nil, nil, fmt.Errorf("%q is not an evals.si kind", kind)
+	}
+	if schema, err = files.ReadFile(file); err != nil {
+		return nil, nil, err
+	}
+	common, err = files.ReadFile("common.json")
+	return schema, common, err
 }
 
-// Validate checks an evalsi object: its spec against its kind's schema, and the few rules on
-// its name. It returns nil or Errors with pointers such as /spec/autoscaling/minReplicas.
+// Validate checks the structure of an evalsi object's spec against its kind's schema: fields,
+// types, formats and ranges. It returns nil or Errors with pointers such as
+// /spec/autoscaling/minReplicas. Rules across fields, and Kubernetes' own rules for what is
+// copied into pods, are render's: render.Validate runs this first, then those.
 func Validate(obj *unstructured.Unstructured) error {
-	schemas, err := compile()
+	schemas, err := compiled()
 	if err != nil {
 		return err
 	}
@@ -118,9 +117,6 @@ func Validate(obj *unstructured.Unstructured) error {
 		return Errors{{Pointer: "/kind", Message: fmt.Sprintf("%q is not an evals.si kind", kind)}}
 	}
 	var errs Errors
-	if max := maxNameLength[kind]; max > 0 && len(obj.GetName()) > max {
-		errs = append(errs, FieldError{"/metadata/name", fmt.Sprintf("must be at most %d characters for a %s", max, kind)})
-	}
 	spec, found := obj.Object["spec"]
 	if !found {
 		return append(errs, FieldError{"/spec", "is required"})
@@ -180,10 +176,11 @@ var formatSentences = map[string]string{
 
 // patternSentences say what each pattern of common.json wants.
 var patternSentences = map[string]string{
-	"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$": "must be a DNS label: lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit",
-	"^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*$":      "is not an image reference such as \"registry.example/team/image:1.0\"",
-	"^[A-Za-z_][A-Za-z0-9_]*$":             "must be an environment variable name: letters, digits and '_', not starting with a digit",
-	"^--":                                  "must be a flag starting with --",
+	"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$":                               "must be a DNS label: lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit",
+	`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`: "must be a DNS subdomain: DNS labels joined by '.', such as \"run-17.checkpoints\"",
+	"^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*$":                                    "is not an image reference such as \"registry.example/team/image:1.0\"",
+	"^[A-Za-z_][A-Za-z0-9_]*$":                                           "must be an environment variable name: letters, digits and '_', not starting with a digit",
+	"^--":                                                                "must be a flag starting with --",
 }
 
 // explain turns the validator's error tree into one sentence per failed leaf.
@@ -197,9 +194,6 @@ func explain(ve *jsonschema.ValidationError) Errors {
 	}
 	ptr := "/spec" + ve.InstanceLocation
 	msg := ve.Message
-	if field, text, ok := strings.Cut(msg, ruleSeparator); ok {
-		return Errors{{ptr + field, text}}
-	}
 	if m := reMissing.FindStringSubmatch(msg); m != nil {
 		var out Errors
 		for _, q := range reQuoted.FindAllStringSubmatch(m[1], -1) {

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"evals.si/operator/schemas"
+	"evals.si/operator/render"
 )
 
 // AnnotationCreatedBy holds the authenticated user who created an object.
@@ -46,7 +46,7 @@ func Validate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse 
 		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			fmt.Sprintf("metadata.annotations[%s] is written by admission and cannot be set", AnnotationCreatedBy))
 	}
-	if err := schemas.Validate(obj); err != nil {
+	if err := render.Validate(obj); err != nil {
 		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			fmt.Sprintf("%s %s is invalid: %v", obj.GetKind(), obj.GetName(), err))
 	}

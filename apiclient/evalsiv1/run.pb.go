@@ -212,8 +212,12 @@ type Target struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Endpoint         *EndpointTarget        `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
 	CheckpointServer string                 `protobuf:"bytes,2,opt,name=checkpoint_server,json=checkpointServer,proto3" json:"checkpoint_server,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// For a checkpoint_server target whose server has an API key: the environment variable of the
+	// evaluation workers that holds it; never the key. The operator passes it on as the filled-in
+	// endpoint's api_key_env.
+	ApiKeyEnv     string `protobuf:"bytes,3,opt,name=api_key_env,json=apiKeyEnv,proto3" json:"api_key_env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Target) Reset() {
@@ -256,6 +260,13 @@ func (x *Target) GetEndpoint() *EndpointTarget {
 func (x *Target) GetCheckpointServer() string {
 	if x != nil {
 		return x.CheckpointServer
+	}
+	return ""
+}
+
+func (x *Target) GetApiKeyEnv() string {
+	if x != nil {
+		return x.ApiKeyEnv
 	}
 	return ""
 }
@@ -867,10 +878,11 @@ const file_evalsi_v1_run_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8c\x01\n" +
 	"\x06Target\x125\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x19.evalsi.v1.EndpointTargetR\bendpoint\x12+\n" +
-	"\x11checkpoint_server\x18\x02 \x01(\tR\x10checkpointServer\"X\n" +
+	"\x11checkpoint_server\x18\x02 \x01(\tR\x10checkpointServer\x12\x1e\n" +
+	"\vapi_key_env\x18\x03 \x01(\tR\tapiKeyEnv\"X\n" +
 	"\x0eEndpointTarget\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1e\n" +

@@ -1,0 +1,56 @@
+package render
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"evals.si/operator/schemas"
+)
+
+// Version is the one served version of the evalsi kinds.
+const Version = "v1alpha1"
+
+// validationOptions stand in for the operator's settings when a spec is checked without an
+// operator (admission, `validate`): every setting is given, so only the spec can fail.
+var validationOptions = Options{
+	DefaultImage:     "validate.invalid/platform",
+	VLLMImage:        "validate.invalid/vllm",
+	SandboxNamespace: "evalsi-sandbox",
+	APIURL:           "https://evalsid.invalid",
+	Autoscaling:      true,
+}
+
+// Validate checks an evals.si object as admission, the `validate` command and the reconcilers
+// do: it is rendering without the output, so a spec that Validate accepts always renders, and
+// one that rendering refuses is refused here with the same field. It returns nil or
+// schemas.Errors with JSON pointers such as /spec/autoscaling/minReplicas.
+func Validate(obj *unstructured.Unstructured) error {
+	_, err := Object(obj, validationOptions)
+	return err
+}
+
+// checkIdentity checks what every object's kind asks of its apiVersion and name: the served
+// version, and names that the children's names and label values are built from.
+func checkIdentity(obj *unstructured.Unstructured) error {
+	var ps problems
+	gvk := obj.GroupVersionKind()
+	if gvk.Group != Group || gvk.Version != Version {
+		ps.add("/apiVersion", "%q is not served: use %s/%s", obj.GetAPIVersion(), Group, Version)
+		return ps.err()
+	}
+	name := obj.GetName()
+	switch obj.GetKind() {
+	case "Evaluator", "SandboxClass":
+		// The name is a label value of every child and part of the Deployment's name.
+		ps.addAll("/metadata/name", validation.IsDNS1123Label(name))
+	case "CheckpointServer":
+		// The Service is <name>-vllm, a DNS-1035 label: a letter first, 63 characters at most.
+		if errs := validation.IsDNS1035Label(name + "-vllm"); len(errs) > 0 {
+			ps.add("/metadata/name", "must start with a letter and have at most 58 lowercase letters, digits and '-': the Service %s-vllm is a DNS-1035 label", name)
+		}
+	case "EvalRun", "OnlineEvalPolicy", "TraceSource":
+	default:
+		return schemas.Errors{{Pointer: "/kind", Message: "\"" + obj.GetKind() + "\" is not an evals.si kind"}}
+	}
+	return ps.err()
+}
