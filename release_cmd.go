@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -38,9 +39,10 @@ func releaseFinalizersCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			// A replica still running would put the finalizers back: wait until it has stopped.
+			// A replica still running would put the finalizers back, and act on objects whose
+			// finalizers are gone: release nothing until its Lease is gone or expired.
 			if err := waitLeaseFree(c.Context, e.Kube(), c.String("namespace"), c.String("leader-election-id"), c.Duration("wait")); err != nil {
-				log.Warn("the operator still holds its Lease; releasing anyway", "err", err)
+				return cli.Exit(fmt.Sprintf("released nothing: %v", err), 1)
 			}
 			n, err := e.ReleaseFinalizers(c.Context)
 			if err != nil {
@@ -52,27 +54,42 @@ func releaseFinalizersCommand() *cli.Command {
 	}
 }
 
-// waitLeaseFree waits until the Lease has no holder, has expired, or does not exist.
+// waitLeaseFree waits until the operator's Lease does not exist or has expired. It returns why
+// it stopped waiting otherwise: the Lease is still held, or it cannot be read (Forbidden, a
+// timeout), which never counts as free.
 func waitLeaseFree(ctx context.Context, kube kubernetes.Interface, ns, name string, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
 		lease, err := kube.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || leaseFree(lease, time.Now()) {
+		why := leaseHeld(lease, err, time.Now())
+		if why == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("after %s: %w", wait, why)
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-func leaseFree(l *coordinationv1.Lease, now time.Time) bool {
+// leaseHeld says why the Lease read as lease (or err) may still have a running leader, or nil
+// when it has none: the Lease does not exist, has no holder, or was not renewed in time.
+func leaseHeld(l *coordinationv1.Lease, err error, now time.Time) error {
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("cannot read the operator's Lease, so a leader may still run: %w", err)
+	}
 	s := l.Spec
 	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
-		return true
+		return nil
 	}
-	return now.After(s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second))
+	expires := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)
+	if now.After(expires) {
+		return nil
+	}
+	return fmt.Errorf("%s holds the operator's Lease until %s", *s.HolderIdentity, expires.UTC().Format(time.RFC3339))
 }

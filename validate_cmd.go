@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -20,16 +21,31 @@ func validateCommand() *cli.Command {
 			"  evalsi-operator validate -f evalrun.yaml\n" +
 			"  evalsi-operator validate -f manifests/ -f extra.yaml\n" +
 			"  evalsi-operator validate manifests/*.yaml\n" +
-			"  kustomize build . | evalsi-operator validate -f -",
-		Flags: []cli.Flag{filenameFlag},
+			"  kustomize build . | evalsi-operator validate -f -\n" +
+			"  evalsi-operator validate -f run.yaml --project-binding team-b=team-a\n\n" +
+			"An object may name, in its evals.si/project label, only the project its namespace is bound to (the\n" +
+			"Namespace's evals.si/project label, set by a cluster administrator; else the namespace's name). Give\n" +
+			"each binding with --project-binding NAMESPACE=PROJECT (--project-binding none when there are none)\n" +
+			"to check it; without, a label naming another project is noted as not checked offline.",
+		Flags: []cli.Flag{filenameFlag,
+			&cli.StringSliceFlag{Name: "project-binding", Usage: "NAMESPACE=PROJECT, the project a namespace is bound to; repeatable; 'none' for no bindings"},
+		},
 		Action: func(c *cli.Context) error {
 			docs, err := readManifests(c)
 			if err != nil {
 				return err
 			}
+			bindings, err := projectBindings(c.StringSlice("project-binding"))
+			if err != nil {
+				return err
+			}
 			invalid := 0
 			for _, d := range docs {
-				if err := render.Validate(d.Object); err != nil {
+				if label := d.Object.GetLabels()[render.LabelProject]; bindings == nil && label != "" && d.Object.GetNamespace() != "" && label != d.Object.GetNamespace() {
+					fmt.Fprintf(c.App.ErrWriter, "%s: %s/%s: note: whether namespace %s may act in project %s depends on its binding, which cannot be checked offline; give --project-binding\n",
+						d.Where(), d.Object.GetKind(), d.Object.GetName(), d.Object.GetNamespace(), label)
+				}
+				if err := render.Validate(d.Object, bindings); err != nil {
 					invalid++
 					if !reportInvalid(c.App.Writer, d, err) {
 						return cli.Exit("cannot validate", exitUsage)
@@ -42,4 +58,24 @@ func validateCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// projectBindings parses --project-binding values (NAMESPACE=PROJECT, or none); nil when none
+// were given, which leaves the bindings unknown.
+func projectBindings(values []string) (map[string]string, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, v := range values {
+		if v == "none" {
+			continue
+		}
+		ns, project, ok := strings.Cut(v, "=")
+		if !ok || ns == "" || project == "" {
+			return nil, cli.Exit(fmt.Sprintf("--project-binding %q: want NAMESPACE=PROJECT", v), exitUsage)
+		}
+		out[ns] = project
+	}
+	return out, nil
 }

@@ -223,27 +223,49 @@ func waitGone(t *testing.T, ctx context.Context, ns, name string) {
 	})
 }
 
+// TestEvalRunWaitsForItsCheckpointServer targets a CheckpointServer, without and with an API
+// key: the run is created only once the server is Ready, with its endpoint and served model name
+// and, for a keyed server, the name of the variable that holds the key (never the key).
 func TestEvalRunWaitsForItsCheckpointServer(t *testing.T) {
-	ctx := testContext(t)
-	ns := newNamespace(t, ctx, "")
-	api := startEvalsid(t, evalsid.Schedule{})
-	cfg := api.apiConfig(ns)
-	cfg.Controllers = nil // the CheckpointServer controller too
-	startEngine(t, cfg)
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "ckpt", map[string]any{
-		"suite": "smoke", "target": map[string]any{"checkpointServer": "step-900"},
-	})
-	waitReady(t, ctx, EvalRunsGVR, ns, "ckpt", "False", "WaitingForTarget")
-	if n := api.Calls("CreateRun"); n != 0 {
-		t.Fatalf("CreateRun called %d times before the target was Ready", n)
-	}
-	create(t, ctx, CheckpointServersGVR, ns, "CheckpointServer", "step-900", map[string]any{
-		"model": "Qwen/Qwen2.5-0.5B", "servedModelName": "run1-step900",
-	})
-	waitPhase(t, ctx, ns, "ckpt", "Pending")
-	target := api.Runs()[0].Spec.Target.Endpoint
-	if want := "http://step-900-vllm." + ns + ".svc:8000/v1"; target.Url != want || target.Model != "run1-step900" {
-		t.Errorf("run target %s %s, want %s run1-step900", target.Url, target.Model, want)
+	for name, tc := range map[string]struct {
+		server map[string]any
+		target map[string]any
+		keyEnv string
+	}{
+		"unkeyed": {
+			server: map[string]any{"model": "Qwen/Qwen2.5-0.5B", "servedModelName": "run1-step900"},
+			target: map[string]any{"checkpointServer": "step-900"},
+		},
+		"keyed": {
+			server: map[string]any{"model": "Qwen/Qwen2.5-0.5B", "servedModelName": "run1-step900",
+				"apiKeySecret": map[string]any{"name": "vllm.keys", "key": "step-900"}},
+			target: map[string]any{"checkpointServer": "step-900", "apiKeyEnv": "CKPT_API_KEY"},
+			keyEnv: "CKPT_API_KEY",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			ns := newNamespace(t, ctx, "")
+			api := startEvalsid(t, evalsid.Schedule{})
+			cfg := api.apiConfig(ns)
+			cfg.Controllers = nil // the CheckpointServer controller too
+			startEngine(t, cfg)
+			create(t, ctx, EvalRunsGVR, ns, "EvalRun", "ckpt", map[string]any{"suite": "smoke", "target": tc.target})
+			waitReady(t, ctx, EvalRunsGVR, ns, "ckpt", "False", "WaitingForTarget")
+			if n := api.Calls("CreateRun"); n != 0 {
+				t.Fatalf("CreateRun called %d times before the target was Ready", n)
+			}
+			create(t, ctx, CheckpointServersGVR, ns, "CheckpointServer", "step-900", tc.server)
+			waitPhase(t, ctx, ns, "ckpt", "Pending")
+			target := api.Runs()[0].Spec.Target
+			want := "http://step-900-vllm." + ns + ".svc:8000/v1"
+			if e := target.Endpoint; e.Url != want || e.Model != "run1-step900" || e.ApiKeyEnv != tc.keyEnv {
+				t.Errorf("run target %s %s key in %q, want %s run1-step900 key in %q", e.Url, e.Model, e.ApiKeyEnv, want, tc.keyEnv)
+			}
+			if target.CheckpointServer != "step-900" {
+				t.Errorf("run target names checkpoint server %q, want step-900", target.CheckpointServer)
+			}
+		})
 	}
 }
 

@@ -134,25 +134,7 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 			err = fmt.Errorf("panic reconciling %s: %v\n%s", key, r, trimStack(debug.Stack()))
 		}
 	}()
-	if obj.GetDeletionTimestamp() == nil {
-		if c.k.api && stalled(obj) {
-			// evalsid refused this spec, and would again: no call until the spec changes.
-			// Workload kinds render again, which costs nothing outside and picks up a fixed
-			// operator configuration.
-			return Outcome{}, nil
-		}
-		// An object that entered while the webhook was off meets the same rules here. Workload
-		// kinds meet them when they render (render.Validate is rendering), so only the API kinds,
-		// which may call evalsid before they decode, are checked first.
-		if c.k.api {
-			if verr := render.Validate(obj); verr != nil {
-				err = Terminal("InvalidSpec", verr)
-			}
-		}
-	}
-	if err == nil {
-		outcome, err = c.k.reconcile(ctx, c.e, c.k, obj)
-	}
+	outcome, err = c.reconcileObject(ctx, obj)
 	if te := (*TerminalError)(nil); errors.As(err, &te) {
 		if outcome.Status == nil {
 			outcome.Status = &Status{Fields: statusFields(obj)}
@@ -173,6 +155,32 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 		}
 	}
 	return outcome, err
+}
+
+// reconcileObject runs the checks every object meets, then the kind's reconcile.
+func (c *controller) reconcileObject(ctx context.Context, obj *unstructured.Unstructured) (Outcome, error) {
+	if obj.GetNamespace() != "" {
+		// Before anything else: an object whose namespace may not act in the project it names
+		// makes no call and no child (a namespace editor must not act in another team's name).
+		if _, err := render.Project(obj, c.e.renderOptions()); err != nil {
+			return c.e.projectNotAllowed(ctx, c.k, obj, err)
+		}
+	}
+	if obj.GetDeletionTimestamp() == nil && c.k.api {
+		if stalled(obj) {
+			// evalsid refused this spec, and would again: no call until the spec changes.
+			// Workload kinds render again, which costs nothing outside and picks up a fixed
+			// operator configuration (refusedBefore keeps them from applying it again).
+			return Outcome{}, nil
+		}
+		// An object that entered while the webhook was off meets the same rules here. Workload
+		// kinds meet them when they render (render.Validate is rendering); the API kinds are
+		// checked first, since they may call evalsid before they decode.
+		if err := render.Validate(obj, c.e.projectBindings()); err != nil {
+			return Outcome{}, Terminal("InvalidSpec", err)
+		}
+	}
+	return c.k.reconcile(ctx, c.e, c.k, obj)
 }
 
 // trimStack keeps the first lines of a stack trace for a log line.

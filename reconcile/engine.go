@@ -78,6 +78,9 @@ type Engine struct {
 
 	mu          sync.Mutex
 	served      map[schema.GroupVersionResource]bool
+	// bindings are the namespaces bound to a project by their evals.si/project label
+	// (refreshBindings); replaced whole, never changed in place.
+	bindings    map[string]string
 	informers   map[informerKey]*informer
 	controllers map[string]*controller
 	synced      bool
@@ -223,6 +226,7 @@ func (e *Engine) wanted() []*kind {
 // starts controllers and child informers that became available, and stops child informers of
 // resources that went away. Objects whose children changed availability are reconciled again.
 func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
+	e.refreshBindings(ctx)
 	want := map[schema.GroupVersionResource]bool{}
 	for _, k := range e.wanted() {
 		want[k.gvr] = true
@@ -317,9 +321,6 @@ func (e *Engine) servedResources(want map[schema.GroupVersionResource]bool) map[
 // startController starts the informer, the child informers and the workers of kind k.
 func (e *Engine) startController(ctx context.Context, k *kind, wg *sync.WaitGroup) *controller {
 	c := newController(e, k)
-	e.mu.Lock()
-	e.controllers[k.controller] = c
-	e.mu.Unlock()
 	ns := e.cfg.Namespace
 	if !k.namespaced {
 		ns = ""
@@ -336,6 +337,10 @@ func (e *Engine) startController(ctx context.Context, k *kind, wg *sync.WaitGrou
 			e.ensureInformer(ctx, gvr, k.childNamespace(e.cfg), true)
 		}
 	}
+	// Published only once built: Synced (behind /readyz) reads c.inf of every published controller.
+	e.mu.Lock()
+	e.controllers[k.controller] = c
+	e.mu.Unlock()
 	e.log.Info("controller started", "controller", k.controller, "workers", e.cfg.Workers)
 	wg.Add(1)
 	go func() {
@@ -367,6 +372,8 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	if child {
 		tweak = func(o *metav1.ListOptions) { o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy }
 		indexers[ownerIndex] = indexByOwner
+	} else {
+		indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc
 	}
 	gi := dynamicinformer.NewFilteredDynamicInformer(e.client, gvr, namespace, e.cfg.Resync, indexers, tweak)
 	inf := gi.Informer()

@@ -76,7 +76,7 @@ func startEngineNoCleanup(t *testing.T, cfg Config) runningEngine {
 	t.Helper()
 	logs := &syncBuffer{}
 	cfg.Rest = env.Config
-	if cfg.Render == (render.Options{}) {
+	if cfg.Render.DefaultImage == "" {
 		cfg.Render = testOptions
 	}
 	if cfg.DiscoveryInterval == 0 {

@@ -38,7 +38,10 @@ func terminalPhase(phase string) bool {
 // reconcileEvalRun creates the object's run once (idempotency key: the object's uid), follows
 // it until it ends, and cancels it when the object is deleted.
 func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
-	project := render.Project(obj)
+	project, err := render.Project(obj, e.renderOptions())
+	if err != nil {
+		return e.projectNotAllowed(ctx, k, obj, err)
+	}
 	if obj.GetDeletionTimestamp() != nil {
 		return e.cancelRun(ctx, k, obj, project)
 	}

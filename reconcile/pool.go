@@ -9,10 +9,12 @@ import (
 	"evals.si/operator/render"
 )
 
-// renderOptions are the engine's rendering options with autoscaling set from discovery.
+// renderOptions are the engine's rendering options with autoscaling set from discovery and the
+// project bindings last read.
 func (e *Engine) renderOptions() render.Options {
 	opts := e.cfg.Render
 	opts.Autoscaling = e.isServed(ScaledObjectsGVR)
+	opts.ProjectBindings = e.projectBindings()
 	return opts
 }
 

@@ -31,7 +31,11 @@ type serverObject struct {
 // reconcile makes the server hold obj's spec under obj's name in obj's project. A name that
 // another project owns is Ready=False, reason Conflict, and nothing is overwritten.
 func (so serverObject) reconcile(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
-	project, name := render.Project(obj), obj.GetName()
+	project, err := render.Project(obj, e.renderOptions())
+	if err != nil {
+		return e.projectNotAllowed(ctx, k, obj, err)
+	}
+	name := obj.GetName()
 	fields := map[string]any{"project": project}
 	failed := func(what string, err error) (Outcome, error) {
 		cond, err := apiFailure(what, err)

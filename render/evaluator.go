@@ -33,14 +33,6 @@ type Pool struct {
 	Replicas int32
 }
 
-// Project returns obj's evalsid project: the label evals.si/project, else the namespace.
-func Project(obj *unstructured.Unstructured) string {
-	if p := obj.GetLabels()[Group+"/project"]; p != "" {
-		return p
-	}
-	return obj.GetNamespace()
-}
-
 // check applies the Evaluator's rules across fields and Kubernetes' rules for what reaches its pods.
 func (spec EvaluatorSpec) check(fixed []EnvVar) error {
 	var ps problems
@@ -65,7 +57,10 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 	if err := decodeSpec(obj, &spec); err != nil {
 		return nil, Pool{}, err
 	}
-	project := Project(obj)
+	project, err := Project(obj, opts)
+	if err != nil {
+		return nil, Pool{}, err
+	}
 	fixed := []EnvVar{
 		{Name: "EVALSI_API_URL", Value: opts.APIURL},
 		{Name: "EVALSI_PROJECT", Value: project},

@@ -3,16 +3,23 @@ package render
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"evals.si/operator/internal/manifest"
+	"evals.si/operator/internal/specgen"
+	"evals.si/operator/schemas"
 )
 
-// FuzzRender renders arbitrary specs of each kind: rendering never panics, and the same input
-// always gives the same objects.
+// FuzzRender renders arbitrary objects of each kind: rendering never panics, the same input
+// always gives the same objects, and validation accepts exactly what renders (with the same
+// errors for what does not). The corpus holds the golden inputs, the admission cases and
+// generated specs of every workload kind.
 func FuzzRender(f *testing.F) {
 	inputs, _ := filepath.Glob("../testdata/render/*/*/input.yaml")
 	for _, in := range inputs {
@@ -26,13 +33,39 @@ func FuzzRender(f *testing.F) {
 		}
 		f.Add(js)
 	}
+	for _, path := range []string{"../testdata/admission/valid.yaml", "../testdata/admission/invalid.yaml"} {
+		docs, err := manifest.Read(path, nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, d := range docs {
+			js, _ := json.Marshal(d.Object.Object)
+			f.Add(js)
+		}
+	}
+	for seed := range uint64(20) {
+		g := specgen.New(seed)
+		for kind, spec := range map[string]map[string]any{"Evaluator": g.Evaluator(), "SandboxClass": g.SandboxClass(), "CheckpointServer": g.CheckpointServer()} {
+			js, _ := json.Marshal(map[string]any{"apiVersion": Group + "/" + Version, "kind": kind,
+				"metadata": map[string]any{"name": "gen", "namespace": "ns", "uid": "u"}, "spec": spec})
+			f.Add(js)
+		}
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m map[string]any
 		if json.Unmarshal(data, &m) != nil {
 			return
 		}
+		verr := Validate(&unstructured.Unstructured{Object: m}, nil)
 		first, err := Object(&unstructured.Unstructured{Object: m}, goldenOptions)
+		if (verr == nil) != (err == nil) || verr != nil && verr.Error() != err.Error() {
+			t.Fatalf("validation says %v, rendering %v", verr, err)
+		}
 		if err != nil {
+			var errs schemas.Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("a spec error that names no field: %v", err)
+			}
 			return
 		}
 		var a, b bytes.Buffer

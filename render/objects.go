@@ -44,6 +44,10 @@ type Options struct {
 	// Autoscaling reports whether KEDA's ScaledObject is served; without it, pools run fixed
 	// replicas.
 	Autoscaling bool
+	// ProjectBindings are the namespaces a cluster administrator bound to a project other than
+	// their own name (the Namespace's evals.si/project label), by namespace. Nil means they are
+	// not known (offline): an object's project label is then taken as given.
+	ProjectBindings map[string]string
 }
 
 // Owner identifies the evals.si object that children are rendered for.

@@ -30,6 +30,11 @@ func Object(obj *unstructured.Unstructured, opts Options) (Result, error) {
 	if err := checkIdentity(obj); err != nil {
 		return r, err
 	}
+	if obj.GetNamespace() != "" {
+		if _, err := Project(obj, opts); err != nil {
+			return r, err
+		}
+	}
 	var err error
 	switch obj.GetKind() {
 	case "Evaluator":

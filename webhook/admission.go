@@ -20,8 +20,29 @@ import (
 // AnnotationCreatedBy holds the authenticated user who created an object.
 const AnnotationCreatedBy = "evals.si/created-by"
 
-// Validate decides a validating admission request.
-func Validate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+// Bindings returns the project a namespace is bound to by its evals.si/project label ("" for
+// none), and false when the webhook cannot know (no namespace cache).
+type Bindings func(namespace string) (project string, known bool)
+
+// Validator decides validating admission requests; bindings (nil: never known) let it refuse an
+// object that names a project its namespace may not act in.
+func Validator(bindings Bindings) func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	return func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		var known map[string]string
+		if bindings != nil {
+			if p, ok := bindings(req.Namespace); ok {
+				known = map[string]string{}
+				if p != "" {
+					known[req.Namespace] = p
+				}
+			}
+		}
+		return validate(req, known)
+	}
+}
+
+// validate decides a validating admission request with the namespaces' known project bindings.
+func validate(req *admissionv1.AdmissionRequest, bindings map[string]string) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return allow(req)
 	}
@@ -46,7 +67,7 @@ func Validate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse 
 		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			fmt.Sprintf("metadata.annotations[%s] is written by admission and cannot be set", AnnotationCreatedBy))
 	}
-	if err := render.Validate(obj); err != nil {
+	if err := render.Validate(obj, bindings); err != nil {
 		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			fmt.Sprintf("%s %s is invalid: %v", obj.GetKind(), obj.GetName(), err))
 	}

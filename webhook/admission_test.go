@@ -57,7 +57,7 @@ func TestValidate(t *testing.T) {
 			if tc.old != nil {
 				req.OldObject = raw(t, tc.old)
 			}
-			resp := Validate(req)
+			resp := Validator(nil)(req)
 			if tc.denied == "" {
 				if !resp.Allowed {
 					t.Fatalf("denied: %s", resp.Result.Message)

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // Config configures the webhook server.
@@ -20,7 +22,10 @@ type Config struct {
 	SelfSigned *SelfSigned
 	// CheckInterval is how often self-signed certificates are checked for renewal.
 	CheckInterval time.Duration
-	Log           *slog.Logger
+	// Kube, when set, lets validation read the Namespaces' project bindings (a watch of
+	// namespaces), so that an object naming a project its namespace may not act in is refused.
+	Kube kubernetes.Interface
+	Log  *slog.Logger
 }
 
 // Paths of the two webhooks.
@@ -65,8 +70,13 @@ func Run(ctx context.Context, cfg Config) error {
 		certs = &dirCerts{dir: cfg.CertDir}
 	}
 
+	var bindings Bindings
+	bindingsSynced := func() bool { return true }
+	if cfg.Kube != nil {
+		bindings, bindingsSynced = watchBindings(ctx, cfg.Kube)
+	}
 	mux := http.NewServeMux()
-	mux.Handle(ValidatePath, handler(Validate))
+	mux.Handle(ValidatePath, handler(Validator(bindings)))
 	mux.Handle(MutatePath, handler(Mutate))
 	srv := &http.Server{
 		Handler:           mux,
@@ -83,6 +93,10 @@ func Run(ctx context.Context, cfg Config) error {
 		health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if _, err := certs.GetCertificate(nil); err != nil {
 				http.Error(w, "no serving certificate", http.StatusServiceUnavailable)
+				return
+			}
+			if !bindingsSynced() {
+				http.Error(w, "namespaces not cached yet", http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprintln(w, "ok")

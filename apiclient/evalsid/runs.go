@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"connectrpc.com/connect"
@@ -153,12 +154,20 @@ func validateRunSpec(m *v1.CreateRunRequest) error {
 		return errors.New("spec: one of suite and dataset is required")
 	case spec.Target.GetEndpoint().GetUrl() == "":
 		return errors.New("spec.target.endpoint.url: required")
+	case hasUserInfo(spec.Target.GetEndpoint().GetUrl()):
+		return errors.New("spec.target.endpoint.url: must not hold credentials; name the variable that holds the key in api_key_env")
 	case spec.Trials < 0:
 		return fmt.Errorf("spec.trials: %d is negative", spec.Trials)
 	case spec.Concurrency < 0:
 		return fmt.Errorf("spec.concurrency: %d is negative", spec.Concurrency)
 	}
 	return nil
+}
+
+// hasUserInfo reports whether raw is a URL with credentials in it.
+func hasUserInfo(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.User != nil
 }
 
 func (rs runService) GetRun(_ context.Context, req *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error) {

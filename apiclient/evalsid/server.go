@@ -41,8 +41,10 @@ type Server struct {
 // Call is one request the server received, for tests to count and inspect.
 type Call struct {
 	Method string
-	At     time.Time
-	Code   connect.Code // 0 when it succeeded
+	// Project is the project the request names.
+	Project string
+	At      time.Time
+	Code    connect.Code // 0 when it succeeded
 }
 
 // Schedule is how long runs stay Pending and Running before they end, and how they end.
@@ -117,7 +119,11 @@ func (s *Server) interceptor() connect.UnaryInterceptorFunc {
 			resp, err := s.call(ctx, method, req, next)
 			s.mu.Lock()
 			s.calls[method]++
-			s.log = append(s.log, Call{Method: method, At: time.Now(), Code: connect.CodeOf(err)})
+			var project string
+			if m, ok := req.Any().(interface{ GetProject() string }); ok {
+				project = m.GetProject()
+			}
+			s.log = append(s.log, Call{Method: method, Project: project, At: time.Now(), Code: connect.CodeOf(err)})
 			if err == nil {
 				s.log[len(s.log)-1].Code = 0
 			}

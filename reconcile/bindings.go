@@ -1,0 +1,117 @@
+package reconcile
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"evals.si/operator/render"
+)
+
+// Project bindings: a cluster administrator binds a namespace to a project with the label
+// evals.si/project on the Namespace, which namespace editors cannot write. The engine reads the
+// bindings on every discovery pass, one LIST of namespaces (or, with --namespace, one GET of its
+// namespace, which a namespaced RoleBinding allows, where a watch would need a cluster role) and
+// reconciles again every object of a namespace whose binding changed, so an object that named a
+// project its namespace was not bound to recovers by itself once it is.
+
+// refreshBindings reads the namespaces' project bindings and requeues the objects of namespaces
+// whose binding changed. When the namespaces cannot be read, the last bindings stay (at first:
+// none, so every namespace acts only in the project named like it).
+func (e *Engine) refreshBindings(ctx context.Context) {
+	var namespaces []corev1.Namespace
+	if ns := e.cfg.Namespace; ns != "" {
+		n, err := e.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			e.log.Warn("cannot read the namespace's project binding; keeping the last one", "namespace", ns, "err", err)
+			return
+		}
+		namespaces = []corev1.Namespace{*n}
+	} else {
+		list, err := e.kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			e.log.Warn("cannot read the namespaces' project bindings; keeping the last ones", "err", err)
+			return
+		}
+		namespaces = list.Items
+	}
+	next := map[string]string{}
+	for _, n := range namespaces {
+		if p := n.Labels[render.LabelProject]; p != "" {
+			next[n.Name] = p
+		}
+	}
+	e.mu.Lock()
+	prev := e.bindings
+	e.bindings = next
+	controllers := slices.Collect(maps.Values(e.controllers))
+	e.mu.Unlock()
+	if prev == nil {
+		return // the first read: every object is reconciled as it enters the cache
+	}
+	for ns := range changedKeys(prev, next) {
+		e.log.Info("project binding changed; reconciling the namespace's objects", "namespace", ns, "project", next[ns])
+		for _, c := range controllers {
+			c.enqueueNamespace(ns)
+		}
+	}
+}
+
+// changedKeys returns the keys whose values differ between a and b.
+func changedKeys(a, b map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for k, v := range a {
+		if b[k] != v {
+			out[k] = true
+		}
+	}
+	for k, v := range b {
+		if a[k] != v {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// projectBindings returns the bindings last read (never nil once the engine runs).
+func (e *Engine) projectBindings() map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.bindings == nil {
+		return map[string]string{}
+	}
+	return e.bindings
+}
+
+// projectNotAllowed is the outcome of an object that names a project its namespace may not act
+// in: Ready=False ProjectNotAllowed and no call to evalsid. It is not Stalled, since a binding made
+// later fixes it without a new spec. A deleted object lets its finalizer go without a call: the
+// operator had no authority to act in that project, so nothing was made there in its name.
+func (e *Engine) projectNotAllowed(ctx context.Context, k *kind, obj *unstructured.Unstructured, err error) (Outcome, error) {
+	if obj.GetDeletionTimestamp() != nil {
+		if k.finalizer == "" {
+			return Outcome{}, nil
+		}
+		return Outcome{}, e.setFinalizer(ctx, k, obj, k.finalizer, false)
+	}
+	return Outcome{Status: &Status{Fields: statusFields(obj), Conditions: []Condition{
+		Ready(false, "ProjectNotAllowed", err.Error()),
+	}}}, nil
+}
+
+// enqueueNamespace adds every object of namespace in the cache.
+func (c *controller) enqueueNamespace(namespace string) {
+	objs, err := c.inf.shared.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	if err != nil {
+		c.e.log.Error("listing a namespace's objects", "controller", c.k.controller, "err", err)
+		return
+	}
+	for _, o := range objs {
+		c.enqueue(o)
+	}
+}

@@ -1,0 +1,135 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"evals.si/operator/apiclient/evalsid"
+	"evals.si/operator/cluster"
+	"evals.si/operator/render"
+)
+
+// asNamespaceEditor returns a client that acts as user in namespace ns, with a Role that lets it
+// write every evals.si kind there (what the aggregated edit role gives), and nothing else.
+func asNamespaceEditor(t *testing.T, ctx context.Context, ns, user string) dynamic.Interface {
+	t.Helper()
+	cs := env.Clientset()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "evals-editor", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"evals.si"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
+	}
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "evals-editor", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: user}},
+	}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestEditorCannotActInAnotherProject has an editor of one namespace label an object of every
+// kind that uses a project with another team's project: no call reaches evalsid in that project,
+// no child is made, and each object says ProjectNotAllowed. Once a cluster administrator binds
+// the namespace to that project (a Namespace label), the same objects become Ready without being
+// recreated.
+func TestEditorCannotActInAnotherProject(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	other := "team-a-" + ns
+	api := startEvalsid(t, evalsid.Schedule{})
+	cfg := api.apiConfig(ns)
+	cfg.Controllers = []string{"evalrun", "onlineevalpolicy", "tracesource", "evaluator"}
+	startEngine(t, cfg)
+	bob := asNamespaceEditor(t, ctx, ns, "bob")
+
+	objects := []struct {
+		gvr  schema.GroupVersionResource
+		kind string
+		spec map[string]any
+	}{
+		{EvalRunsGVR, "EvalRun", runSpec(nil)},
+		{OnlineEvalPoliciesGVR, "OnlineEvalPolicy", map[string]any{"traceSource": "prod", "samplingRate": 0.1, "evaluators": []any{"toxicity"}}},
+		{TraceSourcesGVR, "TraceSource", map[string]any{"type": "otlp"}},
+		{EvaluatorsGVR, "Evaluator", map[string]any{"replicas": int64(1)}},
+	}
+	uids := map[string]types.UID{}
+	for _, o := range objects {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "evals.si/v1alpha1", "kind": o.kind,
+			"metadata": map[string]any{"name": "borrowed-" + ns, "labels": map[string]any{render.LabelProject: other}},
+			"spec":     o.spec,
+		}}
+		got, err := bob.Resource(o.gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("bob creating %s: %v", o.kind, err)
+		}
+		uids[o.kind] = got.GetUID()
+	}
+	for _, o := range objects {
+		got := waitReady(t, ctx, o.gvr, ns, "borrowed-"+ns, "False", "ProjectNotAllowed")
+		if _, _, msg := readyCondition(got); msg == "" {
+			t.Errorf("%s: ProjectNotAllowed without a message", o.kind)
+		}
+	}
+	for _, call := range api.CallLog() {
+		t.Errorf("evalsid was called (%s in project %q) for objects whose project is not allowed", call.Method, call.Project)
+	}
+	if _, err := client(DeploymentsGVR, ns).Get(ctx, "borrowed-"+ns+"-evaluator", metav1.GetOptions{}); err == nil {
+		t.Error("a Deployment was made for an Evaluator whose project is not allowed")
+	}
+	events, err := env.Clientset().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=ProjectNotAllowed"})
+	if err != nil || len(events.Items) == 0 {
+		t.Errorf("no ProjectNotAllowed event (%v)", err)
+	}
+
+	// The administrator binds the namespace to the project.
+	mergePatch(t, ctx, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", ns,
+		fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, render.LabelProject, other))
+	waitPhase(t, ctx, ns, "borrowed-"+ns, "Pending")
+	waitReady(t, ctx, OnlineEvalPoliciesGVR, ns, "borrowed-"+ns, "True", "Applied")
+	waitReady(t, ctx, TraceSourcesGVR, ns, "borrowed-"+ns, "True", "Applied")
+	waitReady(t, ctx, EvaluatorsGVR, ns, "borrowed-"+ns, "True", "Available")
+	for _, o := range objects {
+		if uid := getObj(t, ctx, o.gvr, ns, "borrowed-"+ns).GetUID(); uid != uids[o.kind] {
+			t.Errorf("%s was recreated", o.kind)
+		}
+	}
+	for _, call := range api.CallLog() {
+		if call.Project != other {
+			t.Errorf("%s in project %q, want %q", call.Method, call.Project, other)
+		}
+	}
+	if runs := api.Runs(); len(runs) != 1 || runs[0].Project != other {
+		t.Errorf("runs %v, want one in %s", runs, other)
+	}
+	cluster.Eventually(t, ctx, "the evaluator's project", func() error {
+		d := getObj(t, ctx, DeploymentsGVR, ns, "borrowed-"+ns+"-evaluator")
+		env, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+		for _, e := range env[0].(map[string]any)["env"].([]any) {
+			if m := e.(map[string]any); m["name"] == "EVALSI_PROJECT" && m["value"] != other {
+				return fmt.Errorf("EVALSI_PROJECT = %v", m["value"])
+			}
+		}
+		return nil
+	})
+}
