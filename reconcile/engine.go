@@ -76,8 +76,8 @@ type Engine struct {
 	// is written; an error from it ends the reconcile there, as a crash would.
 	afterCreateRun func() error
 
-	mu          sync.Mutex
-	served      map[schema.GroupVersionResource]bool
+	mu     sync.Mutex
+	served map[schema.GroupVersionResource]bool
 	// bindings are the namespaces bound to a project by their evals.si/project label
 	// (refreshBindings); replaced whole, never changed in place.
 	bindings    map[string]string

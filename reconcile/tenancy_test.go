@@ -25,7 +25,7 @@ func asNamespaceEditor(t *testing.T, ctx context.Context, ns, user string) dynam
 	cs := env.Clientset()
 	role := &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "evals-editor", Namespace: ns},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"evals.si"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"evals.si"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
 	}
 	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
