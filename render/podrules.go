@@ -52,8 +52,23 @@ func (r Resources) check(p pointer, ps *problems) {
 				ps.add(at, "must be a whole number: %s cannot be split", name)
 				continue
 			}
+			if page, ok := hugePageSize(name); ok && q.Value()%page.Value() != 0 {
+				ps.add(at, "must be a whole number of %s pages", page.String())
+				continue
+			}
 			parsed[side.name][name] = q
 		}
+	}
+	hugePages, cpuOrMemory := false, false
+	for _, m := range []map[string]Quantity{r.Limits, r.Requests} {
+		for name := range m {
+			_, huge := hugePageSize(name)
+			hugePages = hugePages || huge
+			cpuOrMemory = cpuOrMemory || name == "cpu" || name == "memory"
+		}
+	}
+	if hugePages && !cpuOrMemory {
+		ps.add(p, "huge pages need a cpu or memory request or limit too")
 	}
 	for _, name := range slices.Sorted(maps.Keys(parsed["requests"])) {
 		req := parsed["requests"][name]
@@ -77,8 +92,7 @@ func resourceNameProblem(name string) string {
 		return "is not a resource name: " + strings.Join(errs, "; ")
 	}
 	if !strings.Contains(name, "/") {
-		switch {
-		case name == "cpu", name == "memory", name == "ephemeral-storage", strings.HasPrefix(name, corev1.ResourceHugePagesPrefix):
+		if _, huge := hugePageSize(name); huge || name == "cpu" || name == "memory" || name == "ephemeral-storage" {
 			return ""
 		}
 		return "is not a container resource: use cpu, memory, ephemeral-storage, hugepages-<size> or a vendor resource such as nvidia.com/gpu"
@@ -90,6 +104,16 @@ func resourceNameProblem(name string) string {
 		return "is not an extended resource name: " + strings.Join(errs, "; ")
 	}
 	return ""
+}
+
+// hugePageSize returns the page size of a huge pages resource (hugepages-2Mi: 2Mi).
+func hugePageSize(name string) (resource.Quantity, bool) {
+	size, ok := strings.CutPrefix(name, corev1.ResourceHugePagesPrefix)
+	if !ok {
+		return resource.Quantity{}, false
+	}
+	q, err := resource.ParseQuantity(size)
+	return q, err == nil && q.Sign() > 0
 }
 
 // overcommitAllowed reports whether a resource may be requested below its limit: only native
