@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -117,19 +118,18 @@ func TestInvalidSpecIsTerminal(t *testing.T) {
 	}
 }
 
-// TestRefusedRenderingIsNotAppliedAgain renders, from an operator setting the API server refuses
-// (an image with a trailing space), a Deployment that is refused with 422: the Evaluator is
-// Stalled for its generation and nothing is sent again over three resyncs. The same Evaluator
-// recovers when the operator runs with a setting that renders something else.
+// TestRefusedRenderingIsNotAppliedAgain has the API server refuse an Evaluator's Deployment
+// with 422 (a cluster policy that validation cannot know, such as an image registry allow-list):
+// the Evaluator is Stalled for its generation and nothing is sent again over three resyncs. A new
+// spec renders something else, which is applied.
 func TestRefusedRenderingIsNotAppliedAgain(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
-	bad := testOptions
-	bad.DefaultImage = "evalsi/platform:1.4.0 "
-	e := startEngineNoCleanup(t, Config{Namespace: ns, Resync: time.Second, Render: bad})
-	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1)})
+	refuseImages(t, ctx, ns, "registry.example/unapproved/")
+	e := startEngine(t, Config{Namespace: ns, Resync: time.Second})
+	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1), "image": "registry.example/unapproved/judge:1"})
 	got := waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "False", "InvalidSpec")
-	if s, _, msg := conditionOf(got, "Stalled"); s != "True" || !strings.Contains(msg, "was refused by the API server") {
+	if s, _, msg := conditionOf(got, "Stalled"); s != "True" || !strings.Contains(msg, "was refused by the API server") || !strings.Contains(msg, "approved registry") {
 		t.Errorf("Stalled=%s %q, want True and the API server's refusal", s, msg)
 	}
 	settled(t, ctx, e.Engine)
@@ -141,11 +141,65 @@ func TestRefusedRenderingIsNotAppliedAgain(t *testing.T) {
 	if a := e.metrics.kubeRequests("PATCH", "deployments") - applies; a != 0 {
 		t.Errorf("%v applies of the refused Deployment over three resyncs, want 0", a)
 	}
-	e.stop()
-	e.wait(t)
-
-	startEngine(t, Config{Namespace: ns})
+	mergePatch(t, ctx, EvaluatorsGVR, ns, "judge", `{"spec":{"image":"registry.example/approved/judge:1"}}`)
 	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+}
+
+// refuseImages installs a ValidatingAdmissionPolicy that refuses, with 422 Invalid, Deployments
+// in namespace ns whose first container's image starts with prefix.
+func refuseImages(t *testing.T, ctx context.Context, ns, prefix string) {
+	t.Helper()
+	policy := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+		"metadata": map[string]any{"name": "approved-images-" + ns},
+		"spec": map[string]any{
+			"failurePolicy": "Fail",
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []any{"apps"}, "apiVersions": []any{"v1"}, "resources": []any{"deployments"}, "operations": []any{"CREATE", "UPDATE"},
+			}}},
+			"validations": []any{map[string]any{
+				"expression": fmt.Sprintf("!object.spec.template.spec.containers[0].image.startsWith(%q)", prefix),
+				"message":    "images come from an approved registry",
+				"reason":     "Invalid",
+			}},
+		},
+	}}
+	binding := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "approved-images-" + ns},
+		"spec": map[string]any{
+			"policyName":        "approved-images-" + ns,
+			"validationActions": []any{"Deny"},
+			"matchResources": map[string]any{"namespaceSelector": map[string]any{
+				"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns},
+			}},
+		},
+	}}
+	for o, resource := range map[*unstructured.Unstructured]string{policy: "validatingadmissionpolicies", binding: "validatingadmissionpolicybindings"} {
+		res := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: resource}
+		if _, err := client(res, "").Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client(res, "").Delete(context.Background(), o.GetName(), metav1.DeleteOptions{}) })
+	}
+	// The policy is in force once a dry run is refused.
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "probe"},
+		"spec": map[string]any{
+			"selector": map[string]any{"matchLabels": map[string]any{"app": "probe"}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"app": "probe"}},
+				"spec":     map[string]any{"containers": []any{map[string]any{"name": "c", "image": prefix + "probe"}}},
+			},
+		},
+	}}
+	cluster.Eventually(t, ctx, "the image policy in force", func() error {
+		_, err := client(DeploymentsGVR, ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if !apierrors.IsInvalid(err) {
+			return fmt.Errorf("a dry run gave %v, want 422 Invalid", err)
+		}
+		return nil
+	})
 }
 
 func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
