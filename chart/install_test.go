@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -292,30 +293,35 @@ func runHook(t *testing.T, ctx context.Context, bin, ns, name string) {
 }
 
 // TestPolicyHoldsOperatorServiceAccounts impersonates an evalsi-operator service account that
-// RBAC allows to write Deployments and Secrets, so that only the ValidatingAdmissionPolicy
-// stands between it and what the policy forbids.
+// RBAC allows to write and delete Deployments, Secrets and Services, so that only the
+// ValidatingAdmissionPolicy stands between it and what the policy forbids: objects not labelled
+// managed-by: evalsi (create, update, delete), and, outside the sandbox namespace, pods that are
+// privileged, add capabilities or run without the RuntimeDefault seccomp profile.
 func TestPolicyHoldsOperatorServiceAccounts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	installCRDsChart(t)
 	cs := env.Clientset()
-	ns := "vap-test"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "writer", Namespace: ns}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"create"}},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
-	}}
-	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	for _, user := range []string{"system:serviceaccount:" + ns + ":evalsi-operator", "platform-admin"} {
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "writer-" + strings.ReplaceAll(user, ":", "-"), Namespace: ns},
-			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "writer"},
-			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
-		if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	ns, sandbox := "vap-test", "evalsi-sandbox"
+	operator := "system:serviceaccount:" + ns + ":evalsi-operator"
+	for _, n := range []string{ns, sandbox} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(n), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
+		}
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "writer", Namespace: n}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets", "services"}, Verbs: []string{"create", "delete"}},
+		}}
+		if _, err := cs.RbacV1().Roles(n).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		for _, user := range []string{operator, "platform-admin"} {
+			rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "writer-" + strings.ReplaceAll(user, ":", "-"), Namespace: n},
+				RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "writer"},
+				Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+			if _, err := cs.RbacV1().RoleBindings(n).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
 		}
 	}
 	as := func(user string) dynamic.Interface {
@@ -323,57 +329,96 @@ func TestPolicyHoldsOperatorServiceAccounts(t *testing.T) {
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
 		return dynamic.NewForConfigOrDie(cfg)
 	}
-	op, other := as("system:serviceaccount:"+ns+":evalsi-operator"), as("platform-admin")
-	deploy := func(name string, labelled, privileged bool) *unstructured.Unstructured {
+	op, other := as(operator), as("platform-admin")
+	labelled := map[string]any{"app.kubernetes.io/managed-by": "evalsi"}
+	// deploy is a Deployment whose one container has securityContext sc (nil: the operator's
+	// own restricted settings) and whose pod has seccomp RuntimeDefault unless noSeccomp.
+	deploy := func(name string, labels map[string]any, sc map[string]any, noSeccomp bool) *unstructured.Unstructured {
 		meta := map[string]any{"name": name}
-		if labelled {
-			meta["labels"] = map[string]any{"app.kubernetes.io/managed-by": "evalsi"}
+		if labels != nil {
+			meta["labels"] = labels
 		}
-		c := map[string]any{"name": "c", "image": "x"}
-		if privileged {
-			c["securityContext"] = map[string]any{"privileged": true}
+		if sc == nil {
+			sc = map[string]any{"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}}}
+		}
+		pod := map[string]any{"containers": []any{map[string]any{"name": "c", "image": "x", "securityContext": sc}}}
+		if !noSeccomp {
+			pod["securityContext"] = map[string]any{"seccompProfile": map[string]any{"type": "RuntimeDefault"}}
 		}
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
 			"spec": map[string]any{
 				"selector": map[string]any{"matchLabels": map[string]any{"app": name}},
-				"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": name}},
-					"spec": map[string]any{"containers": []any{c}}},
+				"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": name}}, "spec": pod},
 			},
 		}}
 	}
+	privileged := map[string]any{"privileged": true}
+	addsCaps := map[string]any{"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}, "add": []any{"NET_ADMIN"}}}
+	escalates := map[string]any{"capabilities": map[string]any{"drop": []any{"ALL"}}}
 	tokenSecret := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-		"metadata": map[string]any{"name": "sa-token", "labels": map[string]any{"app.kubernetes.io/managed-by": "evalsi"},
+		"metadata": map[string]any{"name": "sa-token", "labels": labelled,
 			"annotations": map[string]any{"kubernetes.io/service-account.name": "default"}},
 	}}
 	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	services := schema.GroupVersionResource{Version: "v1", Resource: "services"}
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	cluster.Eventually(t, ctx, "policy in force", func() error {
-		_, err := op.Resource(deploymentsGVR).Namespace(ns).Create(ctx, deploy("probe", false, false), dry)
+		_, err := op.Resource(deploymentsGVR).Namespace(ns).Create(ctx, deploy("probe", nil, nil, false), dry)
 		if err == nil {
 			return fmt.Errorf("unlabelled Deployment admitted")
 		}
 		return nil
 	})
+	// Objects that someone else made, without the label, for the operator to try to delete or take.
+	theirs := map[schema.GroupVersionResource]*unstructured.Unstructured{
+		deploymentsGVR: deploy("theirs", nil, nil, false),
+		secrets:        {Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "theirs"}}},
+		services: {Object: map[string]any{"apiVersion": "v1", "kind": "Service", "metadata": map[string]any{"name": "theirs"},
+			"spec": map[string]any{"ports": []any{map[string]any{"port": int64(80)}}}}},
+	}
+	for gvr, obj := range theirs {
+		if _, err := other.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	del := func(gvr schema.GroupVersionResource) error {
+		return op.Resource(gvr).Namespace(ns).Delete(ctx, "theirs", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	}
+	_, hijack := op.Resource(deploymentsGVR).Namespace(ns).Patch(ctx, "theirs", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":"evalsi"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	const unlabelled = "creates, updates and deletes only objects labelled app.kubernetes.io/managed-by: evalsi"
 	for _, c := range []struct {
 		what string
 		err  error
 		want string
 	}{
-		{"unlabelled Deployment", create(ctx, op, deploymentsGVR, ns, deploy("plain", false, false)), "writes only objects labelled app.kubernetes.io/managed-by: evalsi"},
-		{"privileged pod template", create(ctx, op, deploymentsGVR, ns, deploy("priv", true, true)), "runs no privileged container outside the sandbox namespace"},
+		{"unlabelled Deployment", create(ctx, op, deploymentsGVR, ns, deploy("plain", nil, nil, false)), unlabelled},
+		{"deleting an unlabelled Deployment", del(deploymentsGVR), unlabelled},
+		{"deleting an unlabelled Secret", del(secrets), unlabelled},
+		{"deleting an unlabelled Service", del(services), unlabelled},
+		{"labelling someone else's Deployment", hijack, unlabelled},
+		{"privileged pod template", create(ctx, op, deploymentsGVR, ns, deploy("priv", labelled, privileged, false)), "runs no privileged container outside the sandbox namespace"},
+		{"added capabilities", create(ctx, op, deploymentsGVR, ns, deploy("caps", labelled, addsCaps, false)), "drop ALL capabilities and add none"},
+		{"privilege escalation", create(ctx, op, deploymentsGVR, ns, deploy("esc", labelled, escalates, false)), "allowPrivilegeEscalation: false"},
+		{"no seccomp profile", create(ctx, op, deploymentsGVR, ns, deploy("seccomp", labelled, nil, true)), "RuntimeDefault seccomp profile"},
 		{"service-account token Secret", create(ctx, op, secrets, ns, tokenSecret), "makes no service-account token Secrets"},
 	} {
 		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("%s: %v, want denial with %q", c.what, c.err, c.want)
 		}
 	}
-	if err := create(ctx, op, deploymentsGVR, ns, deploy("good", true, false)); err != nil {
-		t.Errorf("labelled, unprivileged Deployment: %v", err)
-	}
-	if err := create(ctx, other, deploymentsGVR, ns, deploy("someone-else", false, true)); err != nil {
-		t.Errorf("another user's unlabelled privileged Deployment: %v", err)
+	for what, err := range map[string]error{
+		"labelled, restricted Deployment":            create(ctx, op, deploymentsGVR, ns, deploy("good", labelled, nil, false)),
+		"added capabilities in the sandbox":          create(ctx, op, deploymentsGVR, sandbox, deploy("caps", labelled, addsCaps, false)),
+		"no seccomp profile in the sandbox":          create(ctx, op, deploymentsGVR, sandbox, deploy("seccomp", labelled, privileged, true)),
+		"another user's unlabelled privileged pod":   create(ctx, other, deploymentsGVR, ns, deploy("someone-else", nil, privileged, true)),
+		"another user deleting an unlabelled Secret": other.Resource(secrets).Namespace(ns).Delete(ctx, "theirs", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}),
+	} {
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
 	}
 }
 

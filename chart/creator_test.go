@@ -1,0 +1,134 @@
+package chart_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"evals.si/operator/apiclient"
+	"evals.si/operator/apiclient/evalsid"
+	"evals.si/operator/cluster"
+	"evals.si/operator/reconcile"
+)
+
+// TestCreatorCannotBeForged installs evalsi-crds with the webhook disabled, so that only the
+// admission policies the API server runs stand: alice creates an EvalRun and an OnlineEvalPolicy
+// claiming to be mallory, the stored creator is alice, no update can change or remove it, and the
+// reference evalsid records alice as the creator of the run and of the policy.
+func TestCreatorCannotBeForged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	installCRDsChart(t)
+	cs := env.Clientset()
+	ns := "creator-test"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "edit"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "alice"}}}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "alice", Groups: []string{"system:authenticated"}}
+	alice := dynamic.NewForConfigOrDie(cfg)
+	forged := map[string]any{"evals.si/created-by": "mallory"}
+	objects := []*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
+			"metadata": map[string]any{"name": "smoke", "annotations": forged},
+			"spec":     map[string]any{"suite": "smoke", "target": map[string]any{"endpoint": map[string]any{"url": "http://model:8000/v1", "model": "m"}}}}},
+		{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "OnlineEvalPolicy",
+			"metadata": map[string]any{"name": "creator-test-toxicity", "annotations": forged},
+			"spec":     map[string]any{"traceSource": "prod", "samplingRate": 0.1, "evaluators": []any{"toxicity"}}}},
+	}
+	resources := map[string]string{"EvalRun": "evalruns", "OnlineEvalPolicy": "onlineevalpolicies"}
+	for _, obj := range objects {
+		gvr := evalsi(resources[obj.GetKind()])
+		var got *unstructured.Unstructured
+		// The policies take a moment to be in force after the chart is installed.
+		cluster.Eventually(t, ctx, obj.GetKind()+" created with the creator written by the API server", func() error {
+			var err error
+			got, err = alice.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				return err
+			}
+			if c := got.GetAnnotations()["evals.si/created-by"]; c != "alice" {
+				return fmt.Errorf("created-by %q", c)
+			}
+			return nil
+		})
+		got, err := alice.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := got.GetAnnotations()["evals.si/created-by"]; c != "alice" {
+			t.Errorf("%s stored with created-by %q, want alice", obj.GetKind(), c)
+		}
+		for what, patch := range map[string]string{
+			"changing it": `{"metadata":{"annotations":{"evals.si/created-by":"mallory"}}}`,
+			"removing it": `{"metadata":{"annotations":{"evals.si/created-by":null}}}`,
+		} {
+			_, err := alice.Resource(gvr).Namespace(ns).Patch(ctx, obj.GetName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			if err == nil || !strings.Contains(err.Error(), "cannot be changed or removed") {
+				t.Errorf("%s: %s: %v, want a denial", obj.GetKind(), what, err)
+			}
+		}
+	}
+
+	// The operator forwards the recorded creator to evalsid.
+	api := evalsid.New(map[string]string{"operator-token": "system:serviceaccount:" + ns + ":evalsi-operator"}, evalsid.Schedule{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go api.Serve(ctx, l)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("operator-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e, err := reconcile.New(reconcile.Config{
+		Rest: env.Config, Namespace: ns, Controllers: []string{"evalrun", "onlineevalpolicy"},
+		API:               apiclient.Options{URL: "http://" + l.Addr().String(), TokenFile: tokenFile, CallTimeout: 2 * time.Second},
+		DiscoveryInterval: 300 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ectx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ectx) }()
+	defer func() { stop(); <-done }()
+	cluster.Eventually(t, ctx, "the run and the policy on the server", func() error {
+		runs := api.Runs()
+		if len(runs) != 1 {
+			return fmt.Errorf("%d runs", len(runs))
+		}
+		if runs[0].Creator != "alice" {
+			return fmt.Errorf("the run's creator is %q, want alice", runs[0].Creator)
+		}
+		p := api.Policy("creator-test-toxicity")
+		if p == nil {
+			return fmt.Errorf("no policy yet")
+		}
+		if p.Creator != "alice" {
+			return fmt.Errorf("the policy's creator is %q, want alice", p.Creator)
+		}
+		return nil
+	})
+}
