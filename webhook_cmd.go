@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"evals.si/operator/webhook"
@@ -29,7 +30,9 @@ func webhookCommand() *cli.Command {
 			&cli.StringFlag{Name: "validating-config", Value: "evalsi-validation", Usage: "ValidatingWebhookConfiguration whose caBundle is kept current"},
 			&cli.StringFlag{Name: "mutating-config", Value: "evalsi-creator", Usage: "MutatingWebhookConfiguration whose caBundle is kept current"},
 			&cli.DurationFlag{Name: "cert-validity", Value: 365 * 24 * time.Hour, Usage: "lifetime of the self-signed serving certificate; renewed with a third left"},
-		}, logFlags...),
+			&cli.BoolFlag{Name: "dry-run-children", Usage: "dry-run the children of Evaluators, SandboxClasses and CheckpointServers at admission (rendered with the render flags), refusing what the API server would refuse"},
+			&cli.DurationFlag{Name: "dry-run-timeout", Value: 2 * time.Second, Usage: "bound of the dry runs of one request; past it the object is admitted with a warning"},
+		}, append(renderFlags, logFlags...)...),
 		Action: func(c *cli.Context) error {
 			log, err := newLogger(c, os.Stderr)
 			if err != nil {
@@ -54,6 +57,15 @@ func webhookCommand() *cli.Command {
 				return err
 			}
 			cfg.Kube = kube
+			if c.Bool("dry-run-children") {
+				client, err := dynamic.NewForConfig(rc)
+				if err != nil {
+					return err
+				}
+				opts := renderOptions(c)
+				opts.Autoscaling = true
+				cfg.DryRun = &webhook.DryRun{Client: client, Render: opts, Timeout: c.Duration("dry-run-timeout")}
+			}
 			if c.Bool("self-signed") {
 				ns, svc := c.String("namespace"), c.String("service-name")
 				hosts := append([]string{svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local", svc}, c.StringSlice("host")...)

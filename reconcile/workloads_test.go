@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -125,7 +124,9 @@ func TestInvalidSpecIsTerminal(t *testing.T) {
 func TestRefusedRenderingIsNotAppliedAgain(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
-	refuseImages(t, ctx, ns, "registry.example/unapproved/")
+	if err := env.RefuseImages(ctx, ns, "registry.example/unapproved/", t.Cleanup); err != nil {
+		t.Fatal(err)
+	}
 	e := startEngine(t, Config{Namespace: ns, Resync: time.Second})
 	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1), "image": "registry.example/unapproved/judge:1"})
 	got := waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "False", "InvalidSpec")
@@ -143,63 +144,6 @@ func TestRefusedRenderingIsNotAppliedAgain(t *testing.T) {
 	}
 	mergePatch(t, ctx, EvaluatorsGVR, ns, "judge", `{"spec":{"image":"registry.example/approved/judge:1"}}`)
 	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
-}
-
-// refuseImages installs a ValidatingAdmissionPolicy that refuses, with 422 Invalid, Deployments
-// in namespace ns whose first container's image starts with prefix.
-func refuseImages(t *testing.T, ctx context.Context, ns, prefix string) {
-	t.Helper()
-	policy := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-		"metadata": map[string]any{"name": "approved-images-" + ns},
-		"spec": map[string]any{
-			"failurePolicy": "Fail",
-			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
-				"apiGroups": []any{"apps"}, "apiVersions": []any{"v1"}, "resources": []any{"deployments"}, "operations": []any{"CREATE", "UPDATE"},
-			}}},
-			"validations": []any{map[string]any{
-				"expression": fmt.Sprintf("!object.spec.template.spec.containers[0].image.startsWith(%q)", prefix),
-				"message":    "images come from an approved registry",
-				"reason":     "Invalid",
-			}},
-		},
-	}}
-	binding := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-		"metadata": map[string]any{"name": "approved-images-" + ns},
-		"spec": map[string]any{
-			"policyName":        "approved-images-" + ns,
-			"validationActions": []any{"Deny"},
-			"matchResources": map[string]any{"namespaceSelector": map[string]any{
-				"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns},
-			}},
-		},
-	}}
-	for o, resource := range map[*unstructured.Unstructured]string{policy: "validatingadmissionpolicies", binding: "validatingadmissionpolicybindings"} {
-		res := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: resource}
-		if _, err := client(res, "").Create(ctx, o, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { client(res, "").Delete(context.Background(), o.GetName(), metav1.DeleteOptions{}) })
-	}
-	// The policy is in force once a dry run is refused.
-	probe := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "probe"},
-		"spec": map[string]any{
-			"selector": map[string]any{"matchLabels": map[string]any{"app": "probe"}},
-			"template": map[string]any{
-				"metadata": map[string]any{"labels": map[string]any{"app": "probe"}},
-				"spec":     map[string]any{"containers": []any{map[string]any{"name": "c", "image": prefix + "probe"}}},
-			},
-		},
-	}}
-	cluster.Eventually(t, ctx, "the image policy in force", func() error {
-		_, err := client(DeploymentsGVR, ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if !apierrors.IsInvalid(err) {
-			return fmt.Errorf("a dry run gave %v, want 422 Invalid", err)
-		}
-		return nil
-	})
 }
 
 func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {

@@ -4,6 +4,7 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -24,10 +25,14 @@ const AnnotationCreatedBy = "evals.si/created-by"
 // none), and false when the webhook cannot know (no namespace cache).
 type Bindings func(namespace string) (project string, known bool)
 
+// Decider decides one admission request.
+type Decider func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+
 // Validator decides validating admission requests; bindings (nil: never known) let it refuse an
-// object that names a project its namespace may not act in.
-func Validator(bindings Bindings) func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	return func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+// object that names a project its namespace may not act in, and dryRun (nil: off) has it dry-run
+// the children of workload objects that pass validation.
+func Validator(bindings Bindings, dryRun *DryRun) Decider {
+	return func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		var known map[string]string
 		if bindings != nil {
 			if p, ok := bindings(req.Namespace); ok {
@@ -37,7 +42,21 @@ func Validator(bindings Bindings) func(*admissionv1.AdmissionRequest) *admission
 				}
 			}
 		}
-		return validate(req, known)
+		resp := validate(req, known)
+		if !resp.Allowed || dryRun == nil || req.Operation == admissionv1.Delete {
+			return resp
+		}
+		obj, err := decode(req.Object.Raw)
+		if err != nil || obj.GetDeletionTimestamp() != nil {
+			return resp
+		}
+		refusal, warnings := dryRun.check(ctx, dryRunObject(req, obj))
+		if refusal != "" {
+			return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+				fmt.Sprintf("%s %s is invalid: %s", obj.GetKind(), obj.GetName(), refusal))
+		}
+		resp.Warnings = warnings
+		return resp
 	}
 }
 
@@ -88,7 +107,7 @@ func immutable(old, obj *unstructured.Unstructured) string {
 
 // Mutate decides a mutating admission request: on create, the creator annotation is set to the
 // authenticated user, replacing any value the client sent.
-func Mutate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+func Mutate(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create {
 		return allow(req)
 	}
@@ -132,7 +151,7 @@ func deny(req *admissionv1.AdmissionRequest, code int32, reason metav1.StatusRea
 }
 
 // handler serves AdmissionReview v1 requests with decide.
-func handler(decide func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) http.Handler {
+func handler(decide Decider) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
@@ -143,7 +162,7 @@ func handler(decide func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionRe
 			http.Error(w, "cannot decode the AdmissionReview", http.StatusBadRequest)
 			return
 		}
-		review.Response = decide(review.Request)
+		review.Response = decide(r.Context(), review.Request)
 		review.Request = nil
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(review)

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -57,7 +58,7 @@ func TestValidate(t *testing.T) {
 			if tc.old != nil {
 				req.OldObject = raw(t, tc.old)
 			}
-			resp := Validator(nil)(req)
+			resp := Validator(nil, nil)(context.Background(), req)
 			if tc.denied == "" {
 				if !resp.Allowed {
 					t.Fatalf("denied: %s", resp.Result.Message)
@@ -78,7 +79,7 @@ func TestMutateSetsCreator(t *testing.T) {
 		"unrelated annotation": {"team": "a"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			resp := Mutate(&admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create,
+			resp := Mutate(context.Background(), &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create,
 				Object: raw(t, evalRun(1, annotations, false)), UserInfo: authenticationv1.UserInfo{Username: "team-a-user"}})
 			if !resp.Allowed || resp.PatchType == nil {
 				t.Fatalf("response %+v", resp)

@@ -28,7 +28,7 @@ const (
 // CheckpointServer to the webhook over TLS at a steady 200 requests a second and reports the
 // latency's median and 99th percentile as the API server sees it (request to response).
 func BenchmarkWebhookLatency(b *testing.B) {
-	srv := httptest.NewTLSServer(handler(Validator(nil)))
+	srv := httptest.NewTLSServer(handler(Validator(nil, nil)))
 	defer srv.Close()
 	client := srv.Client()
 	for name, spec := range map[string]map[string]any{

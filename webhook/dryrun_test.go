@@ -3,23 +3,22 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"evals.si/operator/cluster"
 
 	"evals.si/operator/internal/specgen"
 	"evals.si/operator/render"
 )
-
-// childResources are the resources of the children the operator renders.
-var childResources = map[string]schema.GroupVersionResource{
-	"Deployment":   {Group: "apps", Version: "v1", Resource: "deployments"},
-	"Service":      {Version: "v1", Resource: "services"},
-	"ScaledObject": {Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"},
-}
 
 // generatedPerKind is how many specs of each workload kind the generator draws; about a fifth
 // to a third of them pass validation.
@@ -98,4 +97,97 @@ func TestChildrenPassServerDryRun(t *testing.T) {
 	if refused > 0 {
 		t.Errorf("the API server refused %d children of specs that validation accepted", refused)
 	}
+}
+
+// TestAdmissionDryRunsChildren has the webhook dry-run the children of workload objects: an
+// Evaluator whose Deployment a cluster policy refuses is refused at admission with the policy's
+// message; one it takes is admitted; and when the dry run cannot say (the webhook may not create
+// Deployments), the object is admitted with a warning, since the operator reports a refusal too.
+func TestAdmissionDryRunsChildren(t *testing.T) {
+	ctx := testContext(t)
+	ns := ensureNamespace(t, ctx, "dry-run-admission")
+	if err := env.RefuseImages(ctx, ns, "registry.example/unapproved/", t.Cleanup); err != nil {
+		t.Fatal(err)
+	}
+	opts := render.Options{DefaultImage: "evalsi/platform:1.4.0", SandboxNamespace: "evalsi-sandbox", APIURL: "http://evalsid:8080", Autoscaling: true}
+	evaluator := func(name, image string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
+			"metadata": map[string]any{"name": name, "namespace": ns},
+			"spec":     map[string]any{"replicas": int64(1), "image": image},
+		}}
+	}
+	t.Run("refused", func(t *testing.T) {
+		wh := startWebhook(t, ctx, time.Hour, func(c *Config) {
+			c.DryRun = &DryRun{Client: env.Dynamic(), Render: opts, Timeout: 2 * time.Second}
+		})
+		defer wh.stop()
+		err := create(ctx, env.Dynamic(), evaluator("unapproved", "registry.example/unapproved/judge:1"))
+		if err == nil || !strings.Contains(err.Error(), "images come from an approved registry") {
+			t.Errorf("an Evaluator whose Deployment a policy refuses: %v, want the policy's refusal", err)
+		}
+		if err := create(ctx, env.Dynamic(), evaluator("approved", "registry.example/approved/judge:1")); err != nil {
+			t.Errorf("an Evaluator whose Deployment the API server takes: %v", err)
+		}
+	})
+	t.Run("cannot-say", func(t *testing.T) {
+		nobody := rest.CopyConfig(env.Config)
+		nobody.Impersonate = rest.ImpersonationConfig{UserName: "nobody"}
+		wh := startWebhook(t, ctx, time.Hour, func(c *Config) {
+			c.DryRun = &DryRun{Client: dynamic.NewForConfigOrDie(nobody), Render: opts, Timeout: 2 * time.Second}
+		})
+		defer wh.stop()
+		warnings := &warningRecorder{}
+		cfg := rest.CopyConfig(env.Config)
+		cfg.WarningHandler = warnings
+		if err := create(ctx, dynamic.NewForConfigOrDie(cfg), evaluator("unchecked", "registry.example/unapproved/judge:1")); err != nil {
+			t.Errorf("with a dry run that cannot say: %v, want admitted", err)
+		}
+		if !strings.Contains(warnings.String(), "could not dry-run the Deployment") {
+			t.Errorf("warnings %q, want one saying the dry run could not say", warnings.String())
+		}
+	})
+}
+
+// warningRecorder keeps the warnings the API server sends.
+type warningRecorder struct {
+	mu   sync.Mutex
+	text strings.Builder
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, message string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.text.WriteString(message + "\n")
+}
+
+func (w *warningRecorder) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.text.String()
+}
+
+// TestAdmissionRefusesAnotherProject creates an EvalRun labelled with a project its namespace is
+// not bound to: admission refuses it naming the label, and admits it once a cluster administrator
+// binds the namespace to that project.
+func TestAdmissionRefusesAnotherProject(t *testing.T) {
+	ctx := testContext(t)
+	startWebhook(t, ctx, time.Hour)
+	ns := ensureNamespace(t, ctx, "team-b")
+	run := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
+		"metadata": map[string]any{"name": "borrowed", "namespace": ns, "labels": map[string]any{"evals.si/project": "team-a"}},
+		"spec":     map[string]any{"suite": "smoke", "target": map[string]any{"endpoint": map[string]any{"url": "http://model:8000/v1", "model": "m"}}},
+	}}
+	err := create(ctx, env.Dynamic(), run)
+	if err == nil || !strings.Contains(err.Error(), "/metadata/labels/evals.si~1project: namespace team-b acts in project team-b, not team-a") {
+		t.Fatalf("creating an EvalRun in another project: %v, want a refusal naming the label", err)
+	}
+	patch := []byte(`{"metadata":{"labels":{"evals.si/project":"team-a"}}}`)
+	if _, err := env.Clientset().CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Eventually(t, ctx, "admitted once the namespace is bound", func() error {
+		return create(ctx, env.Dynamic(), run)
+	})
 }

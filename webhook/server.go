@@ -25,6 +25,8 @@ type Config struct {
 	// Kube, when set, lets validation read the Namespaces' project bindings (a watch of
 	// namespaces), so that an object naming a project its namespace may not act in is refused.
 	Kube kubernetes.Interface
+	// DryRun, when set, dry-runs the children of workload objects at admission.
+	DryRun *DryRun
 	Log  *slog.Logger
 }
 
@@ -76,7 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 		bindings, bindingsSynced = watchBindings(ctx, cfg.Kube)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(ValidatePath, handler(Validator(bindings)))
+	mux.Handle(ValidatePath, handler(Validator(bindings, cfg.DryRun)))
 	mux.Handle(MutatePath, handler(Mutate))
 	srv := &http.Server{
 		Handler:           mux,

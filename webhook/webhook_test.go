@@ -57,7 +57,7 @@ type runningWebhook struct {
 
 // startWebhook registers webhook configurations pointing at a new self-signed webhook on
 // loopback and waits until admission works. The configurations go when the test ends.
-func startWebhook(t *testing.T, ctx context.Context, validity time.Duration) runningWebhook {
+func startWebhook(t *testing.T, ctx context.Context, validity time.Duration, configure ...func(*Config)) runningWebhook {
 	t.Helper()
 	cs := env.Clientset()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -125,18 +125,21 @@ func startWebhook(t *testing.T, ctx context.Context, validity time.Duration) run
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(wctx, Config{
-			Listener: l,
-			Health:   health,
-			SelfSigned: &SelfSigned{
-				Kube: cs, Namespace: "evalsi-system", Secret: name + "-certs", Hosts: []string{"127.0.0.1"},
-				ValidatingConfig: vwc.Name, MutatingConfig: mwc.Name, Validity: validity,
-			},
-			CheckInterval: 200 * time.Millisecond,
-			Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
-	}()
+	cfg := Config{
+		Listener: l,
+		Health:   health,
+		SelfSigned: &SelfSigned{
+			Kube: cs, Namespace: "evalsi-system", Secret: name + "-certs", Hosts: []string{"127.0.0.1"},
+			ValidatingConfig: vwc.Name, MutatingConfig: mwc.Name, Validity: validity,
+		},
+		Kube:          cs,
+		CheckInterval: 200 * time.Millisecond,
+		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	go func() { done <- Run(wctx, cfg) }()
 	stopped := false
 	stop := func() {
 		if stopped {

@@ -1,0 +1,82 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"evals.si/operator/render"
+)
+
+// DryRun has validation apply the children a workload object renders to with dryRun=All, so
+// that what only the API server knows (cluster policies such as a registry allow-list, quotas,
+// LimitRanges, admission plugins) refuses the object at admission instead of leaving it Stalled.
+// It needs permission to create the children; it only ever sends dry runs.
+type DryRun struct {
+	Client dynamic.Interface
+	// Render are the operator's rendering options (images, sandbox namespace, evalsid URL).
+	Render render.Options
+	// Timeout bounds the dry runs of one admission request. When it passes, or a dry run fails
+	// for any reason but a refusal (422), the object is admitted with a warning: the operator
+	// applies the same children and reports a refusal as Stalled.
+	Timeout time.Duration
+}
+
+// childResources are the resources of the children the operator renders.
+var childResources = map[string]schema.GroupVersionResource{
+	"Deployment":   {Group: "apps", Version: "v1", Resource: "deployments"},
+	"Service":      {Version: "v1", Resource: "services"},
+	"ScaledObject": {Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"},
+}
+
+// check dry-runs obj's children. It returns the refusal to deny with ("" when none) and warnings
+// for dry runs that could not say.
+func (d *DryRun) check(ctx context.Context, obj *unstructured.Unstructured) (refusal string, warnings []string) {
+	res, err := render.Object(obj, d.Render)
+	if err != nil || len(res.Objects) == 0 {
+		return "", nil // validation already answered; nothing to dry-run
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.Timeout)
+	defer cancel()
+	for _, child := range res.Objects {
+		gvr, ok := childResources[child.GetKind()]
+		if !ok {
+			continue
+		}
+		_, err := d.Client.Resource(gvr).Namespace(child.GetNamespace()).Apply(ctx, child.GetName(), child,
+			metav1.ApplyOptions{FieldManager: "evalsi-operator", Force: true, DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case err == nil:
+		case apierrors.IsInvalid(err):
+			return fmt.Sprintf("the API server would refuse its %s %s: %v", child.GetKind(), child.GetName(), err), nil
+		case apierrors.IsNotFound(err) && child.GetKind() == "ScaledObject":
+			// KEDA is not installed: the operator runs fixed replicas instead.
+		default:
+			warnings = append(warnings, fmt.Sprintf("could not dry-run the %s %s, so only the operator will find out whether the API server takes it: %s",
+				child.GetKind(), child.GetName(), strings.TrimSpace(err.Error())))
+		}
+	}
+	return "", warnings
+}
+
+// dryRunObject is obj as its children are rendered at admission: with a uid (a create has none
+// yet) so that the children's ownerReferences are complete.
+func dryRunObject(req *admissionv1.AdmissionRequest, obj *unstructured.Unstructured) *unstructured.Unstructured {
+	out := obj.DeepCopy()
+	if out.GetUID() == "" {
+		out.SetUID(types.UID(req.UID))
+	}
+	if out.GetNamespace() == "" {
+		out.SetNamespace(req.Namespace)
+	}
+	return out
+}
