@@ -27,7 +27,7 @@ type Config struct {
 	Kube kubernetes.Interface
 	// DryRun, when set, dry-runs the children of workload objects at admission.
 	DryRun *DryRun
-	Log  *slog.Logger
+	Log    *slog.Logger
 }
 
 // Paths of the two webhooks.
