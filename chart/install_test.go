@@ -305,9 +305,17 @@ func TestPolicyHoldsOperatorServiceAccounts(t *testing.T) {
 	ns, sandbox := "vap-test", "evalsi-sandbox"
 	operator := "system:serviceaccount:" + ns + ":evalsi-operator"
 	for _, n := range []string{ns, sandbox} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(n), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
+		// An earlier test's uninstall may still be deleting the sandbox namespace.
+		cluster.Eventually(t, ctx, "namespace "+n+" active", func() error {
+			got, err := cs.CoreV1().Namespaces().Create(ctx, namespace(n), metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				got, err = cs.CoreV1().Namespaces().Get(ctx, n, metav1.GetOptions{})
+			}
+			if err == nil && got.Status.Phase == corev1.NamespaceTerminating {
+				err = fmt.Errorf("terminating")
+			}
+			return err
+		})
 		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "writer", Namespace: n}, Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"create", "update", "patch", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"secrets", "services"}, Verbs: []string{"create", "delete"}},

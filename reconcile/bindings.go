@@ -17,8 +17,9 @@ import (
 // evals.si/project on the Namespace, which namespace editors cannot write. The engine reads the
 // bindings on every discovery pass, one LIST of namespaces (or, with --namespace, one GET of its
 // namespace, which a namespaced RoleBinding allows, where a watch would need a cluster role) and
-// reconciles again every object of a namespace whose binding changed, so an object that named a
-// project its namespace was not bound to recovers by itself once it is.
+// reconciles again every object of a namespace whose labels changed, so an object that named a
+// project its namespace was not bound to, or a SandboxClass it was not allowed to use, recovers by
+// itself once it is.
 
 // refreshBindings reads the namespaces' project bindings and requeues the objects of namespaces
 // whose binding changed. When the namespaces cannot be read, the last bindings stay (at first:
@@ -40,42 +41,36 @@ func (e *Engine) refreshBindings(ctx context.Context) {
 		}
 		namespaces = list.Items
 	}
-	next := map[string]string{}
+	bindings, nsLabels := map[string]string{}, map[string]map[string]string{}
 	for _, n := range namespaces {
 		if p := n.Labels[render.LabelProject]; p != "" {
-			next[n.Name] = p
+			bindings[n.Name] = p
 		}
+		nsLabels[n.Name] = n.Labels
 	}
 	e.mu.Lock()
-	prev := e.bindings
-	e.bindings = next
+	prev := e.nsLabels
+	e.bindings, e.nsLabels = bindings, nsLabels
 	controllers := slices.Collect(maps.Values(e.controllers))
 	e.mu.Unlock()
 	if prev == nil {
 		return // the first read: every object is reconciled as it enters the cache
 	}
-	for ns := range changedKeys(prev, next) {
-		e.log.Info("project binding changed; reconciling the namespace's objects", "namespace", ns, "project", next[ns])
-		for _, c := range controllers {
-			c.enqueueNamespace(ns)
+	for ns, l := range nsLabels {
+		if old, seen := prev[ns]; seen && !maps.Equal(old, l) {
+			e.log.Info("namespace labels changed (project binding, sandbox class access); reconciling its objects", "namespace", ns)
+			for _, c := range controllers {
+				c.enqueueNamespace(ns)
+			}
 		}
 	}
 }
 
-// changedKeys returns the keys whose values differ between a and b.
-func changedKeys(a, b map[string]string) map[string]bool {
-	out := map[string]bool{}
-	for k, v := range a {
-		if b[k] != v {
-			out[k] = true
-		}
-	}
-	for k, v := range b {
-		if a[k] != v {
-			out[k] = true
-		}
-	}
-	return out
+// namespaceLabels returns the labels of namespace as last read.
+func (e *Engine) namespaceLabels(namespace string) map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.nsLabels[namespace]
 }
 
 // projectBindings returns the bindings last read (never nil once the engine runs).

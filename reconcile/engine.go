@@ -78,9 +78,10 @@ type Engine struct {
 
 	mu     sync.Mutex
 	served map[schema.GroupVersionResource]bool
-	// bindings are the namespaces bound to a project by their evals.si/project label
-	// (refreshBindings); replaced whole, never changed in place.
+	// bindings are the namespaces bound to a project by their evals.si/project label, and
+	// nsLabels every namespace's labels (refreshBindings); replaced whole, never changed in place.
 	bindings    map[string]string
+	nsLabels    map[string]map[string]string
 	informers   map[informerKey]*informer
 	controllers map[string]*controller
 	synced      bool

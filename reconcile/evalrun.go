@@ -61,6 +61,9 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 		if err != nil {
 			return Outcome{}, Terminal("InvalidSpec", err)
 		}
+		if refused := e.sandboxClassRefusal(ctx, obj.GetNamespace(), spec.SandboxClass); refused != nil {
+			return Outcome{Status: &Status{Fields: statusFields(obj), Conditions: []Condition{*refused}}, RequeueAfter: classRecheck}, nil
+		}
 		if waiting, err := e.resolveTarget(ctx, obj, spec); err != nil || waiting != nil {
 			return Outcome{Status: waiting, RequeueAfter: 2 * time.Second}, err
 		}

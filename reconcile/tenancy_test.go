@@ -133,3 +133,42 @@ func TestEditorCannotActInAnotherProject(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSandboxClassAllowedNamespaces names, from an Evaluator and an EvalRun, a SandboxClass whose
+// allowedNamespaces does not select their namespace: both are ClassNotAllowed, no Deployment is
+// made and no run is created; a class that does not exist is ClassNotFound. Labelling the
+// namespace makes them Ready without recreating them.
+func TestSandboxClassAllowedNamespaces(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	class := "restricted-" + ns
+	create(t, ctx, SandboxClassesGVR, "", "SandboxClass", class, map[string]any{
+		"rung":              "pod",
+		"allowedNamespaces": map[string]any{"matchLabels": map[string]any{"sandbox.evals.si/" + class: "allowed"}},
+	})
+	t.Cleanup(func() { client(SandboxClassesGVR, "").Delete(context.Background(), class, metav1.DeleteOptions{}) })
+	api := startEvalsid(t, evalsid.Schedule{})
+	cfg := api.apiConfig(ns)
+	cfg.Controllers = []string{"evalrun", "evaluator"}
+	startEngine(t, cfg)
+	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1), "sandboxClass": class})
+	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "typo", map[string]any{"replicas": int64(1), "sandboxClass": "no-such-class"})
+	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "smoke", runSpec(map[string]any{"sandboxClass": class}))
+	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "False", "ClassNotAllowed")
+	waitReady(t, ctx, EvalRunsGVR, ns, "smoke", "False", "ClassNotAllowed")
+	waitReady(t, ctx, EvaluatorsGVR, ns, "typo", "False", "ClassNotFound")
+	if _, err := client(DeploymentsGVR, ns).Get(ctx, "judge-evaluator", metav1.GetOptions{}); err == nil {
+		t.Error("a Deployment uses a SandboxClass its namespace may not use")
+	}
+	if n := api.Calls("CreateRun"); n != 0 {
+		t.Errorf("%d runs created with a SandboxClass the namespace may not use", n)
+	}
+
+	mergePatch(t, ctx, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", ns,
+		fmt.Sprintf(`{"metadata":{"labels":{"sandbox.evals.si/%s":"allowed"}}}`, class))
+	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+	waitPhase(t, ctx, ns, "smoke", "Pending")
+	if runs := api.Runs(); len(runs) != 1 || runs[0].Spec.SandboxClass != class {
+		t.Errorf("runs %v, want one in SandboxClass %s", runs, class)
+	}
+}

@@ -2,6 +2,12 @@ package render
 
 import (
 	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -22,6 +28,9 @@ type SandboxClassSpec struct {
 	Replicas         *int32       `json:"replicas,omitempty"`
 	Autoscaling      *Autoscaling `json:"autoscaling,omitempty"`
 	Resources        Resources    `json:"resources,omitempty"`
+	// AllowedNamespaces selects, by their labels, the namespaces whose Evaluators and EvalRuns may
+	// use the class; absent, every namespace may. Select by a label only the platform can set.
+	AllowedNamespaces *metav1.LabelSelector `json:"allowedNamespaces,omitempty"`
 	Scheduling
 }
 
@@ -29,6 +38,12 @@ type SandboxClassSpec struct {
 // its pods.
 func (spec SandboxClassSpec) check() error {
 	var ps problems
+	if sel := spec.AllowedNamespaces; sel != nil {
+		errs := metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, field.NewPath("x"))
+		for _, e := range errs {
+			ps.add(specPointer.at("allowedNamespaces"), "%s", strings.TrimPrefix(e.Error(), "x."))
+		}
+	}
 	if spec.Rung == RungPod {
 		for field, set := range map[string]bool{"replicas": spec.Replicas != nil, "autoscaling": spec.Autoscaling != nil} {
 			if set {
@@ -127,4 +142,21 @@ func sandboxSecurity(spec SandboxClassSpec) (pod, container map[string]any) {
 	default:
 		return map[string]any{}, map[string]any{"privileged": true}
 	}
+}
+
+// NamespaceMayUse reports whether a namespace with the given labels may use class, a SandboxClass:
+// its spec.allowedNamespaces selects the namespace, or it has none.
+func NamespaceMayUse(class *unstructured.Unstructured, namespaceLabels map[string]string) (bool, error) {
+	var spec SandboxClassSpec
+	if err := decodeSpec(class, &spec); err != nil {
+		return false, err
+	}
+	if spec.AllowedNamespaces == nil {
+		return true, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(spec.AllowedNamespaces)
+	if err != nil {
+		return false, err
+	}
+	return sel.Matches(labels.Set(namespaceLabels)), nil
 }
