@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,4 +132,33 @@ func TestCreatorCannotBeForged(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestMetricsAuthGranted checks that, with evalsi-crds installed, a team's operator (which the
+// evalsi chart gives no cluster permission) may review tokens and access, as secured metrics need,
+// and that a sandboxclass reader may get SandboxClasses.
+func TestMetricsAuthGranted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	installCRDsChart(t)
+	operator := "system:serviceaccount:some-team:evalsi-operator"
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:some-team", "system:authenticated"}
+	for _, c := range []authorizationv1.ResourceAttributes{
+		{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},
+		{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"},
+		{Verb: "get", Group: "evals.si", Resource: "sandboxclasses", Name: "gvisor"},
+	} {
+		cluster.Eventually(t, ctx, fmt.Sprintf("%s %s allowed", c.Verb, c.Resource), func() error {
+			sar, err := env.Clientset().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: operator, Groups: groups, ResourceAttributes: &c},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			if !sar.Status.Allowed {
+				return fmt.Errorf("denied: %s", sar.Status.Reason)
+			}
+			return nil
+		})
+	}
 }
