@@ -13,12 +13,14 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"evals.si/operator/apiclient"
@@ -160,5 +162,82 @@ func TestMetricsAuthGranted(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// TestTenantProvisionerIsFenced installs evalsi-crds with a tenant provisioner and acts as it:
+// it may create a namespace with the tenant labels and a project binding, grant the tenant role
+// there and make ordinary Secrets; it may not make a namespace without them, rebind a tenant
+// namespace to another project, act in a namespace that is not a tenant's, bind another role,
+// or make a service-account token Secret.
+func TestTenantProvisionerIsFenced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	helm(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
+		"--kubeconfig="+env.Kubeconfig, "--set", "webhook.enabled=false", "-f", filepath.Join("..", "testdata", "chart", "values", "evalsi-crds-tenants.yaml"))
+	t.Cleanup(func() { installCRDsChart(t) })
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:platform:tenant-controller",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:platform", "system:authenticated"}}
+	p := kubernetes.NewForConfigOrDie(cfg)
+	tenant := func(name string, labels map[string]string) *corev1.Namespace {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	}
+	good := map[string]string{"evals.si/tenant": "true", "evals.si/project": "team-x"}
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	cluster.Eventually(t, ctx, "the tenant policy in force", func() error {
+		if _, err := p.CoreV1().Namespaces().Create(ctx, tenant("probe-x", nil), dry); err == nil {
+			return fmt.Errorf("a namespace without tenant labels was admitted")
+		}
+		return nil
+	})
+	if _, err := p.CoreV1().Namespaces().Create(ctx, tenant("team-x", good), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating a tenant namespace: %v", err)
+	}
+	if _, err := env.Clientset().CoreV1().Namespaces().Create(ctx, tenant("not-a-tenant", nil), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	binding := func(ns, role string) *rbacv1.RoleBinding {
+		return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+			Subjects: []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: "team-x"}}}
+	}
+	secret := func(ns string, typ corev1.SecretType) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: ns}, Type: typ}
+		if typ == corev1.SecretTypeServiceAccountToken {
+			s.Annotations = map[string]string{"kubernetes.io/service-account.name": "default"}
+		}
+		return s
+	}
+	rebind := []byte(`{"metadata":{"labels":{"evals.si/project":"team-y"}}}`)
+	_, rebindErr := p.CoreV1().Namespaces().Patch(ctx, "team-x", types.MergePatchType, rebind, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	_, unlabelErr := p.CoreV1().Namespaces().Patch(ctx, "team-x", types.MergePatchType, []byte(`{"metadata":{"labels":{"evals.si/tenant":null}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	_, rbOther := p.RbacV1().RoleBindings("not-a-tenant").Create(ctx, binding("not-a-tenant", "evalsi-tenant-access"), dry)
+	_, rbAdmin := p.RbacV1().RoleBindings("team-x").Create(ctx, binding("team-x", "evalsi-tenant-provisioner"), dry)
+	_, tokenErr := p.CoreV1().Secrets("team-x").Create(ctx, secret("team-x", corev1.SecretTypeServiceAccountToken), dry)
+	_, noProject := p.CoreV1().Namespaces().Create(ctx, tenant("team-z", map[string]string{"evals.si/tenant": "true"}), dry)
+	deleteOther := p.CoreV1().Namespaces().Delete(ctx, "not-a-tenant", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	for what, err := range map[string]error{
+		"a namespace without a project binding":       noProject,
+		"rebinding a tenant namespace":                rebindErr,
+		"removing a tenant label":                     unlabelErr,
+		"a RoleBinding outside tenant namespaces":     rbOther,
+		"binding another role":                        rbAdmin,
+		"a service-account token Secret":              tokenErr,
+		"deleting a namespace that is not a tenant's": deleteOther,
+	} {
+		if err == nil || !strings.Contains(err.Error(), "tenant provisioner") {
+			t.Errorf("%s: %v, want a denial by the tenant policy", what, err)
+		}
+	}
+	_, rbOK := p.RbacV1().RoleBindings("team-x").Create(ctx, binding("team-x", "evalsi-tenant-access"), dry)
+	_, secretOK := p.CoreV1().Secrets("team-x").Create(ctx, secret("team-x", corev1.SecretTypeOpaque), dry)
+	for what, err := range map[string]error{
+		"granting the tenant role in a tenant namespace": rbOK,
+		"an ordinary Secret in a tenant namespace":       secretOK,
+	} {
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
 	}
 }
