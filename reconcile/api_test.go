@@ -101,11 +101,28 @@ func TestEvalRunFollowsTheServerThenStopsPolling(t *testing.T) {
 	if err := api.SetPhase(id, v1.Phase_PHASE_RUNNING); err != nil {
 		t.Fatal(err)
 	}
-	waitPhase(t, ctx, ns, "smoke", "Running")
+	got = waitPhase(t, ctx, ns, "smoke", "Running")
+	for cond, want := range map[string]string{"Ready": "True", "Complete": "False", "Failed": "False"} {
+		if s, _, _ := conditionOf(got, cond); s != want {
+			t.Errorf("while Running: %s=%s, want %s", cond, s, want)
+		}
+	}
 	if err := api.SetPhase(id, v1.Phase_PHASE_SUCCEEDED); err != nil {
 		t.Fatal(err)
 	}
 	got = waitPhase(t, ctx, ns, "smoke", "Succeeded")
+	for cond, want := range map[string]string{"Ready": "True", "Complete": "True", "Failed": "False"} {
+		if s, _, _ := conditionOf(got, cond); s != want {
+			t.Errorf("once Succeeded: %s=%s, want %s", cond, s, want)
+		}
+	}
+	cluster.Eventually(t, ctx, "a Created event", func() error {
+		events, err := env.Clientset().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Created"})
+		if err != nil || len(events.Items) == 0 {
+			return fmt.Errorf("none (%v)", err)
+		}
+		return nil
+	})
 	if total, _, _ := unstructured.NestedInt64(got.Object, "status", "summary", "total"); total != 10 {
 		t.Errorf("summary total %d, want 10: %v", total, got.Object["status"])
 	}
@@ -292,6 +309,10 @@ func TestInvalidArgumentIsTerminalAndUnavailableBacksOff(t *testing.T) {
 		t.Errorf("%d more CreateRun calls over three resyncs after a terminal rejection", n)
 	}
 
+	// Backoff, on an engine of its own whose resync (the default, 10 minutes) cannot requeue the
+	// object between retries.
+	ns = newNamespace(t, ctx, "")
+	startEngine(t, api.apiConfig(ns))
 	start := len(api.CallLog())
 	api.FailNext(8, connect.CodeUnavailable)
 	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "later", runSpec(nil))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -84,6 +85,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 			}
 		}
 		run = resp.Msg.Run
+		e.recorder.Eventf(obj, corev1.EventTypeNormal, "Created", "created run %s in project %s", run.Id, project)
 	} else {
 		resp, err := e.api.Runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: project, Id: runID}))
 		if connect.CodeOf(err) == connect.CodeNotFound {
@@ -121,20 +123,27 @@ func runStatus(run *v1.Run) *Status {
 			"total": s.Total, "passed": s.Passed, "failed": s.Failed, "errored": s.Errored, "score": s.Score,
 		}
 	}
-	var ready Condition
+	// Ready says the run exists and is followed; Complete and Failed say how it ended, as a Job's
+	// do, so that `kubectl wait --for=condition=Complete` blocks until the run succeeds.
+	ready := Ready(true, phase, "run "+run.Id+" is "+phase)
+	complete := Condition{Type: "Complete", Status: "False", Reason: phase, Message: "run " + run.Id + " has not succeeded"}
+	failed := Condition{Type: "Failed", Status: "False", Reason: phase, Message: "run " + run.Id + " has not failed"}
 	switch phase {
+	case "Succeeded":
+		complete = Condition{Type: "Complete", Status: "True", Reason: phase, Message: "run " + run.Id + " succeeded"}
 	case "Failed":
 		msg := "the run failed"
 		if run.Message != "" {
 			msg = run.Message
 		}
 		ready = Ready(false, "Failed", msg)
+		failed = Condition{Type: "Failed", Status: "True", Reason: "Failed", Message: msg}
 	case "Cancelled":
-		ready = Ready(false, "Cancelled", "the run was cancelled; its results so far are kept")
-	default:
-		ready = Ready(true, phase, "run "+run.Id+" is "+phase)
+		msg := "the run was cancelled; its results so far are kept"
+		ready = Ready(false, "Cancelled", msg)
+		failed = Condition{Type: "Failed", Status: "True", Reason: "Cancelled", Message: msg}
 	}
-	return &Status{Fields: fields, Conditions: []Condition{ready}}
+	return &Status{Fields: fields, Conditions: []Condition{ready, complete, failed}}
 }
 
 // resolveTarget fills in the endpoint of a target that names a CheckpointServer. While the
@@ -201,6 +210,8 @@ func (e *Engine) cancelRun(ctx context.Context, k *kind, obj *unstructured.Unstr
 				cond, err := apiFailure("cancelling the run before deletion", err)
 				return Outcome{Status: &Status{Fields: statusFields(obj), Conditions: []Condition{cond}}}, err
 			}
+			e.log.Info("cancelled the run of a deleted EvalRun; its results so far are kept", "namespace", obj.GetNamespace(), "name", obj.GetName(), "run", req.Id)
+			e.recorder.Eventf(obj, corev1.EventTypeNormal, "Cancelled", "cancelled run %s because the EvalRun was deleted; its results so far are kept", req.Id)
 		}
 	}
 	return Outcome{}, e.setFinalizer(ctx, k, obj, runFinalizer, false)
