@@ -8,8 +8,10 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,7 +139,7 @@ func Validate(obj *unstructured.Unstructured) error {
 		if !ok {
 			return append(errs, FieldError{"/spec", err.Error()})
 		}
-		errs = append(errs, explain(ve)...)
+		errs = append(errs, explain(ve, v)...)
 	}
 	if len(errs) == 0 {
 		return nil
@@ -184,11 +186,11 @@ var patternSentences = map[string]string{
 }
 
 // explain turns the validator's error tree into one sentence per failed leaf.
-func explain(ve *jsonschema.ValidationError) Errors {
+func explain(ve *jsonschema.ValidationError, instance any) Errors {
 	if len(ve.Causes) > 0 {
 		var out Errors
 		for _, c := range ve.Causes {
-			out = append(out, explain(c)...)
+			out = append(out, explain(c, instance)...)
 		}
 		return out
 	}
@@ -202,9 +204,17 @@ func explain(ve *jsonschema.ValidationError) Errors {
 		return out
 	}
 	if m := reAdditional.FindStringSubmatch(msg); m != nil {
+		// The message quotes the names in map order, and a name may itself hold quotes and commas:
+		// so ask which of the object's own keys it names, rather than splitting it.
+		obj, _ := instanceAt(instance, ve.InstanceLocation).(map[string]any)
 		var out Errors
-		for _, q := range reQuoted.FindAllStringSubmatch(m[1], -1) {
-			out = append(out, FieldError{ptr + "/" + q[1], "is not a known field"})
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
+			if strings.Contains(m[1], "'"+k+"'") {
+				out = append(out, FieldError{ptr + "/" + escapePointer(k), "is not a known field"})
+			}
+		}
+		if len(out) == 0 {
+			out = Errors{{ptr, msg}}
 		}
 		return out
 	}
@@ -219,6 +229,34 @@ func explain(ve *jsonschema.ValidationError) Errors {
 		}
 	}
 	return Errors{{ptr, msg}}
+}
+
+// instanceAt returns the value at JSON pointer ptr in v, or nil.
+func instanceAt(v any, ptr string) any {
+	if ptr == "" {
+		return v
+	}
+	for _, part := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[part]
+		case []any:
+			i, err := strconv.Atoi(part)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil
+			}
+			v = x[i]
+		default:
+			return nil
+		}
+	}
+	return v
+}
+
+// escapePointer escapes a name for a JSON pointer.
+func escapePointer(name string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1")
 }
 
 func isDuration(v any) bool {
