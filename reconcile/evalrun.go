@@ -20,9 +20,6 @@ import (
 // runFinalizer holds an EvalRun until its run is cancelled (or has ended) on the server.
 const runFinalizer = "evals.si/cancel-run"
 
-// AnnotationCreatedBy holds the authenticated user who created an object (written by admission).
-const AnnotationCreatedBy = "evals.si/created-by"
-
 // phaseNames are the status phases of the server's run phases.
 var phaseNames = map[v1.Phase]string{
 	v1.Phase_PHASE_PENDING:   "Pending",
@@ -71,7 +68,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 		resp, err := e.api.Runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
 			Project:        project,
 			IdempotencyKey: string(obj.GetUID()),
-			Creator:        obj.GetAnnotations()[AnnotationCreatedBy],
+			Creator:        obj.GetAnnotations()[render.AnnotationCreatedBy],
 			Spec:           spec,
 			Name:           obj.GetNamespace() + "/" + obj.GetName(),
 		}))

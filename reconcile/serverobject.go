@@ -67,7 +67,7 @@ func (so serverObject) reconcile(ctx context.Context, e *Engine, k *kind, obj *u
 	case err == nil && proto.Equal(current, spec):
 		// The server holds the spec already: no write.
 	case err == nil || connect.CodeOf(err) == connect.CodeNotFound:
-		reported, err = so.put(ctx, e, project, name, spec, obj.GetAnnotations()[AnnotationCreatedBy])
+		reported, err = so.put(ctx, e, project, name, spec, obj.GetAnnotations()[render.AnnotationCreatedBy])
 		if connect.CodeOf(err) == connect.CodeAlreadyExists {
 			msg := fmt.Sprintf("the %s name %q is taken by another project; rename this object", so.what, name)
 			return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{Ready(false, "Conflict", msg)}}},

@@ -29,6 +29,9 @@ const (
 	// AnnotationSpecHash holds a hash of the applied object so that a change of the desired object
 	// (including a removed field) is seen without comparing whole objects.
 	AnnotationSpecHash = "evals.si/spec-hash"
+	// AnnotationCreatedBy holds the authenticated user who created an evals.si object, written by
+	// admission; the operator forwards it to evalsid as the creator.
+	AnnotationCreatedBy = "evals.si/created-by"
 )
 
 // Options are the operator-wide settings that rendering depends on.

@@ -18,9 +18,6 @@ import (
 	"evals.si/operator/render"
 )
 
-// AnnotationCreatedBy holds the authenticated user who created an object.
-const AnnotationCreatedBy = "evals.si/created-by"
-
 // Bindings returns the project a namespace is bound to by its evals.si/project label ("" for
 // none), and false when the webhook cannot know (no namespace cache).
 type Bindings func(namespace string) (project string, known bool)
@@ -81,10 +78,10 @@ func validate(req *admissionv1.AdmissionRequest, bindings map[string]string) *ad
 		if msg := immutable(old, obj); msg != "" {
 			return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg)
 		}
-	} else if _, set := obj.GetAnnotations()[AnnotationCreatedBy]; set && obj.GetAnnotations()[AnnotationCreatedBy] != req.UserInfo.Username {
+	} else if _, set := obj.GetAnnotations()[render.AnnotationCreatedBy]; set && obj.GetAnnotations()[render.AnnotationCreatedBy] != req.UserInfo.Username {
 		// The mutating webhook writes the creator; a different value here means it did not run.
 		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
-			fmt.Sprintf("metadata.annotations[%s] is written by admission and cannot be set", AnnotationCreatedBy))
+			fmt.Sprintf("metadata.annotations[%s] is written by admission and cannot be set", render.AnnotationCreatedBy))
 	}
 	if err := render.Validate(obj, bindings); err != nil {
 		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
@@ -95,8 +92,8 @@ func validate(req *admissionv1.AdmissionRequest, bindings map[string]string) *ad
 
 // immutable returns why the update from old to obj is not allowed, or "".
 func immutable(old, obj *unstructured.Unstructured) string {
-	if old.GetAnnotations()[AnnotationCreatedBy] != obj.GetAnnotations()[AnnotationCreatedBy] {
-		return fmt.Sprintf("metadata.annotations[%s] records who created the object and cannot be changed or removed", AnnotationCreatedBy)
+	if old.GetAnnotations()[render.AnnotationCreatedBy] != obj.GetAnnotations()[render.AnnotationCreatedBy] {
+		return fmt.Sprintf("metadata.annotations[%s] records who created the object and cannot be changed or removed", render.AnnotationCreatedBy)
 	}
 	// Both sides come from JSON, so their numbers have the same Go type.
 	if obj.GetKind() == "EvalRun" && !reflect.DeepEqual(old.Object["spec"], obj.Object["spec"]) {
@@ -117,9 +114,9 @@ func Mutate(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.A
 	}
 	var patch []map[string]any
 	if obj.GetAnnotations() == nil {
-		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations", "value": map[string]string{AnnotationCreatedBy: req.UserInfo.Username}}}
+		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations", "value": map[string]string{render.AnnotationCreatedBy: req.UserInfo.Username}}}
 	} else {
-		key := strings.ReplaceAll(strings.ReplaceAll(AnnotationCreatedBy, "~", "~0"), "/", "~1")
+		key := strings.ReplaceAll(strings.ReplaceAll(render.AnnotationCreatedBy, "~", "~0"), "/", "~1")
 		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations/" + key, "value": req.UserInfo.Username}}
 	}
 	data, err := json.Marshal(patch)
