@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -321,6 +322,20 @@ func TestControllerWithoutCRDStaysOffUntilInstalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := startEngine(t, Config{Namespace: ns})
+	// /readyz asks Synced all along, while discovery starts the controller of the CRD installed
+	// below. (A controller once was published before its informer was set, a nil dereference
+	// in a window of microseconds: this exercises that path, under -race, but cannot hit the
+	// window reliably; startController publishes only a built controller.)
+	polling, stopPolling := context.WithCancel(ctx)
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for polling.Err() == nil {
+			e.Synced()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	defer func() { stopPolling(); <-polled }()
 	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{})
 	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
 	off := 0
