@@ -32,6 +32,8 @@ func webhookCommand() *cli.Command {
 			&cli.DurationFlag{Name: "cert-validity", Value: 365 * 24 * time.Hour, Usage: "lifetime of the self-signed serving certificate; renewed with a third left"},
 			&cli.BoolFlag{Name: "dry-run-children", Usage: "dry-run the children of Evaluators, SandboxClasses and CheckpointServers at admission (rendered with the render flags), refusing what the API server would refuse"},
 			&cli.DurationFlag{Name: "dry-run-timeout", Value: 2 * time.Second, Usage: "bound of the dry runs of one request; past it the object is admitted with a warning"},
+			&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API (dry runs: two or three per admitted workload object)"},
+			&cli.IntFlag{Name: "kube-api-burst", Value: 400, Usage: "burst of requests to the Kubernetes API"},
 		}, append(renderFlags, logFlags...)...),
 		Action: func(c *cli.Context) error {
 			log, err := newLogger(c, os.Stderr)
@@ -52,6 +54,8 @@ func webhookCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			rc.QPS, rc.Burst = float32(c.Float64("kube-api-qps")), c.Int("kube-api-burst")
+			rc.UserAgent = "evalsi-operator-webhook/" + version
 			kube, err := kubernetes.NewForConfig(rc)
 			if err != nil {
 				return err

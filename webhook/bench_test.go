@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	"evals.si/operator/render"
 )
 
 // webhookRate and webhookDuration are the load of BenchmarkWebhookLatency: 200 requests a second,
@@ -26,21 +29,35 @@ const (
 
 // BenchmarkWebhookLatency sends validating AdmissionReviews of a valid and of an invalid
 // CheckpointServer to the webhook over TLS at a steady 200 requests a second and reports the
-// latency's median and 99th percentile as the API server sees it (request to response).
+// latency's median and 99th percentile as the API server sees it (request to response): with
+// validation alone (the default), and with the dry run of the children on the real API server.
 func BenchmarkWebhookLatency(b *testing.B) {
-	srv := httptest.NewTLSServer(handler(Validator(nil, nil)))
-	defer srv.Close()
-	client := srv.Client()
-	for name, spec := range map[string]map[string]any{
-		"valid": {"model": "/checkpoints/run-1/step-200", "checkpointClaim": "ckpts", "gpus": int64(1),
-			"apiKeySecret": map[string]any{"name": "vllm-key"}, "extraArgs": []any{"--max-model-len=8192"}},
-		"invalid": {"model": "/checkpoints/run-1/step-200", "gpus": int64(1), "extraArgs": []any{"--api-key=sk-123"},
-			"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": 0.5}}},
+	ctx := context.Background()
+	ensureNamespace(b, ctx, "team-a")
+	plain := httptest.NewTLSServer(handler(Validator(nil, nil)))
+	defer plain.Close()
+	dryRun := httptest.NewTLSServer(handler(Validator(nil, &DryRun{Client: env.Dynamic(), Timeout: 2 * time.Second,
+		Render: render.Options{VLLMImage: "vllm/vllm-openai:v0.11.0", APIURL: "http://evalsid:8080", Autoscaling: true}})))
+	defer dryRun.Close()
+	valid := map[string]any{"model": "/checkpoints/run-1/step-200", "checkpointClaim": "ckpts", "gpus": int64(1),
+		"apiKeySecret": map[string]any{"name": "vllm-key"}, "extraArgs": []any{"--max-model-len=8192"}}
+	invalid := map[string]any{"model": "/checkpoints/run-1/step-200", "gpus": int64(1), "extraArgs": []any{"--api-key=sk-123"},
+		"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": 0.5}}}
+	for _, c := range []struct {
+		name  string
+		srv   *httptest.Server
+		spec  map[string]any
+		valid bool
+	}{
+		{"valid", plain, valid, true},
+		{"invalid", plain, invalid, false},
+		{"valid-dry-run", dryRun, valid, true},
+		{"invalid-dry-run", dryRun, invalid, false},
 	} {
-		b.Run(name, func(b *testing.B) {
-			body := admissionReview(b, spec)
+		b.Run(c.name, func(b *testing.B) {
+			body := admissionReview(b, c.spec)
 			for range b.N {
-				lat := steadyLoad(b, client, srv.URL+ValidatePath, body, name == "valid")
+				lat := steadyLoad(b, c.srv.Client(), c.srv.URL+ValidatePath, body, c.valid)
 				b.ReportMetric(float64(percentile(lat, 50).Microseconds())/1000, "p50-ms")
 				b.ReportMetric(float64(percentile(lat, 99).Microseconds())/1000, "p99-ms")
 			}

@@ -178,7 +178,7 @@ func traceSource(name string) *unstructured.Unstructured {
 	}}
 }
 
-func ensureNamespace(t *testing.T, ctx context.Context, name string) string {
+func ensureNamespace(t testing.TB, ctx context.Context, name string) string {
 	_, err := env.Clientset().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
