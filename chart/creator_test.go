@@ -25,7 +25,7 @@ import (
 
 	"evals.si/operator/apiclient"
 	"evals.si/operator/apiclient/evalsid"
-	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/reconcile"
 )
 
@@ -65,7 +65,7 @@ func TestCreatorCannotBeForged(t *testing.T) {
 		gvr := evalsi(resources[obj.GetKind()])
 		var got *unstructured.Unstructured
 		// The policies take a moment to be in force after the chart is installed.
-		cluster.Eventually(t, ctx, obj.GetKind()+" created with the creator written by the API server", func() error {
+		clustertest.Eventually(t, ctx, obj.GetKind()+" created with the creator written by the API server", func() error {
 			var err error
 			got, err = alice.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			if err != nil {
@@ -117,7 +117,7 @@ func TestCreatorCannotBeForged(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ectx) }()
 	defer func() { stop(); <-done }()
-	cluster.Eventually(t, ctx, "the run and the policy on the server", func() error {
+	clustertest.Eventually(t, ctx, "the run and the policy on the server", func() error {
 		runs := api.Runs()
 		if len(runs) != 1 {
 			return fmt.Errorf("%d runs", len(runs))
@@ -150,7 +150,7 @@ func TestMetricsAuthGranted(t *testing.T) {
 		{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"},
 		{Verb: "get", Group: "evals.si", Resource: "sandboxclasses", Name: "gvisor"},
 	} {
-		cluster.Eventually(t, ctx, fmt.Sprintf("%s %s allowed", c.Verb, c.Resource), func() error {
+		clustertest.Eventually(t, ctx, fmt.Sprintf("%s %s allowed", c.Verb, c.Resource), func() error {
 			sar, err := env.Clientset().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 				Spec: authorizationv1.SubjectAccessReviewSpec{User: operator, Groups: groups, ResourceAttributes: &c},
 			}, metav1.CreateOptions{})
@@ -171,6 +171,7 @@ func TestMetricsAuthGranted(t *testing.T) {
 // namespace to another project, act in a namespace that is not a tenant's, bind another role,
 // or make a service-account token Secret.
 func TestTenantProvisionerIsFenced(t *testing.T) {
+	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	helm(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
@@ -185,7 +186,7 @@ func TestTenantProvisionerIsFenced(t *testing.T) {
 	}
 	good := map[string]string{"evals.si/tenant": "true", "evals.si/project": "team-x"}
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	cluster.Eventually(t, ctx, "the tenant policy in force", func() error {
+	clustertest.Eventually(t, ctx, "the tenant policy in force", func() error {
 		if _, err := p.CoreV1().Namespaces().Create(ctx, tenant("probe-x", nil), dry); err == nil {
 			return fmt.Errorf("a namespace without tenant labels was admitted")
 		}

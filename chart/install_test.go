@@ -29,14 +29,20 @@ import (
 
 	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/internal/manifest"
 )
 
 var env *cluster.Cluster
 
-func TestMain(m *testing.M) {
-	os.Exit(cluster.Main(m, cluster.Options{Nodes: 1, NodeCapacity: map[string]string{"nvidia.com/gpu": "8"}}, &env))
-}
+// shared is the package's control plane, started by the first test that calls needCluster: the
+// lint and golden tests start no process.
+var shared = clustertest.New(cluster.Options{Nodes: 1, NodeCapacity: map[string]string{"nvidia.com/gpu": "8"}})
+
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
+
+// needCluster starts the package's control plane if it has not started yet, and sets env.
+func needCluster(t testing.TB) { env = shared.Get(t) }
 
 func evalsi(resource string) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: "evals.si", Version: "v1alpha1", Resource: resource}
@@ -111,6 +117,7 @@ func readyOf(obj *unstructured.Unstructured) string {
 // tokens of the charts' own service accounts (no admin credentials), and checks that they
 // reconcile the examples in their namespaces and nothing outside.
 func TestChartsOnTheControlPlane(t *testing.T) {
+	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := env.InstallKedaCRDs(ctx); err != nil {
@@ -180,7 +187,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		if o.GetKind() == "OnlineEvalPolicy" {
 			gvr = evalsi("onlineevalpolicies")
 		}
-		cluster.Eventually(t, ctx, o.GetKind()+" "+o.GetName()+" Ready", func() error {
+		clustertest.Eventually(t, ctx, o.GetKind()+" "+o.GetName()+" Ready", func() error {
 			got, err := admin.Resource(gvr).Namespace("team-a").Get(ctx, o.GetName(), metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -192,7 +199,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		})
 	}
 	for _, name := range []string{"pod", "landlock", "bubblewrap"} {
-		cluster.Eventually(t, ctx, "SandboxClass "+name+" Ready", func() error {
+		clustertest.Eventually(t, ctx, "SandboxClass "+name+" Ready", func() error {
 			got, err := admin.Resource(evalsi("sandboxclasses")).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -245,7 +252,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	if err := admin.Resource(evalsi("evalruns")).Namespace("team-a").Delete(ctx, "step-900-smoke", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Eventually(t, ctx, "EvalRun deleted without the operator", func() error {
+	clustertest.Eventually(t, ctx, "EvalRun deleted without the operator", func() error {
 		if _, err := admin.Resource(evalsi("evalruns")).Namespace("team-a").Get(ctx, "step-900-smoke", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there (%v)", err)
 		}
@@ -267,7 +274,7 @@ func runHook(t *testing.T, ctx context.Context, bin, ns, name string) {
 	t.Helper()
 	jobs := env.Clientset().BatchV1().Jobs(ns)
 	var job *batchv1.Job
-	cluster.Eventually(t, ctx, "hook Job "+name, func() error {
+	clustertest.Eventually(t, ctx, "hook Job "+name, func() error {
 		var err error
 		job, err = jobs.Get(ctx, name, metav1.GetOptions{})
 		return err
@@ -306,7 +313,7 @@ func TestPolicyHoldsOperatorServiceAccounts(t *testing.T) {
 	operator := "system:serviceaccount:" + ns + ":evalsi-operator"
 	for _, n := range []string{ns, sandbox} {
 		// An earlier test's uninstall may still be deleting the sandbox namespace.
-		cluster.Eventually(t, ctx, "namespace "+n+" active", func() error {
+		clustertest.Eventually(t, ctx, "namespace "+n+" active", func() error {
 			got, err := cs.CoreV1().Namespaces().Create(ctx, namespace(n), metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				got, err = cs.CoreV1().Namespaces().Get(ctx, n, metav1.GetOptions{})
@@ -372,7 +379,7 @@ func TestPolicyHoldsOperatorServiceAccounts(t *testing.T) {
 	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	services := schema.GroupVersionResource{Version: "v1", Resource: "services"}
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	cluster.Eventually(t, ctx, "policy in force", func() error {
+	clustertest.Eventually(t, ctx, "policy in force", func() error {
 		_, err := op.Resource(deploymentsGVR).Namespace(ns).Create(ctx, deploy("probe", nil, nil, false), dry)
 		if err == nil {
 			return fmt.Errorf("unlabelled Deployment admitted")
@@ -469,7 +476,7 @@ func TestAggregatedRoles(t *testing.T) {
 		{"bob", "create", "evalruns", "", ns, false},
 		{"bob", "patch", "tracesources", "", ns, false},
 	} {
-		cluster.Eventually(t, ctx, fmt.Sprintf("%s %s %s/%s allowed=%v", c.user, c.verb, c.resource, c.subresource, c.allowed), func() error {
+		clustertest.Eventually(t, ctx, fmt.Sprintf("%s %s %s/%s allowed=%v", c.user, c.verb, c.resource, c.subresource, c.allowed), func() error {
 			sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User: c.user, Groups: []string{"system:authenticated"},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -494,6 +501,7 @@ func namespace(name string) *corev1.Namespace {
 // installCRDsChart installs (or upgrades) the evalsi-crds release, without the webhook, whose
 // pods cannot run on KWOK nodes (admission is tested in package webhook).
 func installCRDsChart(t *testing.T) {
+	needCluster(t)
 	helm(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
 		"--kubeconfig="+env.Kubeconfig, "--set", "webhook.enabled=false")
 }

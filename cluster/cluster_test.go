@@ -26,6 +26,9 @@ import (
 
 var env *Cluster
 
+// startTimeout bounds building (first run only) and starting a control plane.
+const startTimeout = 45 * time.Minute
+
 // helperEnv selects, in a child test binary, the helper that starts a control plane and exits.
 const helperEnv = "EVALSI_CLUSTER_HELPER"
 
@@ -33,7 +36,38 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(runHelper(mode))
 	}
-	os.Exit(Main(m, Options{Nodes: 2, CRDDirs: []string{"../chart/evalsi-crds/files/crds"}}, &env))
+	os.Exit(runWithControlPlane(m))
+}
+
+// runWithControlPlane runs the package's tests against one control plane (every test here needs
+// it; package clustertest, which other packages use, imports this one and cannot be used here).
+func runWithControlPlane(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	c, err := Start(ctx, Options{Nodes: 2, CRDDirs: []string{"../chart/evalsi-crds/files/crds"}, Progress: os.Stderr})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
+		return 1
+	}
+	defer c.Stop()
+	env = c
+	return m.Run()
+}
+
+// eventually calls check every 100ms until it returns nil, and fails the test when ctx ends first.
+func eventually(t *testing.T, ctx context.Context, what string, check func() error) {
+	t.Helper()
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func testContext(t *testing.T) context.Context {
@@ -74,7 +108,7 @@ func TestDeploymentBecomesAvailableOnKwokNodes(t *testing.T) {
 	if _, err := deployments.Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, ctx, "deployment 2/2 available", func() error {
+	eventually(t, ctx, "deployment 2/2 available", func() error {
 		got, err := deployments.Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -102,7 +136,7 @@ func TestGarbageCollectorDeletesOwnedObjects(t *testing.T) {
 	if err := cms.Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, ctx, "owned ConfigMap deleted", func() error {
+	eventually(t, ctx, "owned ConfigMap deleted", func() error {
 		_, err := cms.Get(ctx, "owned", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -133,7 +167,7 @@ func TestClusterRoleAggregatesIntoEdit(t *testing.T) {
 	if _, err := roles.Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, ctx, "edit aggregates widgets", func() error {
+	eventually(t, ctx, "edit aggregates widgets", func() error {
 		edit, err := roles.Get(ctx, "edit", metav1.GetOptions{})
 		if err != nil {
 			return err

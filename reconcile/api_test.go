@@ -19,7 +19,7 @@ import (
 	"evals.si/operator/apiclient"
 	"evals.si/operator/apiclient/evalsid"
 	v1 "evals.si/operator/apiclient/evalsiv1"
-	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
 )
 
 // testEvalsid is the reference server on loopback with the operator's token in a file.
@@ -79,7 +79,7 @@ func phaseOf(obj *unstructured.Unstructured) string {
 func waitPhase(t *testing.T, ctx context.Context, ns, name, phase string) *unstructured.Unstructured {
 	t.Helper()
 	var got *unstructured.Unstructured
-	cluster.Eventually(t, ctx, "phase "+phase, func() error {
+	clustertest.Eventually(t, ctx, "phase "+phase, func() error {
 		got = getObj(t, ctx, EvalRunsGVR, ns, name)
 		if p := phaseOf(got); p != phase {
 			return fmt.Errorf("phase %q", p)
@@ -116,7 +116,7 @@ func TestEvalRunFollowsTheServerThenStopsPolling(t *testing.T) {
 			t.Errorf("once Succeeded: %s=%s, want %s", cond, s, want)
 		}
 	}
-	cluster.Eventually(t, ctx, "a Created event", func() error {
+	clustertest.Eventually(t, ctx, "a Created event", func() error {
 		events, err := env.Clientset().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Created"})
 		if err != nil || len(events.Items) == 0 {
 			return fmt.Errorf("none (%v)", err)
@@ -231,7 +231,7 @@ func TestDeletingARunningEvalRunCancelsItOnce(t *testing.T) {
 
 func waitGone(t *testing.T, ctx context.Context, ns, name string) {
 	t.Helper()
-	cluster.Eventually(t, ctx, name+" deleted", func() error {
+	clustertest.Eventually(t, ctx, name+" deleted", func() error {
 		_, err := client(EvalRunsGVR, ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -375,7 +375,7 @@ func TestPolicyConflictsAndDrift(t *testing.T) {
 	if err := client(OnlineEvalPoliciesGVR, teamB).Delete(ctx, "toxicity", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Eventually(t, ctx, "team B's object gone", func() error {
+	clustertest.Eventually(t, ctx, "team B's object gone", func() error {
 		if _, err := client(OnlineEvalPoliciesGVR, teamB).Get(ctx, "toxicity", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there (%v)", err)
 		}
@@ -393,7 +393,7 @@ func TestPolicyConflictsAndDrift(t *testing.T) {
 	}
 	// Changed behind the operator's back: put back.
 	api.SetPolicySpec("toxicity", &v1.PolicySpec{TraceSource: "prod", SamplingRate: 1})
-	cluster.Eventually(t, ctx, "policy put back", func() error {
+	clustertest.Eventually(t, ctx, "policy put back", func() error {
 		if p := api.Policy("toxicity"); p.Spec.SamplingRate != 0.1 {
 			return fmt.Errorf("sampling rate %v", p.Spec.SamplingRate)
 		}
@@ -403,7 +403,7 @@ func TestPolicyConflictsAndDrift(t *testing.T) {
 	if err := client(OnlineEvalPoliciesGVR, teamA).Delete(ctx, "toxicity", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Eventually(t, ctx, "policy deleted on the server", func() error {
+	clustertest.Eventually(t, ctx, "policy deleted on the server", func() error {
 		if api.Policy("toxicity") != nil {
 			return errors.New("still there")
 		}

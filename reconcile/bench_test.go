@@ -39,6 +39,7 @@ const (
 // result cannot do without, creating the Evaluators and writing each status once. It also reports
 // the operator process's peak memory.
 func BenchmarkConverge500Evaluators(b *testing.B) {
+	needCluster(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if err := env.InstallKedaCRDs(ctx); err != nil {

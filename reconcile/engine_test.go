@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/render"
 )
 
@@ -26,13 +27,18 @@ var env *cluster.Cluster
 
 const crdDir = "../chart/evalsi-crds/files/crds"
 
-func TestMain(m *testing.M) {
-	os.Exit(cluster.Main(m, cluster.Options{
-		Nodes:        2,
-		NodeCapacity: map[string]string{"nvidia.com/gpu": "8"},
-		CRDDirs:      []string{crdDir},
-	}, &env))
-}
+// shared is the package's control plane, started by the first test that calls testContext (or
+// needCluster): pure tests start no process.
+var shared = clustertest.New(cluster.Options{
+	Nodes:        2,
+	NodeCapacity: map[string]string{"nvidia.com/gpu": "8"},
+	CRDDirs:      []string{crdDir},
+})
+
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
+
+// needCluster starts the package's control plane if it has not started yet, and sets env.
+func needCluster(t testing.TB) { env = shared.Get(t) }
 
 // testOptions are the rendering options of the engines under test.
 var testOptions = render.Options{
@@ -123,6 +129,7 @@ func (s *syncBuffer) String() string {
 }
 
 func testContext(t *testing.T) context.Context {
+	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
@@ -194,7 +201,7 @@ func conditionOf(obj *unstructured.Unstructured, t string) (string, string, stri
 func waitReady(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, ns, name, status, reason string) *unstructured.Unstructured {
 	t.Helper()
 	var got *unstructured.Unstructured
-	cluster.Eventually(t, ctx, fmt.Sprintf("%s %s Ready=%s/%s", gvr.Resource, name, status, reason), func() error {
+	clustertest.Eventually(t, ctx, fmt.Sprintf("%s %s Ready=%s/%s", gvr.Resource, name, status, reason), func() error {
 		var err error
 		got, err = client(gvr, ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -228,7 +235,7 @@ func getObj(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, 
 func settled(t *testing.T, ctx context.Context, e *Engine) {
 	t.Helper()
 	last := writes(e)
-	cluster.Eventually(t, ctx, "the engine settles", func() error {
+	clustertest.Eventually(t, ctx, "the engine settles", func() error {
 		time.Sleep(time.Second)
 		now := writes(e)
 		if now != last {

@@ -16,7 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
 )
 
 func freeAddr(t *testing.T) string {
@@ -67,7 +67,7 @@ func TestManagerLeadsServesHealthAndMetrics(t *testing.T) {
 		{"http://" + metrics + "/metrics", `evalsi_workqueue_depth{name="evaluator"}`},
 		{"http://" + metrics + "/metrics", `evalsi_kube_requests_total{code="201",resource="deployments",verb="PATCH"}`},
 	} {
-		cluster.Eventually(t, ctx, c.url, func() error {
+		clustertest.Eventually(t, ctx, c.url, func() error {
 			resp, err := http.Get(c.url)
 			if err != nil {
 				return err
@@ -126,7 +126,7 @@ func TestSecureMetrics(t *testing.T) {
 		token string
 		want  int
 	}{{"", 401}, {"not-a-token", 401}, {other, 403}, {reader, 200}} {
-		cluster.Eventually(t, ctx, fmt.Sprintf("status %d", c.want), func() error {
+		clustertest.Eventually(t, ctx, fmt.Sprintf("status %d", c.want), func() error {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+metrics+"/metrics", nil)
 			if c.token != "" {
 				req.Header.Set("Authorization", "Bearer "+c.token)

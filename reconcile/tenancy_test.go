@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"evals.si/operator/apiclient/evalsid"
-	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/render"
 )
 
@@ -122,7 +122,7 @@ func TestEditorCannotActInAnotherProject(t *testing.T) {
 	if runs := api.Runs(); len(runs) != 1 || runs[0].Project != other {
 		t.Errorf("runs %v, want one in %s", runs, other)
 	}
-	cluster.Eventually(t, ctx, "the evaluator's project", func() error {
+	clustertest.Eventually(t, ctx, "the evaluator's project", func() error {
 		d := getObj(t, ctx, DeploymentsGVR, ns, "borrowed-"+ns+"-evaluator")
 		env, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 		for _, e := range env[0].(map[string]any)["env"].([]any) {

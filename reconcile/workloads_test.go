@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/render"
 )
 
@@ -65,7 +65,7 @@ func TestDriftIsRepaired(t *testing.T) {
 	// Someone edits a field the operator sets.
 	mergePatch(t, ctx, DeploymentsGVR, ns, "judge-evaluator",
 		`{"spec":{"template":{"spec":{"containers":[{"name":"evaluator","image":"evil/image:1"}]}}}}`)
-	cluster.Eventually(t, ctx, "image restored", func() error {
+	clustertest.Eventually(t, ctx, "image restored", func() error {
 		d := getObj(t, ctx, DeploymentsGVR, ns, "judge-evaluator")
 		cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 		if img := cs[0].(map[string]any)["image"]; img != "evalsi/judge:1" {
@@ -78,7 +78,7 @@ func TestDriftIsRepaired(t *testing.T) {
 	if err := client(DeploymentsGVR, ns).Delete(ctx, "judge-evaluator", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Eventually(t, ctx, "Deployment recreated", func() error {
+	clustertest.Eventually(t, ctx, "Deployment recreated", func() error {
 		d, err := client(DeploymentsGVR, ns).Get(ctx, "judge-evaluator", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -184,7 +184,7 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 
 	// The HPA scales the Deployment; the operator does not fight it.
 	mergePatch(t, ctx, DeploymentsGVR, ns, "pool-evaluator", `{"spec":{"replicas":7}}`)
-	cluster.Eventually(t, ctx, "status follows the HPA", func() error {
+	clustertest.Eventually(t, ctx, "status follows the HPA", func() error {
 		d := getObj(t, ctx, DeploymentsGVR, ns, "pool-evaluator")
 		for _, f := range []string{"replicas", "updatedReplicas", "readyReplicas", "availableReplicas"} {
 			if n, _, _ := unstructured.NestedInt64(d.Object, "status", f); n != 7 {
@@ -212,7 +212,7 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 	// Autoscaling removed: the ScaledObject goes, fixed replicas come back.
 	mergePatch(t, ctx, EvaluatorsGVR, ns, "pool", `{"spec":{"autoscaling":null,"replicas":2}}`)
 	waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "Available")
-	cluster.Eventually(t, ctx, "ScaledObject deleted", func() error {
+	clustertest.Eventually(t, ctx, "ScaledObject deleted", func() error {
 		_, err := client(ScaledObjectsGVR, ns).Get(ctx, "pool-evaluator", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -272,7 +272,7 @@ func TestCheckpointServer(t *testing.T) {
 	if err := client(CheckpointServersGVR, ns).Delete(ctx, "step-900", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Eventually(t, ctx, "children deleted", func() error {
+	clustertest.Eventually(t, ctx, "children deleted", func() error {
 		for _, gvr := range []schema.GroupVersionResource{DeploymentsGVR, ServicesGVR} {
 			if _, err := client(gvr, ns).Get(ctx, "step-900-vllm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("%s still there (%v)", gvr.Resource, err)
@@ -307,7 +307,7 @@ func TestSandboxClassRungs(t *testing.T) {
 	if err := client(SandboxClassesGVR, "").Delete(ctx, "bwrap", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Eventually(t, ctx, "pool deleted", func() error {
+	clustertest.Eventually(t, ctx, "pool deleted", func() error {
 		if _, err := client(DeploymentsGVR, sandbox).Get(ctx, "sandbox-bwrap", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pool still there (%v)", err)
 		}

@@ -32,6 +32,7 @@ const (
 // latency's median and 99th percentile as the API server sees it (request to response): with
 // validation alone (the default), and with the dry run of the children on the real API server.
 func BenchmarkWebhookLatency(b *testing.B) {
+	needCluster(b)
 	ctx := context.Background()
 	ensureNamespace(b, ctx, "team-a")
 	plain := httptest.NewTLSServer(handler(Validator(nil, nil)))

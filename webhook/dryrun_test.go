@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
 
 	"evals.si/operator/internal/specgen"
 	"evals.si/operator/render"
@@ -187,7 +187,7 @@ func TestAdmissionRefusesAnotherProject(t *testing.T) {
 	if _, err := env.Clientset().CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Eventually(t, ctx, "admitted once the namespace is bound", func() error {
+	clustertest.Eventually(t, ctx, "admitted once the namespace is bound", func() error {
 		return create(ctx, env.Dynamic(), run)
 	})
 }

@@ -25,15 +25,21 @@ import (
 	"k8s.io/client-go/rest"
 
 	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/internal/manifest"
 	"evals.si/operator/render"
 )
 
 var env *cluster.Cluster
 
-func TestMain(m *testing.M) {
-	os.Exit(cluster.Main(m, cluster.Options{CRDDirs: []string{"../chart/evalsi-crds/files/crds"}}, &env))
-}
+// shared is the package's control plane, started by the first test that calls testContext (or
+// needCluster): pure tests start no process.
+var shared = clustertest.New(cluster.Options{CRDDirs: []string{"../chart/evalsi-crds/files/crds"}})
+
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
+
+// needCluster starts the package's control plane if it has not started yet, and sets env.
+func needCluster(t testing.TB) { env = shared.Get(t) }
 
 var resources = map[string]string{
 	"EvalRun": "evalruns", "OnlineEvalPolicy": "onlineevalpolicies", "TraceSource": "tracesources",
@@ -45,6 +51,7 @@ func gvr(kind string) schema.GroupVersionResource {
 }
 
 func testContext(t *testing.T) context.Context {
+	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
@@ -154,7 +161,7 @@ func startWebhook(t *testing.T, ctx context.Context, validity time.Duration, con
 	}
 	t.Cleanup(stop)
 	ns := ensureNamespace(t, ctx, "admission")
-	cluster.Eventually(t, ctx, "admission through the webhook", func() error {
+	clustertest.Eventually(t, ctx, "admission through the webhook", func() error {
 		_, err := env.Dynamic().Resource(gvr("TraceSource")).Namespace(ns).Create(ctx, traceSource("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})
@@ -259,7 +266,7 @@ func TestCreatorAnnotationIsWrittenByAdmission(t *testing.T) {
 	}}
 	var got *unstructured.Unstructured
 	// The new RoleBinding reaches the API server's authorizer a moment later.
-	cluster.Eventually(t, ctx, "create as team-a-user", func() error {
+	clustertest.Eventually(t, ctx, "create as team-a-user", func() error {
 		var err error
 		got, err = user.Resource(gvr("CheckpointServer")).Namespace(ns).Create(ctx, cs, metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot create resource") {
