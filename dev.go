@@ -27,6 +27,7 @@ import (
 	"evals.si/operator/apiclient"
 	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster"
+	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/manifest"
 	"evals.si/operator/reconcile"
 	"evals.si/operator/render"
@@ -221,8 +222,8 @@ type devRow struct {
 func devTable(ctx context.Context, c *cluster.Cluster) ([]devRow, error) {
 	var rows []devRow
 	for _, gvr := range []schema.GroupVersionResource{
-		reconcile.EvaluatorsGVR, reconcile.SandboxClassesGVR, reconcile.CheckpointServersGVR,
-		reconcile.EvalRunsGVR, reconcile.OnlineEvalPoliciesGVR, reconcile.TraceSourcesGVR,
+		evalsi.Evaluators, evalsi.SandboxClasses, evalsi.CheckpointServers,
+		evalsi.EvalRuns, evalsi.OnlineEvalPolicies, evalsi.TraceSources,
 	} {
 		list, err := c.Dynamic().Resource(gvr).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -233,7 +234,7 @@ func devTable(ctx context.Context, c *cluster.Cluster) ([]devRow, error) {
 			conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
 			for _, cond := range conds {
 				m, _ := cond.(map[string]any)
-				if m["type"] == "Ready" {
+				if m["type"] == evalsi.ConditionReady {
 					row.Ready, _ = m["status"].(string)
 					row.Reason, _ = m["reason"].(string)
 					row.Message, _ = m["message"].(string)

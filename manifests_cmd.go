@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/manifest"
-	"evals.si/operator/render"
 	"evals.si/operator/schemas"
 )
 
@@ -36,7 +36,7 @@ func readManifests(c *cli.Context) ([]manifest.Document, error) {
 	}
 	var ours []manifest.Document
 	for _, d := range docs {
-		if d.Object.GroupVersionKind().Group == render.Group {
+		if d.Object.GroupVersionKind().Group == evalsi.Group {
 			ours = append(ours, d)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -41,7 +42,7 @@ func validateCommand() *cli.Command {
 			}
 			invalid := 0
 			for _, d := range docs {
-				if label := d.Object.GetLabels()[render.LabelProject]; bindings == nil && label != "" && d.Object.GetNamespace() != "" && label != d.Object.GetNamespace() {
+				if label := d.Object.GetLabels()[evalsi.LabelProject]; bindings == nil && label != "" && d.Object.GetNamespace() != "" && label != d.Object.GetNamespace() {
 					fmt.Fprintf(c.App.ErrWriter, "%s: %s/%s: note: whether namespace %s may act in project %s depends on its binding, which cannot be checked offline; give --project-binding\n",
 						d.Where(), d.Object.GetKind(), d.Object.GetName(), d.Object.GetNamespace(), label)
 				}

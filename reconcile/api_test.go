@@ -20,6 +20,7 @@ import (
 	"evals.si/operator/apiclient/evalsid"
 	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
 )
 
 // testEvalsid is the reference server on loopback with the operator's token in a file.
@@ -80,7 +81,7 @@ func waitPhase(t *testing.T, ctx context.Context, ns, name, phase string) *unstr
 	t.Helper()
 	var got *unstructured.Unstructured
 	clustertest.Eventually(t, ctx, "phase "+phase, func() error {
-		got = getObj(t, ctx, EvalRunsGVR, ns, name)
+		got = getObj(t, ctx, evalsi.EvalRuns, ns, name)
 		if p := phaseOf(got); p != phase {
 			return fmt.Errorf("phase %q", p)
 		}
@@ -94,7 +95,7 @@ func TestEvalRunFollowsTheServerThenStopsPolling(t *testing.T) {
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{Summary: evalsid.Summary{Total: 10, Passed: 9, Failed: 1, Score: 0.9}})
 	startEngine(t, api.apiConfig(ns))
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "smoke", runSpec(nil))
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "smoke", runSpec(nil))
 
 	got := waitPhase(t, ctx, ns, "smoke", "Pending")
 	id, _, _ := unstructured.NestedString(got.Object, "status", "runId")
@@ -160,14 +161,14 @@ func TestEvalRunSurvivesACrashBetweenCreateAndStatus(t *testing.T) {
 		first.stop()
 		return errors.New("killed after CreateRun")
 	}
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "once", runSpec(map[string]any{"labels": map[string]any{"team": "a"}}))
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "once", runSpec(map[string]any{"labels": map[string]any{"team": "a"}}))
 	select {
 	case <-crashed:
 	case <-ctx.Done():
 		t.Fatal("the first operator never created the run")
 	}
 	first.wait(t)
-	if id, _, _ := unstructured.NestedString(getObj(t, ctx, EvalRunsGVR, ns, "once").Object, "status", "runId"); id != "" {
+	if id, _, _ := unstructured.NestedString(getObj(t, ctx, evalsi.EvalRuns, ns, "once").Object, "status", "runId"); id != "" {
 		t.Fatalf("status written before the crash: %s", id)
 	}
 
@@ -190,8 +191,8 @@ func TestDeletingARunningEvalRunCancelsItOnce(t *testing.T) {
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{})
 	startEngine(t, api.apiConfig(ns))
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "a", runSpec(nil))
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "b", runSpec(nil))
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "a", runSpec(nil))
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "b", runSpec(nil))
 	for _, n := range []string{"a", "b"} {
 		got := waitPhase(t, ctx, ns, n, "Pending")
 		id, _, _ := unstructured.NestedString(got.Object, "status", "runId")
@@ -200,7 +201,7 @@ func TestDeletingARunningEvalRunCancelsItOnce(t *testing.T) {
 	}
 
 	// Server up: cancelled once, kept on the server, object gone.
-	if err := client(EvalRunsGVR, ns).Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+	if err := client(evalsi.EvalRuns, ns).Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, ctx, ns, "a")
@@ -210,11 +211,11 @@ func TestDeletingARunningEvalRunCancelsItOnce(t *testing.T) {
 
 	// Server down: the finalizer holds and the condition says why; back up, it completes.
 	api.SetDown(true)
-	if err := client(EvalRunsGVR, ns).Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
+	if err := client(evalsi.EvalRuns, ns).Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ctx, EvalRunsGVR, ns, "b", "False", "APIUnavailable")
-	if got := getObj(t, ctx, EvalRunsGVR, ns, "b"); len(got.GetFinalizers()) == 0 {
+	waitReady(t, ctx, evalsi.EvalRuns, ns, "b", "False", "APIUnavailable")
+	if got := getObj(t, ctx, evalsi.EvalRuns, ns, "b"); len(got.GetFinalizers()) == 0 {
 		t.Fatal("finalizer released while the server could not cancel")
 	}
 	api.SetDown(false)
@@ -232,7 +233,7 @@ func TestDeletingARunningEvalRunCancelsItOnce(t *testing.T) {
 func waitGone(t *testing.T, ctx context.Context, ns, name string) {
 	t.Helper()
 	clustertest.Eventually(t, ctx, name+" deleted", func() error {
-		_, err := client(EvalRunsGVR, ns).Get(ctx, name, metav1.GetOptions{})
+		_, err := client(evalsi.EvalRuns, ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -267,12 +268,12 @@ func TestEvalRunWaitsForItsCheckpointServer(t *testing.T) {
 			cfg := api.apiConfig(ns)
 			cfg.Controllers = nil // the CheckpointServer controller too
 			startEngine(t, cfg)
-			create(t, ctx, EvalRunsGVR, ns, "EvalRun", "ckpt", map[string]any{"suite": "smoke", "target": tc.target})
-			waitReady(t, ctx, EvalRunsGVR, ns, "ckpt", "False", "WaitingForTarget")
+			create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "ckpt", map[string]any{"suite": "smoke", "target": tc.target})
+			waitReady(t, ctx, evalsi.EvalRuns, ns, "ckpt", "False", "WaitingForTarget")
 			if n := api.Calls("CreateRun"); n != 0 {
 				t.Fatalf("CreateRun called %d times before the target was Ready", n)
 			}
-			create(t, ctx, CheckpointServersGVR, ns, "CheckpointServer", "step-900", tc.server)
+			create(t, ctx, evalsi.CheckpointServers, ns, "CheckpointServer", "step-900", tc.server)
 			waitPhase(t, ctx, ns, "ckpt", "Pending")
 			target := api.Runs()[0].Spec.Target
 			want := "http://step-900-vllm." + ns + ".svc:8000/v1"
@@ -295,8 +296,8 @@ func TestInvalidArgumentIsTerminalAndUnavailableBacksOff(t *testing.T) {
 	startEngine(t, cfg)
 
 	api.KnownSuites("smoke")
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "unknown", runSpec(map[string]any{"suite": "nope"}))
-	got := waitReady(t, ctx, EvalRunsGVR, ns, "unknown", "False", "Rejected")
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "unknown", runSpec(map[string]any{"suite": "nope"}))
+	got := waitReady(t, ctx, evalsi.EvalRuns, ns, "unknown", "False", "Rejected")
 	if _, _, msg := readyCondition(got); !strings.Contains(msg, `spec.suite: unknown suite "nope"`) {
 		t.Errorf("message %q lacks the server's", msg)
 	}
@@ -315,8 +316,8 @@ func TestInvalidArgumentIsTerminalAndUnavailableBacksOff(t *testing.T) {
 	startEngine(t, api.apiConfig(ns))
 	start := len(api.CallLog())
 	api.FailNext(8, connect.CodeUnavailable)
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "later", runSpec(nil))
-	waitReady(t, ctx, EvalRunsGVR, ns, "later", "False", "APIUnavailable")
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "later", runSpec(nil))
+	waitReady(t, ctx, evalsi.EvalRuns, ns, "later", "False", "APIUnavailable")
 	waitPhase(t, ctx, ns, "later", "Pending")
 	var at []time.Time
 	for _, c := range api.CallLog()[start:] {
@@ -338,7 +339,7 @@ func TestTokenFileRotation(t *testing.T) {
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{})
 	startEngine(t, api.apiConfig(ns))
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "first", runSpec(nil))
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "first", runSpec(nil))
 	waitPhase(t, ctx, ns, "first", "Pending")
 
 	api.SetToken("operator-token-2", "system:serviceaccount:evalsi:evalsi-operator")
@@ -350,7 +351,7 @@ func TestTokenFileRotation(t *testing.T) {
 	if err := os.Rename(tmp, api.TokenFile); err != nil {
 		t.Fatal(err)
 	}
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "second", runSpec(nil))
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "second", runSpec(nil))
 	waitPhase(t, ctx, ns, "second", "Pending")
 }
 
@@ -362,21 +363,21 @@ func TestPolicyConflictsAndDrift(t *testing.T) {
 	cfg.Resync = time.Second
 	startEngine(t, cfg)
 	spec := map[string]any{"traceSource": "prod", "samplingRate": 0.1, "evaluators": []any{"toxicity"}, "enabled": true}
-	create(t, ctx, OnlineEvalPoliciesGVR, teamA, "OnlineEvalPolicy", "toxicity", spec)
-	waitReady(t, ctx, OnlineEvalPoliciesGVR, teamA, "toxicity", "True", "Applied")
+	create(t, ctx, evalsi.OnlineEvalPolicies, teamA, "OnlineEvalPolicy", "toxicity", spec)
+	waitReady(t, ctx, evalsi.OnlineEvalPolicies, teamA, "toxicity", "True", "Applied")
 	other := map[string]any{"traceSource": "staging", "samplingRate": 0.5, "evaluators": []any{"pii"}, "enabled": true}
-	create(t, ctx, OnlineEvalPoliciesGVR, teamB, "OnlineEvalPolicy", "toxicity", other)
-	waitReady(t, ctx, OnlineEvalPoliciesGVR, teamB, "toxicity", "False", "Conflict")
+	create(t, ctx, evalsi.OnlineEvalPolicies, teamB, "OnlineEvalPolicy", "toxicity", other)
+	waitReady(t, ctx, evalsi.OnlineEvalPolicies, teamB, "toxicity", "False", "Conflict")
 	if p := api.Policy("toxicity"); p.Project != teamA || p.Spec.TraceSource != "prod" {
 		t.Errorf("team A's policy changed: %v", p)
 	}
 
 	// Deleting team B's object leaves team A's policy.
-	if err := client(OnlineEvalPoliciesGVR, teamB).Delete(ctx, "toxicity", metav1.DeleteOptions{}); err != nil {
+	if err := client(evalsi.OnlineEvalPolicies, teamB).Delete(ctx, "toxicity", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, ctx, "team B's object gone", func() error {
-		if _, err := client(OnlineEvalPoliciesGVR, teamB).Get(ctx, "toxicity", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := client(evalsi.OnlineEvalPolicies, teamB).Get(ctx, "toxicity", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there (%v)", err)
 		}
 		return nil
@@ -400,7 +401,7 @@ func TestPolicyConflictsAndDrift(t *testing.T) {
 		return nil
 	})
 	// Deleting team A's object deletes its policy.
-	if err := client(OnlineEvalPoliciesGVR, teamA).Delete(ctx, "toxicity", metav1.DeleteOptions{}); err != nil {
+	if err := client(evalsi.OnlineEvalPolicies, teamA).Delete(ctx, "toxicity", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, ctx, "policy deleted on the server", func() error {
@@ -416,8 +417,8 @@ func TestTraceSourceReportsIngestEndpoint(t *testing.T) {
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{})
 	startEngine(t, api.apiConfig(ns))
-	create(t, ctx, TraceSourcesGVR, ns, "TraceSource", "prod", map[string]any{"type": "otlp"})
-	got := waitReady(t, ctx, TraceSourcesGVR, ns, "prod", "True", "Applied")
+	create(t, ctx, evalsi.TraceSources, ns, "TraceSource", "prod", map[string]any{"type": "otlp"})
+	got := waitReady(t, ctx, evalsi.TraceSources, ns, "prod", "True", "Applied")
 	if ep, _, _ := unstructured.NestedString(got.Object, "status", "ingestEndpoint"); !strings.Contains(ep, "/ingest/"+ns+"/prod/") {
 		t.Errorf("status.ingestEndpoint = %q", ep)
 	}

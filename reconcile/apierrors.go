@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+
+	"evals.si/operator/evalsi"
 )
 
 // apiFailure maps an error of an evalsid call to the Ready condition that explains it and the
@@ -19,15 +21,15 @@ func apiFailure(what string, err error) (Condition, error) {
 	msg := fmt.Sprintf("%s: %s", what, connectMessage(err))
 	switch code {
 	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
-		return Ready(false, "Rejected", msg), Terminal("Rejected", errors.New(msg))
+		return Ready(false, evalsi.ReasonRejected, msg), Terminal(evalsi.ReasonRejected, errors.New(msg))
 	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeResourceExhausted:
-		return Ready(false, "APIUnavailable", msg), fmt.Errorf("%s: %w", what, err)
+		return Ready(false, evalsi.ReasonAPIUnavailable, msg), fmt.Errorf("%s: %w", what, err)
 	case connect.CodeUnauthenticated:
-		return Ready(false, "Unauthenticated", msg), fmt.Errorf("%s: %w", what, err)
+		return Ready(false, evalsi.ReasonUnauthenticated, msg), fmt.Errorf("%s: %w", what, err)
 	case connect.CodePermissionDenied:
-		return Ready(false, "PermissionDenied", msg), fmt.Errorf("%s: %w", what, err)
+		return Ready(false, evalsi.ReasonPermissionDenied, msg), fmt.Errorf("%s: %w", what, err)
 	default:
-		return Ready(false, "APIError", msg), fmt.Errorf("%s: %w", what, err)
+		return Ready(false, evalsi.ReasonAPIError, msg), fmt.Errorf("%s: %w", what, err)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"evals.si/operator/render"
+	"evals.si/operator/evalsi"
 )
 
 // errCacheNotSynced says that a child informer has not listed yet: the reconcile comes back
@@ -78,7 +78,7 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 			// The API server refused this very rendering for this generation: applying it again
 			// on every resync would be refused again. A new spec or operator setting renders
 			// something else and is applied.
-			return nil, Terminal("InvalidSpec", errors.New(msg))
+			return nil, Terminal(evalsi.ReasonInvalidSpec, errors.New(msg))
 		}
 		e.log.Debug("applying child", "owner", owner.GetName(), "child", key, "why", why)
 		obj, err := e.apply(ctx, want, cur)
@@ -114,7 +114,7 @@ func staleness(want, live *unstructured.Unstructured) string {
 	if live == nil {
 		return "missing"
 	}
-	if want.GetAnnotations()[render.AnnotationSpecHash] != live.GetAnnotations()[render.AnnotationSpecHash] {
+	if want.GetAnnotations()[evalsi.AnnotationSpecHash] != live.GetAnnotations()[evalsi.AnnotationSpecHash] {
 		return "rendering changed"
 	}
 	if path := uncovered(live.Object, want.Object, ""); path != "" {
@@ -207,7 +207,7 @@ func (e *Engine) apply(ctx context.Context, want, cur *unstructured.Unstructured
 		return nil, fmt.Errorf("no resource known for kind %s", want.GetKind())
 	}
 	client := e.client.Resource(gvr).Namespace(want.GetNamespace())
-	if gvr == DeploymentsGVR && cur != nil {
+	if gvr == evalsi.Deployments && cur != nil {
 		if _, set, _ := unstructured.NestedFieldNoCopy(want.Object, "spec", "replicas"); !set {
 			if err := e.handOverReplicas(ctx, want); err != nil {
 				return nil, err
@@ -217,7 +217,7 @@ func (e *Engine) apply(ctx context.Context, want, cur *unstructured.Unstructured
 	applied, err := client.Apply(ctx, want.GetName(), want, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	if apierrors.IsInvalid(err) {
 		// The spec rendered into something the API server rejects; retrying cannot help.
-		return nil, Terminal("InvalidSpec", fmt.Errorf("%s: %w", refusal(want), err))
+		return nil, Terminal(evalsi.ReasonInvalidSpec, fmt.Errorf("%s: %w", refusal(want), err))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("applying %s %s/%s: %w", want.GetKind(), want.GetNamespace(), want.GetName(), err)
@@ -229,7 +229,7 @@ func (e *Engine) apply(ctx context.Context, want, cur *unstructured.Unstructured
 // rendering (its spec hash), so that the same rendering is known again (refusedBefore).
 func refusal(want *unstructured.Unstructured) string {
 	return fmt.Sprintf("%s %s (rendering %s) was refused by the API server",
-		want.GetKind(), want.GetName(), want.GetAnnotations()[render.AnnotationSpecHash])
+		want.GetKind(), want.GetName(), want.GetAnnotations()[evalsi.AnnotationSpecHash])
 }
 
 // refusedBefore returns the message of owner's Stalled condition when it says that the API server
@@ -244,7 +244,7 @@ func refusedBefore(owner, want *unstructured.Unstructured) (string, bool) {
 // spec.replicas: if the operator's manager owns the field, another manager applies the same value
 // first, so that the field stays owned and is not reset to its default of 1.
 func (e *Engine) handOverReplicas(ctx context.Context, want *unstructured.Unstructured) error {
-	client := e.client.Resource(DeploymentsGVR).Namespace(want.GetNamespace())
+	client := e.client.Resource(evalsi.Deployments).Namespace(want.GetNamespace())
 	cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -137,7 +138,7 @@ func benchFloor(b *testing.B, ctx context.Context) floorTimes {
 	}
 	var t floorTimes
 	t.evaluators = phase(func(i int) error {
-		ev, err := c.Resource(EvaluatorsGVR).Namespace(ns).Create(ctx, benchEvaluator(ns, i), metav1.CreateOptions{FieldManager: FieldManager})
+		ev, err := c.Resource(evalsi.Evaluators).Namespace(ns).Create(ctx, benchEvaluator(ns, i), metav1.CreateOptions{FieldManager: FieldManager})
 		evs[i] = ev
 		return err
 	})
@@ -158,13 +159,13 @@ func benchFloor(b *testing.B, ctx context.Context) floorTimes {
 	})
 	t.statuses = phase(func(i int) error {
 		evs[i].Object["status"] = status
-		_, err := c.Resource(EvaluatorsGVR).Namespace(ns).UpdateStatus(ctx, evs[i], metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err := c.Resource(evalsi.Evaluators).Namespace(ns).UpdateStatus(ctx, evs[i], metav1.UpdateOptions{FieldManager: FieldManager})
 		return err
 	})
 	// Let the controller-manager and KWOK finish with these Deployments before the next run, so
 	// that it does not pay for this one's work.
 	for ctx.Err() == nil {
-		l, err := c.Resource(DeploymentsGVR).Namespace(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		l, err := c.Resource(evalsi.Deployments).Namespace(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		done := err == nil
 		for _, d := range l.Items {
 			if r, _, _ := unstructured.NestedInt64(d.Object, "status", "availableReplicas"); r < 1 {
@@ -206,7 +207,7 @@ func benchOperator(b *testing.B, ctx context.Context, bin string) (time.Duration
 	watch := watchConvergence(ctx, c, ns)
 	start := time.Now()
 	err = parallel(benchEvaluators, benchWorkers, func(i int) error {
-		_, err := c.Resource(EvaluatorsGVR).Namespace(ns).Create(ctx, benchEvaluator(ns, i), metav1.CreateOptions{})
+		_, err := c.Resource(evalsi.Evaluators).Namespace(ns).Create(ctx, benchEvaluator(ns, i), metav1.CreateOptions{})
 		return err
 	})
 	if err != nil {
@@ -235,9 +236,9 @@ type convergenceWatch struct {
 func watchConvergence(ctx context.Context, c dynamic.Interface, ns string) *convergenceWatch {
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c, 0, ns, nil)
 	w := &convergenceWatch{
-		evaluators:    f.ForResource(EvaluatorsGVR).Informer(),
-		deployments:   f.ForResource(DeploymentsGVR).Informer(),
-		scaledObjects: f.ForResource(ScaledObjectsGVR).Informer(),
+		evaluators:    f.ForResource(evalsi.Evaluators).Informer(),
+		deployments:   f.ForResource(evalsi.Deployments).Informer(),
+		scaledObjects: f.ForResource(evalsi.ScaledObjects).Informer(),
 	}
 	f.Start(ctx.Done())
 	f.WaitForCacheSync(ctx.Done())

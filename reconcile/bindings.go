@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	"evals.si/operator/render"
+	"evals.si/operator/evalsi"
 )
 
 // Project bindings: a cluster administrator binds a namespace to a project with the label
@@ -43,7 +43,7 @@ func (e *Engine) refreshBindings(ctx context.Context) {
 	}
 	bindings, nsLabels := map[string]string{}, map[string]map[string]string{}
 	for _, n := range namespaces {
-		if p := n.Labels[render.LabelProject]; p != "" {
+		if p := n.Labels[evalsi.LabelProject]; p != "" {
 			bindings[n.Name] = p
 		}
 		nsLabels[n.Name] = n.Labels
@@ -95,7 +95,7 @@ func (e *Engine) projectNotAllowed(ctx context.Context, k *kind, obj *unstructur
 		return Outcome{}, e.setFinalizer(ctx, k, obj, k.finalizer, false)
 	}
 	return Outcome{Status: &Status{Fields: statusFields(obj), Conditions: []Condition{
-		Ready(false, "ProjectNotAllowed", err.Error()),
+		Ready(false, evalsi.ReasonProjectNotAllowed, err.Error()),
 	}}}, nil
 }
 

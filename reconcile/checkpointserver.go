@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/evalsi"
 )
 
 // reconcileCheckpointServer renders the vLLM Deployment and Service, syncs them, and reports the
@@ -23,11 +25,11 @@ func reconcileCheckpointServer(ctx context.Context, e *Engine, k *kind, obj *uns
 	var ready Condition
 	switch {
 	case !r.done:
-		ready = Ready(false, "RollingOut", r.message)
+		ready = Ready(false, evalsi.ReasonRollingOut, r.message)
 	case r.ready == 0:
-		ready = Ready(false, "NoReplicas", "no replica of the current spec is serving")
+		ready = Ready(false, evalsi.ReasonNoReplicas, "no replica of the current spec is serving")
 	default:
-		ready = Ready(true, "Serving", "a replica of the current spec passes /health")
+		ready = Ready(true, evalsi.ReasonServing, "a replica of the current spec passes /health")
 	}
 	return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{ready}}}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -143,7 +144,7 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 		// kstatus convention) says that nothing changes until the spec does.
 		outcome.Status.Conditions = append(outcome.Status.Conditions,
 			Ready(false, te.Reason, te.Error()),
-			Condition{Type: "Stalled", Status: "True", Reason: te.Reason, Message: te.Error()})
+			Condition{Type: evalsi.ConditionStalled, Status: "True", Reason: te.Reason, Message: te.Error()})
 	}
 	if outcome.Status != nil {
 		written, serr := c.e.writeStatus(ctx, c.k, obj, outcome.Status)
@@ -177,7 +178,7 @@ func (c *controller) reconcileObject(ctx context.Context, obj *unstructured.Unst
 		// kinds meet them when they render (render.Validate is rendering); the API kinds are
 		// checked first, since they may call evalsid before they decode.
 		if err := render.Validate(obj, c.e.projectBindings()); err != nil {
-			return Outcome{}, Terminal("InvalidSpec", err)
+			return Outcome{}, Terminal(evalsi.ReasonInvalidSpec, err)
 		}
 	}
 	return c.k.reconcile(ctx, c.e, c.k, obj)

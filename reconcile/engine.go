@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"evals.si/operator/apiclient"
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -371,7 +372,7 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	var tweak dynamicinformer.TweakListOptionsFunc
 	indexers := cache.Indexers{}
 	if child {
-		tweak = func(o *metav1.ListOptions) { o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy }
+		tweak = func(o *metav1.ListOptions) { o.LabelSelector = evalsi.LabelManagedBy + "=" + evalsi.ManagedBy }
 		indexers[ownerIndex] = indexByOwner
 	} else {
 		indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc

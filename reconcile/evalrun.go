@@ -14,23 +14,17 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	v1 "evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
-// runFinalizer holds an EvalRun until its run is cancelled (or has ended) on the server.
-const runFinalizer = "evals.si/cancel-run"
-
 // phaseNames are the status phases of the server's run phases.
 var phaseNames = map[v1.Phase]string{
-	v1.Phase_PHASE_PENDING:   "Pending",
-	v1.Phase_PHASE_RUNNING:   "Running",
-	v1.Phase_PHASE_SUCCEEDED: "Succeeded",
-	v1.Phase_PHASE_FAILED:    "Failed",
-	v1.Phase_PHASE_CANCELLED: "Cancelled",
-}
-
-func terminalPhase(phase string) bool {
-	return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled"
+	v1.Phase_PHASE_PENDING:   evalsi.PhasePending,
+	v1.Phase_PHASE_RUNNING:   evalsi.PhaseRunning,
+	v1.Phase_PHASE_SUCCEEDED: evalsi.PhaseSucceeded,
+	v1.Phase_PHASE_FAILED:    evalsi.PhaseFailed,
+	v1.Phase_PHASE_CANCELLED: evalsi.PhaseCancelled,
 }
 
 // reconcileEvalRun creates the object's run once (idempotency key: the object's uid), follows
@@ -45,11 +39,11 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 	}
 	runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
 	phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
-	if terminalPhase(phase) {
+	if evalsi.TerminalPhase(phase) {
 		// The run has ended: nothing to follow, nothing to write.
 		return Outcome{}, nil
 	}
-	if err := e.setFinalizer(ctx, k, obj, runFinalizer, true); err != nil {
+	if err := e.setFinalizer(ctx, k, obj, evalsi.FinalizerCancelRun, true); err != nil {
 		return Outcome{}, err
 	}
 
@@ -57,7 +51,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 	if runID == "" {
 		spec, err := render.RunSpec(obj)
 		if err != nil {
-			return Outcome{}, Terminal("InvalidSpec", err)
+			return Outcome{}, Terminal(evalsi.ReasonInvalidSpec, err)
 		}
 		if refused := e.sandboxClassRefusal(ctx, obj.GetNamespace(), spec.SandboxClass); refused != nil {
 			return Outcome{Status: &Status{Fields: statusFields(obj), Conditions: []Condition{*refused}}, RequeueAfter: classRecheck}, nil
@@ -68,7 +62,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 		resp, err := e.api.Runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
 			Project:        project,
 			IdempotencyKey: string(obj.GetUID()),
-			Creator:        obj.GetAnnotations()[render.AnnotationCreatedBy],
+			Creator:        obj.GetAnnotations()[evalsi.AnnotationCreatedBy],
 			Spec:           spec,
 			Name:           obj.GetNamespace() + "/" + obj.GetName(),
 		}))
@@ -86,7 +80,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 	} else {
 		resp, err := e.api.Runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: project, Id: runID}))
 		if connect.CodeOf(err) == connect.CodeNotFound {
-			return Outcome{}, Terminalf("RunNotFound", "run %s is not on the server any more", runID)
+			return Outcome{}, Terminalf(evalsi.ReasonRunNotFound, "run %s is not on the server any more", runID)
 		}
 		if err != nil {
 			cond, err := apiFailure("reading the run", err)
@@ -95,7 +89,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 		run = resp.Msg.Run
 	}
 	st := runStatus(run)
-	if terminalPhase(st.Fields["phase"].(string)) {
+	if evalsi.TerminalPhase(st.Fields["phase"].(string)) {
 		return Outcome{Status: st}, nil
 	}
 	// Poll: the server sends no events. Jitter spreads many runs' polls apart.
@@ -106,7 +100,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 func runStatus(run *v1.Run) *Status {
 	phase := phaseNames[run.Phase]
 	if phase == "" {
-		phase = "Pending"
+		phase = evalsi.PhasePending
 	}
 	fields := map[string]any{"runId": run.Id, "url": run.Url, "phase": phase}
 	if t := run.StartedAt; t != nil {
@@ -123,22 +117,22 @@ func runStatus(run *v1.Run) *Status {
 	// Ready says the run exists and is followed; Complete and Failed say how it ended, as a Job's
 	// do, so that `kubectl wait --for=condition=Complete` blocks until the run succeeds.
 	ready := Ready(true, phase, "run "+run.Id+" is "+phase)
-	complete := Condition{Type: "Complete", Status: "False", Reason: phase, Message: "run " + run.Id + " has not succeeded"}
-	failed := Condition{Type: "Failed", Status: "False", Reason: phase, Message: "run " + run.Id + " has not failed"}
+	complete := Condition{Type: evalsi.ConditionComplete, Status: "False", Reason: phase, Message: "run " + run.Id + " has not succeeded"}
+	failed := Condition{Type: evalsi.ConditionFailed, Status: "False", Reason: phase, Message: "run " + run.Id + " has not failed"}
 	switch phase {
-	case "Succeeded":
-		complete = Condition{Type: "Complete", Status: "True", Reason: phase, Message: "run " + run.Id + " succeeded"}
-	case "Failed":
+	case evalsi.PhaseSucceeded:
+		complete = Condition{Type: evalsi.ConditionComplete, Status: "True", Reason: phase, Message: "run " + run.Id + " succeeded"}
+	case evalsi.PhaseFailed:
 		msg := "the run failed"
 		if run.Message != "" {
 			msg = run.Message
 		}
-		ready = Ready(false, "Failed", msg)
-		failed = Condition{Type: "Failed", Status: "True", Reason: "Failed", Message: msg}
-	case "Cancelled":
+		ready = Ready(false, evalsi.PhaseFailed, msg)
+		failed = Condition{Type: evalsi.ConditionFailed, Status: "True", Reason: evalsi.PhaseFailed, Message: msg}
+	case evalsi.PhaseCancelled:
 		msg := "the run was cancelled; its results so far are kept"
-		ready = Ready(false, "Cancelled", msg)
-		failed = Condition{Type: "Failed", Status: "True", Reason: "Cancelled", Message: msg}
+		ready = Ready(false, evalsi.PhaseCancelled, msg)
+		failed = Condition{Type: evalsi.ConditionFailed, Status: "True", Reason: evalsi.PhaseCancelled, Message: msg}
 	}
 	return &Status{Fields: fields, Conditions: []Condition{ready, complete, failed}}
 }
@@ -151,9 +145,9 @@ func (e *Engine) resolveTarget(ctx context.Context, obj *unstructured.Unstructur
 		return nil, nil
 	}
 	waiting := func(msg string) *Status {
-		return &Status{Conditions: []Condition{Ready(false, "WaitingForTarget", msg)}}
+		return &Status{Conditions: []Condition{Ready(false, evalsi.ReasonWaitingForTarget, msg)}}
 	}
-	cs, err := e.client.Resource(CheckpointServersGVR).Namespace(obj.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
+	cs, err := e.client.Resource(evalsi.CheckpointServers).Namespace(obj.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return waiting(fmt.Sprintf("waiting for CheckpointServer %s to exist", name)), nil
 	}
@@ -178,15 +172,15 @@ func (e *Engine) resolveTarget(ctx context.Context, obj *unstructured.Unstructur
 // cancelRun cancels the run of a deleted EvalRun unless it has ended, then lets the object go.
 // While the server cannot confirm, the finalizer stays and the condition says why.
 func (e *Engine) cancelRun(ctx context.Context, k *kind, obj *unstructured.Unstructured, project string) (Outcome, error) {
-	if !slices.Contains(obj.GetFinalizers(), runFinalizer) {
+	if !slices.Contains(obj.GetFinalizers(), evalsi.FinalizerCancelRun) {
 		return Outcome{}, nil
 	}
-	if held, err := e.stillHeld(ctx, k, obj, runFinalizer); err != nil || !held {
+	if held, err := e.stillHeld(ctx, k, obj, evalsi.FinalizerCancelRun); err != nil || !held {
 		return Outcome{}, err
 	}
 	runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
 	phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
-	if !terminalPhase(phase) {
+	if !evalsi.TerminalPhase(phase) {
 		req := &v1.CancelRunRequest{Project: project, Id: runID}
 		if runID == "" {
 			// A crash between the create and the status write leaves the id unknown here;
@@ -208,10 +202,10 @@ func (e *Engine) cancelRun(ctx context.Context, k *kind, obj *unstructured.Unstr
 				return Outcome{Status: &Status{Fields: statusFields(obj), Conditions: []Condition{cond}}}, err
 			}
 			e.log.Info("cancelled the run of a deleted EvalRun; its results so far are kept", "namespace", obj.GetNamespace(), "name", obj.GetName(), "run", req.Id)
-			e.recorder.Eventf(obj, corev1.EventTypeNormal, "Cancelled", "cancelled run %s because the EvalRun was deleted; its results so far are kept", req.Id)
+			e.recorder.Eventf(obj, corev1.EventTypeNormal, evalsi.PhaseCancelled, "cancelled run %s because the EvalRun was deleted; its results so far are kept", req.Id)
 		}
 	}
-	return Outcome{}, e.setFinalizer(ctx, k, obj, runFinalizer, false)
+	return Outcome{}, e.setFinalizer(ctx, k, obj, evalsi.FinalizerCancelRun, false)
 }
 
 // jitter returns d spread by ±20%.

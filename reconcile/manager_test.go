@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
 )
 
 func freeAddr(t *testing.T) string {
@@ -50,8 +51,8 @@ func TestManagerLeadsServesHealthAndMetrics(t *testing.T) {
 			t.Errorf("manager: %v", err)
 		}
 	}()
-	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{})
-	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "judge", map[string]any{})
+	waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "True", "Available")
 
 	lease, err := env.Clientset().CoordinationV1().Leases(ns).Get(ctx, "evalsi-operator", metav1.GetOptions{})
 	if err != nil {

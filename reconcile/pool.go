@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -13,7 +14,7 @@ import (
 // project bindings last read.
 func (e *Engine) renderOptions() render.Options {
 	opts := e.cfg.Render
-	opts.Autoscaling = e.isServed(ScaledObjectsGVR)
+	opts.Autoscaling = e.isServed(evalsi.ScaledObjects)
 	opts.ProjectBindings = e.projectBindings()
 	return opts
 }
@@ -23,7 +24,7 @@ func (e *Engine) renderOptions() render.Options {
 func (e *Engine) renderChildren(ctx context.Context, k *kind, obj *unstructured.Unstructured) (render.Result, children, error) {
 	res, err := render.Object(obj, e.renderOptions())
 	if err != nil {
-		return res, nil, Terminal("InvalidSpec", err)
+		return res, nil, Terminal(evalsi.ReasonInvalidSpec, err)
 	}
 	live, err := e.syncChildren(ctx, k, obj, res.Objects)
 	return res, live, err
@@ -51,7 +52,7 @@ func reconcilePool(ctx context.Context, e *Engine, k *kind, obj *unstructured.Un
 	}
 	if pool.Deployment == "" {
 		return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{
-			Ready(true, "NoPool", "trials run in a pod of their own; the pod rung has no pool"),
+			Ready(true, evalsi.ReasonNoPool, "trials run in a pod of their own; the pod rung has no pool"),
 		}}}, nil
 	}
 	if !sandbox {
@@ -71,12 +72,12 @@ func reconcilePool(ctx context.Context, e *Engine, k *kind, obj *unstructured.Un
 	var ready Condition
 	switch {
 	case !r.done:
-		ready = Ready(false, "RollingOut", r.message)
+		ready = Ready(false, evalsi.ReasonRollingOut, r.message)
 	case pool.AutoscalingUnavailable:
-		ready = Ready(true, "AutoscalingUnavailable", fmt.Sprintf(
+		ready = Ready(true, evalsi.ReasonAutoscalingUnavailable, fmt.Sprintf(
 			"autoscaling is set but KEDA's ScaledObject is not served in this cluster: running %d fixed replicas", pool.Replicas))
 	default:
-		ready = Ready(true, "Available", "the pool's current spec is rolled out")
+		ready = Ready(true, evalsi.ReasonAvailable, "the pool's current spec is rolled out")
 	}
 	return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{ready}}}, nil
 }

@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"evals.si/operator/evalsi"
 )
 
 // kind is one evals.si kind as the engine runs it.
@@ -39,33 +41,33 @@ func (k *kind) childNamespace(cfg Config) string {
 // kinds are every controller the engine can run, in a fixed order.
 var kinds = []*kind{
 	{
-		controller: "evaluator", name: "Evaluator", gvr: EvaluatorsGVR, namespaced: true,
-		children:  []schema.GroupVersionResource{DeploymentsGVR, ScaledObjectsGVR},
+		controller: "evaluator", name: "Evaluator", gvr: evalsi.Evaluators, namespaced: true,
+		children:  []schema.GroupVersionResource{evalsi.Deployments, evalsi.ScaledObjects},
 		reconcile: reconcilePool,
 	},
 	{
-		controller: "sandboxclass", name: "SandboxClass", gvr: SandboxClassesGVR,
-		children:        []schema.GroupVersionResource{DeploymentsGVR, ScaledObjectsGVR},
+		controller: "sandboxclass", name: "SandboxClass", gvr: evalsi.SandboxClasses,
+		children:        []schema.GroupVersionResource{evalsi.Deployments, evalsi.ScaledObjects},
 		sandboxChildren: true,
 		reconcile:       reconcilePool,
 	},
 	{
-		controller: "checkpointserver", name: "CheckpointServer", gvr: CheckpointServersGVR, namespaced: true,
-		children:  []schema.GroupVersionResource{DeploymentsGVR, ServicesGVR},
+		controller: "checkpointserver", name: "CheckpointServer", gvr: evalsi.CheckpointServers, namespaced: true,
+		children:  []schema.GroupVersionResource{evalsi.Deployments, evalsi.Services},
 		reconcile: reconcileCheckpointServer,
 	},
 	{
-		controller: "evalrun", name: "EvalRun", gvr: EvalRunsGVR, namespaced: true, api: true, finalizer: runFinalizer,
+		controller: "evalrun", name: "EvalRun", gvr: evalsi.EvalRuns, namespaced: true, api: true, finalizer: evalsi.FinalizerCancelRun,
 		reconcile: reconcileEvalRun,
 	},
 	{
-		controller: "onlineevalpolicy", name: "OnlineEvalPolicy", gvr: OnlineEvalPoliciesGVR, namespaced: true, api: true, finalizer: policyFinalizer,
+		controller: "onlineevalpolicy", name: "OnlineEvalPolicy", gvr: evalsi.OnlineEvalPolicies, namespaced: true, api: true, finalizer: evalsi.FinalizerDeletePolicy,
 		reconcile: func(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
 			return policies.reconcile(ctx, e, k, obj)
 		},
 	},
 	{
-		controller: "tracesource", name: "TraceSource", gvr: TraceSourcesGVR, namespaced: true, api: true, finalizer: traceSourceFinalizer,
+		controller: "tracesource", name: "TraceSource", gvr: evalsi.TraceSources, namespaced: true, api: true, finalizer: evalsi.FinalizerDeleteTraceSource,
 		reconcile: func(ctx context.Context, e *Engine, k *kind, obj *unstructured.Unstructured) (Outcome, error) {
 			return traceSources.reconcile(ctx, e, k, obj)
 		},

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"evals.si/operator/evalsi"
 )
 
 // Outcome is what one reconcile decided: the status to hold and when to look again.
@@ -38,7 +40,7 @@ func Ready(ok bool, reason, message string) Condition {
 	if ok {
 		s = "True"
 	}
-	return Condition{Type: "Ready", Status: s, Reason: reason, Message: message}
+	return Condition{Type: evalsi.ConditionReady, Status: s, Reason: reason, Message: message}
 }
 
 // TerminalError is an error that retrying cannot fix (an invalid spec, a request the server

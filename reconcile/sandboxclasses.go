@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -24,18 +25,18 @@ func (e *Engine) sandboxClassRefusal(ctx context.Context, ns, name string) *Cond
 	if name == "" {
 		return nil
 	}
-	class, err := e.client.Resource(SandboxClassesGVR).Get(ctx, name, metav1.GetOptions{})
+	class, err := e.client.Resource(evalsi.SandboxClasses).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		c := Ready(false, "ClassNotFound", fmt.Sprintf("SandboxClass %s does not exist", name))
+		c := Ready(false, evalsi.ReasonClassNotFound, fmt.Sprintf("SandboxClass %s does not exist", name))
 		return &c
 	}
 	if err != nil {
-		c := Ready(false, "ClassNotAllowed", fmt.Sprintf("cannot read SandboxClass %s to check that namespace %s may use it: %v", name, ns, err))
+		c := Ready(false, evalsi.ReasonClassNotAllowed, fmt.Sprintf("cannot read SandboxClass %s to check that namespace %s may use it: %v", name, ns, err))
 		return &c
 	}
 	ok, err := render.NamespaceMayUse(class, e.namespaceLabels(ns))
 	if err != nil || !ok {
-		c := Ready(false, "ClassNotAllowed", fmt.Sprintf("namespace %s may not use SandboxClass %s: its spec.allowedNamespaces does not select this namespace; a cluster administrator labels namespaces to allow them", ns, name))
+		c := Ready(false, evalsi.ReasonClassNotAllowed, fmt.Sprintf("namespace %s may not use SandboxClass %s: its spec.allowedNamespaces does not select this namespace; a cluster administrator labels namespaces to allow them", ns, name))
 		return &c
 	}
 	return nil

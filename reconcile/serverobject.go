@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	v1 "evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -57,7 +58,7 @@ func (so serverObject) reconcile(ctx context.Context, e *Engine, k *kind, obj *u
 	}
 	spec, err := so.decode(obj)
 	if err != nil {
-		return Outcome{}, Terminal("InvalidSpec", err)
+		return Outcome{}, Terminal(evalsi.ReasonInvalidSpec, err)
 	}
 	if err := e.setFinalizer(ctx, k, obj, so.finalizer, true); err != nil {
 		return Outcome{}, err
@@ -67,11 +68,11 @@ func (so serverObject) reconcile(ctx context.Context, e *Engine, k *kind, obj *u
 	case err == nil && proto.Equal(current, spec):
 		// The server holds the spec already: no write.
 	case err == nil || connect.CodeOf(err) == connect.CodeNotFound:
-		reported, err = so.put(ctx, e, project, name, spec, obj.GetAnnotations()[render.AnnotationCreatedBy])
+		reported, err = so.put(ctx, e, project, name, spec, obj.GetAnnotations()[evalsi.AnnotationCreatedBy])
 		if connect.CodeOf(err) == connect.CodeAlreadyExists {
 			msg := fmt.Sprintf("the %s name %q is taken by another project; rename this object", so.what, name)
-			return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{Ready(false, "Conflict", msg)}}},
-				Terminalf("Conflict", "%s", msg)
+			return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{Ready(false, evalsi.ReasonConflict, msg)}}},
+				Terminalf(evalsi.ReasonConflict, "%s", msg)
 		}
 		if err != nil {
 			return failed("putting the "+so.what, err)
@@ -83,20 +84,14 @@ func (so serverObject) reconcile(ctx context.Context, e *Engine, k *kind, obj *u
 		fields[k] = v
 	}
 	return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{
-		Ready(true, "Applied", fmt.Sprintf("the %s is applied in project %s", so.what, project)),
+		Ready(true, evalsi.ReasonApplied, fmt.Sprintf("the %s is applied in project %s", so.what, project)),
 	}}}, nil
 }
-
-// Finalizers that hold policies and trace sources until the server deleted them.
-const (
-	policyFinalizer      = "evals.si/delete-policy"
-	traceSourceFinalizer = "evals.si/delete-trace-source"
-)
 
 // policies keeps OnlineEvalPolicies in MonitorService.
 var policies = serverObject{
 	what:      "policy",
-	finalizer: policyFinalizer,
+	finalizer: evalsi.FinalizerDeletePolicy,
 	decode:    func(obj *unstructured.Unstructured) (proto.Message, error) { return render.PolicySpec(obj) },
 	get: func(ctx context.Context, e *Engine, project, name string) (proto.Message, map[string]any, error) {
 		resp, err := e.api.Monitor.GetPolicy(ctx, connect.NewRequest(&v1.GetPolicyRequest{Project: project, Name: name}))
@@ -120,7 +115,7 @@ var policies = serverObject{
 // traceSources keeps TraceSources in MonitorService; status carries the ingest endpoint.
 var traceSources = serverObject{
 	what:      "trace source",
-	finalizer: traceSourceFinalizer,
+	finalizer: evalsi.FinalizerDeleteTraceSource,
 	decode:    func(obj *unstructured.Unstructured) (proto.Message, error) { return render.TraceSourceSpec(obj) },
 	get: func(ctx context.Context, e *Engine, project, name string) (proto.Message, map[string]any, error) {
 		resp, err := e.api.Monitor.GetTraceSource(ctx, connect.NewRequest(&v1.GetTraceSourceRequest{Project: project, Name: name}))

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/evalsi"
 )
 
 // now is the clock of lastTransitionTime.
@@ -33,7 +35,7 @@ func (e *Engine) writeStatus(ctx context.Context, k *kind, obj *unstructured.Uns
 	}
 	// An event when Ready changes, not for the first status of a new object unless it failed.
 	before, after := readyOf(old), readyOf(next)
-	first := len(before) == 0 && after["status"] == "True" || len(before) == 0 && after["reason"] == "RollingOut"
+	first := len(before) == 0 && after["status"] == "True" || len(before) == 0 && after["reason"] == evalsi.ReasonRollingOut
 	if !first && (before["status"] != after["status"] || before["reason"] != after["reason"]) {
 		kind := corev1.EventTypeNormal
 		if after["status"] != "True" {
@@ -115,7 +117,7 @@ func stalledCondition(obj *unstructured.Unstructured) map[string]any {
 	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
 	for _, c := range conds {
 		m, _ := c.(map[string]any)
-		if m["type"] != "Stalled" || m["status"] != "True" {
+		if m["type"] != evalsi.ConditionStalled || m["status"] != "True" {
 			continue
 		}
 		if g, ok := number(m["observedGeneration"]); ok && int64(g) == obj.GetGeneration() {
@@ -130,7 +132,7 @@ func stalledCondition(obj *unstructured.Unstructured) map[string]any {
 func readyOf(status map[string]any) map[string]any {
 	list, _ := status["conditions"].([]any)
 	for _, c := range list {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+		if m, ok := c.(map[string]any); ok && m["type"] == evalsi.ConditionReady {
 			return m
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster/clustertest"
-	"evals.si/operator/render"
+	"evals.si/operator/evalsi"
 )
 
 // asNamespaceEditor returns a client that acts as user in namespace ns, with a Role that lets it
@@ -67,16 +67,16 @@ func TestEditorCannotActInAnotherProject(t *testing.T) {
 		kind string
 		spec map[string]any
 	}{
-		{EvalRunsGVR, "EvalRun", runSpec(nil)},
-		{OnlineEvalPoliciesGVR, "OnlineEvalPolicy", map[string]any{"traceSource": "prod", "samplingRate": 0.1, "evaluators": []any{"toxicity"}}},
-		{TraceSourcesGVR, "TraceSource", map[string]any{"type": "otlp"}},
-		{EvaluatorsGVR, "Evaluator", map[string]any{"replicas": int64(1)}},
+		{evalsi.EvalRuns, "EvalRun", runSpec(nil)},
+		{evalsi.OnlineEvalPolicies, "OnlineEvalPolicy", map[string]any{"traceSource": "prod", "samplingRate": 0.1, "evaluators": []any{"toxicity"}}},
+		{evalsi.TraceSources, "TraceSource", map[string]any{"type": "otlp"}},
+		{evalsi.Evaluators, "Evaluator", map[string]any{"replicas": int64(1)}},
 	}
 	uids := map[string]types.UID{}
 	for _, o := range objects {
 		obj := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "evals.si/v1alpha1", "kind": o.kind,
-			"metadata": map[string]any{"name": "borrowed-" + ns, "labels": map[string]any{render.LabelProject: other}},
+			"metadata": map[string]any{"name": "borrowed-" + ns, "labels": map[string]any{evalsi.LabelProject: other}},
 			"spec":     o.spec,
 		}}
 		got, err := bob.Resource(o.gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
@@ -94,7 +94,7 @@ func TestEditorCannotActInAnotherProject(t *testing.T) {
 	for _, call := range api.CallLog() {
 		t.Errorf("evalsid was called (%s in project %q) for objects whose project is not allowed", call.Method, call.Project)
 	}
-	if _, err := client(DeploymentsGVR, ns).Get(ctx, "borrowed-"+ns+"-evaluator", metav1.GetOptions{}); err == nil {
+	if _, err := client(evalsi.Deployments, ns).Get(ctx, "borrowed-"+ns+"-evaluator", metav1.GetOptions{}); err == nil {
 		t.Error("a Deployment was made for an Evaluator whose project is not allowed")
 	}
 	events, err := env.Clientset().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=ProjectNotAllowed"})
@@ -104,11 +104,11 @@ func TestEditorCannotActInAnotherProject(t *testing.T) {
 
 	// The administrator binds the namespace to the project.
 	mergePatch(t, ctx, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", ns,
-		fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, render.LabelProject, other))
+		fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, evalsi.LabelProject, other))
 	waitPhase(t, ctx, ns, "borrowed-"+ns, "Pending")
-	waitReady(t, ctx, OnlineEvalPoliciesGVR, ns, "borrowed-"+ns, "True", "Applied")
-	waitReady(t, ctx, TraceSourcesGVR, ns, "borrowed-"+ns, "True", "Applied")
-	waitReady(t, ctx, EvaluatorsGVR, ns, "borrowed-"+ns, "True", "Available")
+	waitReady(t, ctx, evalsi.OnlineEvalPolicies, ns, "borrowed-"+ns, "True", "Applied")
+	waitReady(t, ctx, evalsi.TraceSources, ns, "borrowed-"+ns, "True", "Applied")
+	waitReady(t, ctx, evalsi.Evaluators, ns, "borrowed-"+ns, "True", "Available")
 	for _, o := range objects {
 		if uid := getObj(t, ctx, o.gvr, ns, "borrowed-"+ns).GetUID(); uid != uids[o.kind] {
 			t.Errorf("%s was recreated", o.kind)
@@ -123,7 +123,7 @@ func TestEditorCannotActInAnotherProject(t *testing.T) {
 		t.Errorf("runs %v, want one in %s", runs, other)
 	}
 	clustertest.Eventually(t, ctx, "the evaluator's project", func() error {
-		d := getObj(t, ctx, DeploymentsGVR, ns, "borrowed-"+ns+"-evaluator")
+		d := getObj(t, ctx, evalsi.Deployments, ns, "borrowed-"+ns+"-evaluator")
 		env, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 		for _, e := range env[0].(map[string]any)["env"].([]any) {
 			if m := e.(map[string]any); m["name"] == "EVALSI_PROJECT" && m["value"] != other {
@@ -142,22 +142,22 @@ func TestSandboxClassAllowedNamespaces(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	class := "restricted-" + ns
-	create(t, ctx, SandboxClassesGVR, "", "SandboxClass", class, map[string]any{
+	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", class, map[string]any{
 		"rung":              "pod",
 		"allowedNamespaces": map[string]any{"matchLabels": map[string]any{"sandbox.evals.si/" + class: "allowed"}},
 	})
-	t.Cleanup(func() { client(SandboxClassesGVR, "").Delete(context.Background(), class, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { client(evalsi.SandboxClasses, "").Delete(context.Background(), class, metav1.DeleteOptions{}) })
 	api := startEvalsid(t, evalsid.Schedule{})
 	cfg := api.apiConfig(ns)
 	cfg.Controllers = []string{"evalrun", "evaluator"}
 	startEngine(t, cfg)
-	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1), "sandboxClass": class})
-	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "typo", map[string]any{"replicas": int64(1), "sandboxClass": "no-such-class"})
-	create(t, ctx, EvalRunsGVR, ns, "EvalRun", "smoke", runSpec(map[string]any{"sandboxClass": class}))
-	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "False", "ClassNotAllowed")
-	waitReady(t, ctx, EvalRunsGVR, ns, "smoke", "False", "ClassNotAllowed")
-	waitReady(t, ctx, EvaluatorsGVR, ns, "typo", "False", "ClassNotFound")
-	if _, err := client(DeploymentsGVR, ns).Get(ctx, "judge-evaluator", metav1.GetOptions{}); err == nil {
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1), "sandboxClass": class})
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "typo", map[string]any{"replicas": int64(1), "sandboxClass": "no-such-class"})
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "smoke", runSpec(map[string]any{"sandboxClass": class}))
+	waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "False", "ClassNotAllowed")
+	waitReady(t, ctx, evalsi.EvalRuns, ns, "smoke", "False", "ClassNotAllowed")
+	waitReady(t, ctx, evalsi.Evaluators, ns, "typo", "False", "ClassNotFound")
+	if _, err := client(evalsi.Deployments, ns).Get(ctx, "judge-evaluator", metav1.GetOptions{}); err == nil {
 		t.Error("a Deployment uses a SandboxClass its namespace may not use")
 	}
 	if n := api.Calls("CreateRun"); n != 0 {
@@ -166,7 +166,7 @@ func TestSandboxClassAllowedNamespaces(t *testing.T) {
 
 	mergePatch(t, ctx, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", ns,
 		fmt.Sprintf(`{"metadata":{"labels":{"sandbox.evals.si/%s":"allowed"}}}`, class))
-	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+	waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "True", "Available")
 	waitPhase(t, ctx, ns, "smoke", "Pending")
 	if runs := api.Runs(); len(runs) != 1 || runs[0].Spec.SandboxClass != class {
 		t.Errorf("runs %v, want one in SandboxClass %s", runs, class)

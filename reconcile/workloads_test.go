@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -20,21 +21,21 @@ func TestEvaluatorConvergesAndSteadyStateWritesNothing(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	e := startEngine(t, Config{Namespace: ns, Resync: 500 * time.Millisecond})
-	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "judge", map[string]any{
 		"replicas":  int64(2),
 		"resources": map[string]any{"requests": map[string]any{"cpu": "0.5", "memory": "256Mi"}},
 		"tolerations": []any{map[string]any{
 			"key": "dedicated", "operator": "Equal", "value": "evals", "effect": "NoExecute", "tolerationSeconds": int64(30),
 		}},
 	})
-	got := waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+	got := waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "True", "Available")
 	if r, _, _ := unstructured.NestedInt64(got.Object, "status", "readyReplicas"); r != 2 {
 		t.Errorf("status.readyReplicas = %d, want 2", r)
 	}
 	if a, _, _ := unstructured.NestedString(got.Object, "status", "autoscaling"); a != "Fixed" {
 		t.Errorf("status.autoscaling = %q, want Fixed", a)
 	}
-	deploy := getObj(t, ctx, DeploymentsGVR, ns, "judge-evaluator")
+	deploy := getObj(t, ctx, evalsi.Deployments, ns, "judge-evaluator")
 	if ref := metav1.GetControllerOf(deploy); ref == nil || ref.Kind != "Evaluator" || ref.UID != got.GetUID() {
 		t.Errorf("Deployment controller owner = %v, want the Evaluator", ref)
 	}
@@ -47,10 +48,10 @@ func TestEvaluatorConvergesAndSteadyStateWritesNothing(t *testing.T) {
 	if w := writes(e.Engine) - before; w != 0 {
 		t.Errorf("%v writes at steady state over 6 resyncs, want 0", w)
 	}
-	if rv := getObj(t, ctx, DeploymentsGVR, ns, "judge-evaluator").GetResourceVersion(); rv != deployRV {
+	if rv := getObj(t, ctx, evalsi.Deployments, ns, "judge-evaluator").GetResourceVersion(); rv != deployRV {
 		t.Errorf("Deployment resourceVersion changed at steady state: %s -> %s", deployRV, rv)
 	}
-	if rv := getObj(t, ctx, EvaluatorsGVR, ns, "judge").GetResourceVersion(); rv != evalRV {
+	if rv := getObj(t, ctx, evalsi.Evaluators, ns, "judge").GetResourceVersion(); rv != evalRV {
 		t.Errorf("Evaluator resourceVersion changed at steady state: %s -> %s", evalRV, rv)
 	}
 }
@@ -59,14 +60,14 @@ func TestDriftIsRepaired(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	startEngine(t, Config{Namespace: ns})
-	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{"image": "evalsi/judge:1"})
-	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "judge", map[string]any{"image": "evalsi/judge:1"})
+	waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "True", "Available")
 
 	// Someone edits a field the operator sets.
-	mergePatch(t, ctx, DeploymentsGVR, ns, "judge-evaluator",
+	mergePatch(t, ctx, evalsi.Deployments, ns, "judge-evaluator",
 		`{"spec":{"template":{"spec":{"containers":[{"name":"evaluator","image":"evil/image:1"}]}}}}`)
 	clustertest.Eventually(t, ctx, "image restored", func() error {
-		d := getObj(t, ctx, DeploymentsGVR, ns, "judge-evaluator")
+		d := getObj(t, ctx, evalsi.Deployments, ns, "judge-evaluator")
 		cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 		if img := cs[0].(map[string]any)["image"]; img != "evalsi/judge:1" {
 			return fmt.Errorf("image is %v", img)
@@ -75,11 +76,11 @@ func TestDriftIsRepaired(t *testing.T) {
 	})
 
 	// Someone deletes the Deployment.
-	if err := client(DeploymentsGVR, ns).Delete(ctx, "judge-evaluator", metav1.DeleteOptions{}); err != nil {
+	if err := client(evalsi.Deployments, ns).Delete(ctx, "judge-evaluator", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, ctx, "Deployment recreated", func() error {
-		d, err := client(DeploymentsGVR, ns).Get(ctx, "judge-evaluator", metav1.GetOptions{})
+		d, err := client(evalsi.Deployments, ns).Get(ctx, "judge-evaluator", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -105,8 +106,8 @@ func TestInvalidSpecIsTerminal(t *testing.T) {
 			ctx := testContext(t)
 			ns := newNamespace(t, ctx, "")
 			e := startEngine(t, Config{Namespace: ns})
-			create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "bad", tc.spec)
-			got := waitReady(t, ctx, EvaluatorsGVR, ns, "bad", "False", "InvalidSpec")
+			create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "bad", tc.spec)
+			got := waitReady(t, ctx, evalsi.Evaluators, ns, "bad", "False", "InvalidSpec")
 			if _, _, msg := readyCondition(got); !strings.Contains(msg, tc.message) {
 				t.Errorf("message %q does not name the field (%s)", msg, tc.message)
 			}
@@ -129,8 +130,8 @@ func TestRefusedRenderingIsNotAppliedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := startEngine(t, Config{Namespace: ns, Resync: time.Second})
-	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1), "image": "registry.example/unapproved/judge:1"})
-	got := waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "False", "InvalidSpec")
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1), "image": "registry.example/unapproved/judge:1"})
+	got := waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "False", "InvalidSpec")
 	if s, _, msg := conditionOf(got, "Stalled"); s != "True" || !strings.Contains(msg, "was refused by the API server") || !strings.Contains(msg, "approved registry") {
 		t.Errorf("Stalled=%s %q, want True and the API server's refusal", s, msg)
 	}
@@ -143,8 +144,8 @@ func TestRefusedRenderingIsNotAppliedAgain(t *testing.T) {
 	if a := e.metrics.kubeRequests("PATCH", "deployments") - applies; a != 0 {
 		t.Errorf("%v applies of the refused Deployment over three resyncs, want 0", a)
 	}
-	mergePatch(t, ctx, EvaluatorsGVR, ns, "judge", `{"spec":{"image":"registry.example/approved/judge:1"}}`)
-	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+	mergePatch(t, ctx, evalsi.Evaluators, ns, "judge", `{"spec":{"image":"registry.example/approved/judge:1"}}`)
+	waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "True", "Available")
 }
 
 func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
@@ -154,10 +155,10 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := startEngine(t, Config{Namespace: ns})
-	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "pool", map[string]any{
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "pool", map[string]any{
 		"autoscaling": map[string]any{"minReplicas": int64(3), "maxReplicas": int64(10)},
 	})
-	got := waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "AutoscalingUnavailable")
+	got := waitReady(t, ctx, evalsi.Evaluators, ns, "pool", "True", "AutoscalingUnavailable")
 	if _, _, msg := readyCondition(got); !strings.Contains(msg, "3 fixed replicas") {
 		t.Errorf("Ready message %q does not say the pool runs fixed replicas", msg)
 	}
@@ -167,12 +168,12 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 	if err := env.InstallKedaCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "Available")
-	so := getObj(t, ctx, ScaledObjectsGVR, ns, "pool-evaluator")
+	waitReady(t, ctx, evalsi.Evaluators, ns, "pool", "True", "Available")
+	so := getObj(t, ctx, evalsi.ScaledObjects, ns, "pool-evaluator")
 	if max, _, _ := unstructured.NestedInt64(so.Object, "spec", "maxReplicaCount"); max != 10 {
 		t.Errorf("ScaledObject maxReplicaCount = %d, want 10", max)
 	}
-	d := getObj(t, ctx, DeploymentsGVR, ns, "pool-evaluator")
+	d := getObj(t, ctx, evalsi.Deployments, ns, "pool-evaluator")
 	if r, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); r != 3 {
 		t.Errorf("Deployment replicas = %d after handing scaling to KEDA, want 3", r)
 	}
@@ -183,15 +184,15 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 	}
 
 	// The HPA scales the Deployment; the operator does not fight it.
-	mergePatch(t, ctx, DeploymentsGVR, ns, "pool-evaluator", `{"spec":{"replicas":7}}`)
+	mergePatch(t, ctx, evalsi.Deployments, ns, "pool-evaluator", `{"spec":{"replicas":7}}`)
 	clustertest.Eventually(t, ctx, "status follows the HPA", func() error {
-		d := getObj(t, ctx, DeploymentsGVR, ns, "pool-evaluator")
+		d := getObj(t, ctx, evalsi.Deployments, ns, "pool-evaluator")
 		for _, f := range []string{"replicas", "updatedReplicas", "readyReplicas", "availableReplicas"} {
 			if n, _, _ := unstructured.NestedInt64(d.Object, "status", f); n != 7 {
 				return fmt.Errorf("Deployment status.%s = %d", f, n)
 			}
 		}
-		got := waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "Available")
+		got := waitReady(t, ctx, evalsi.Evaluators, ns, "pool", "True", "Available")
 		for _, f := range []string{"replicas", "readyReplicas"} {
 			if n, _, _ := unstructured.NestedInt64(got.Object, "status", f); n != 7 {
 				return fmt.Errorf("Evaluator status.%s = %d", f, n)
@@ -202,7 +203,7 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 	settled(t, ctx, e.Engine)
 	before := writes(e.Engine)
 	time.Sleep(2 * time.Second)
-	if r, _, _ := unstructured.NestedInt64(getObj(t, ctx, DeploymentsGVR, ns, "pool-evaluator").Object, "spec", "replicas"); r != 7 {
+	if r, _, _ := unstructured.NestedInt64(getObj(t, ctx, evalsi.Deployments, ns, "pool-evaluator").Object, "spec", "replicas"); r != 7 {
 		t.Errorf("Deployment replicas = %d, want the HPA's 7", r)
 	}
 	if w := writes(e.Engine) - before; w != 0 {
@@ -210,16 +211,16 @@ func TestAutoscalingFollowsKEDAAvailability(t *testing.T) {
 	}
 
 	// Autoscaling removed: the ScaledObject goes, fixed replicas come back.
-	mergePatch(t, ctx, EvaluatorsGVR, ns, "pool", `{"spec":{"autoscaling":null,"replicas":2}}`)
-	waitReady(t, ctx, EvaluatorsGVR, ns, "pool", "True", "Available")
+	mergePatch(t, ctx, evalsi.Evaluators, ns, "pool", `{"spec":{"autoscaling":null,"replicas":2}}`)
+	waitReady(t, ctx, evalsi.Evaluators, ns, "pool", "True", "Available")
 	clustertest.Eventually(t, ctx, "ScaledObject deleted", func() error {
-		_, err := client(ScaledObjectsGVR, ns).Get(ctx, "pool-evaluator", metav1.GetOptions{})
+		_, err := client(evalsi.ScaledObjects, ns).Get(ctx, "pool-evaluator", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("ScaledObject still there (%v)", err)
 	})
-	if r, _, _ := unstructured.NestedInt64(getObj(t, ctx, DeploymentsGVR, ns, "pool-evaluator").Object, "spec", "replicas"); r != 2 {
+	if r, _, _ := unstructured.NestedInt64(getObj(t, ctx, evalsi.Deployments, ns, "pool-evaluator").Object, "spec", "replicas"); r != 2 {
 		t.Errorf("Deployment replicas = %d, want 2", r)
 	}
 }
@@ -228,13 +229,13 @@ func TestCheckpointServer(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	startEngine(t, Config{Namespace: ns})
-	create(t, ctx, CheckpointServersGVR, ns, "CheckpointServer", "step-900", map[string]any{
+	create(t, ctx, evalsi.CheckpointServers, ns, "CheckpointServer", "step-900", map[string]any{
 		"model":        "adapter-step-900",
 		"lora":         map[string]any{"baseModel": "meta-llama/Llama-3.1-8B-Instruct"},
 		"apiKeySecret": map[string]any{"name": "vllm-key"},
 		"gpus":         int64(1),
 	})
-	got := waitReady(t, ctx, CheckpointServersGVR, ns, "step-900", "True", "Serving")
+	got := waitReady(t, ctx, evalsi.CheckpointServers, ns, "step-900", "True", "Serving")
 	if ep, _, _ := unstructured.NestedString(got.Object, "status", "endpoint"); ep != "http://step-900-vllm."+ns+".svc:8000/v1" {
 		t.Errorf("status.endpoint = %q", ep)
 	}
@@ -252,28 +253,28 @@ func TestCheckpointServer(t *testing.T) {
 			t.Errorf("%s %s is not as rendered: %s", want.GetKind(), want.GetName(), why)
 		}
 	}
-	svc := getObj(t, ctx, ServicesGVR, ns, "step-900-vllm")
+	svc := getObj(t, ctx, evalsi.Services, ns, "step-900-vllm")
 	if sel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector"); sel["app.kubernetes.io/instance"] != "step-900" {
 		t.Errorf("Service selector = %v", sel)
 	}
 
 	// A spec change is Ready only once the new revision serves.
-	mergePatch(t, ctx, CheckpointServersGVR, ns, "step-900", `{"spec":{"servedModelName":"run1-step900"}}`)
-	got = waitReady(t, ctx, CheckpointServersGVR, ns, "step-900", "True", "Serving")
+	mergePatch(t, ctx, evalsi.CheckpointServers, ns, "step-900", `{"spec":{"servedModelName":"run1-step900"}}`)
+	got = waitReady(t, ctx, evalsi.CheckpointServers, ns, "step-900", "True", "Serving")
 	if m, _, _ := unstructured.NestedString(got.Object, "status", "servedModelName"); m != "run1-step900" {
 		t.Errorf("status.servedModelName = %q, want run1-step900", m)
 	}
-	d := getObj(t, ctx, DeploymentsGVR, ns, "step-900-vllm")
+	d := getObj(t, ctx, evalsi.Deployments, ns, "step-900-vllm")
 	if g, _, _ := unstructured.NestedInt64(d.Object, "status", "observedGeneration"); g != d.GetGeneration() {
 		t.Errorf("Ready while the Deployment's observedGeneration %d < generation %d", g, d.GetGeneration())
 	}
 
 	// Deleting the resource removes its children.
-	if err := client(CheckpointServersGVR, ns).Delete(ctx, "step-900", metav1.DeleteOptions{}); err != nil {
+	if err := client(evalsi.CheckpointServers, ns).Delete(ctx, "step-900", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, ctx, "children deleted", func() error {
-		for _, gvr := range []schema.GroupVersionResource{DeploymentsGVR, ServicesGVR} {
+		for _, gvr := range []schema.GroupVersionResource{evalsi.Deployments, evalsi.Services} {
 			if _, err := client(gvr, ns).Get(ctx, "step-900-vllm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("%s still there (%v)", gvr.Resource, err)
 			}
@@ -286,29 +287,29 @@ func TestSandboxClassRungs(t *testing.T) {
 	ctx := testContext(t)
 	sandbox := newNamespace(t, ctx, testOptions.SandboxNamespace)
 	startEngine(t, Config{Controllers: []string{"sandboxclass"}})
-	create(t, ctx, SandboxClassesGVR, "", "SandboxClass", "per-trial", map[string]any{"rung": "pod"})
-	create(t, ctx, SandboxClassesGVR, "", "SandboxClass", "bwrap", map[string]any{"rung": "bubblewrap", "replicas": int64(2)})
+	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "per-trial", map[string]any{"rung": "pod"})
+	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "bwrap", map[string]any{"rung": "bubblewrap", "replicas": int64(2)})
 	t.Cleanup(func() {
 		for _, n := range []string{"per-trial", "bwrap"} {
-			client(SandboxClassesGVR, "").Delete(ctx, n, metav1.DeleteOptions{})
+			client(evalsi.SandboxClasses, "").Delete(ctx, n, metav1.DeleteOptions{})
 		}
 	})
-	waitReady(t, ctx, SandboxClassesGVR, "", "per-trial", "True", "NoPool")
-	got := waitReady(t, ctx, SandboxClassesGVR, "", "bwrap", "True", "Available")
+	waitReady(t, ctx, evalsi.SandboxClasses, "", "per-trial", "True", "NoPool")
+	got := waitReady(t, ctx, evalsi.SandboxClasses, "", "bwrap", "True", "Available")
 	if n, _, _ := unstructured.NestedString(got.Object, "status", "namespace"); n != sandbox {
 		t.Errorf("status.namespace = %q, want %q", n, sandbox)
 	}
-	d := getObj(t, ctx, DeploymentsGVR, sandbox, "sandbox-bwrap")
+	d := getObj(t, ctx, evalsi.Deployments, sandbox, "sandbox-bwrap")
 	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 	if p, _, _ := unstructured.NestedBool(cs[0].(map[string]any), "securityContext", "privileged"); !p {
 		t.Error("bubblewrap without user namespaces is not privileged")
 	}
 	// Deleting the cluster-scoped owner garbage-collects the pool in the sandbox namespace.
-	if err := client(SandboxClassesGVR, "").Delete(ctx, "bwrap", metav1.DeleteOptions{}); err != nil {
+	if err := client(evalsi.SandboxClasses, "").Delete(ctx, "bwrap", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, ctx, "pool deleted", func() error {
-		if _, err := client(DeploymentsGVR, sandbox).Get(ctx, "sandbox-bwrap", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := client(evalsi.Deployments, sandbox).Get(ctx, "sandbox-bwrap", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pool still there (%v)", err)
 		}
 		return nil
@@ -336,8 +337,8 @@ func TestControllerWithoutCRDStaysOffUntilInstalled(t *testing.T) {
 		}
 	}()
 	defer func() { stopPolling(); <-polled }()
-	create(t, ctx, EvaluatorsGVR, ns, "Evaluator", "judge", map[string]any{})
-	waitReady(t, ctx, EvaluatorsGVR, ns, "judge", "True", "Available")
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "judge", map[string]any{})
+	waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "True", "Available")
 	off := 0
 	for _, line := range strings.Split(e.logs.String(), "\n") {
 		if strings.Contains(line, "controller off") && strings.Contains(line, "controller=checkpointserver") {
@@ -350,19 +351,19 @@ func TestControllerWithoutCRDStaysOffUntilInstalled(t *testing.T) {
 	if err := env.InstallCRDs(ctx, crdDir+"/checkpointservers.yaml"); err != nil {
 		t.Fatal(err)
 	}
-	create(t, ctx, CheckpointServersGVR, ns, "CheckpointServer", "m", map[string]any{"model": "Qwen/Qwen2.5-0.5B"})
-	waitReady(t, ctx, CheckpointServersGVR, ns, "m", "True", "Serving")
+	create(t, ctx, evalsi.CheckpointServers, ns, "CheckpointServer", "m", map[string]any{"model": "Qwen/Qwen2.5-0.5B"})
+	waitReady(t, ctx, evalsi.CheckpointServers, ns, "m", "True", "Serving")
 }
 
 func TestNamespaceRestriction(t *testing.T) {
 	ctx := testContext(t)
 	mine, other := newNamespace(t, ctx, ""), newNamespace(t, ctx, "")
 	startEngine(t, Config{Namespace: mine})
-	create(t, ctx, EvaluatorsGVR, other, "Evaluator", "theirs", map[string]any{})
-	create(t, ctx, EvaluatorsGVR, mine, "Evaluator", "ours", map[string]any{})
-	waitReady(t, ctx, EvaluatorsGVR, mine, "ours", "True", "Available")
+	create(t, ctx, evalsi.Evaluators, other, "Evaluator", "theirs", map[string]any{})
+	create(t, ctx, evalsi.Evaluators, mine, "Evaluator", "ours", map[string]any{})
+	waitReady(t, ctx, evalsi.Evaluators, mine, "ours", "True", "Available")
 	time.Sleep(500 * time.Millisecond)
-	if _, ok := getObj(t, ctx, EvaluatorsGVR, other, "theirs").Object["status"]; ok {
+	if _, ok := getObj(t, ctx, evalsi.Evaluators, other, "theirs").Object["status"]; ok {
 		t.Error("an engine restricted to another namespace wrote the status")
 	}
 }

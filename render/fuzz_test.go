@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/manifest"
 	"evals.si/operator/internal/specgen"
 	"evals.si/operator/schemas"
@@ -46,7 +47,7 @@ func FuzzRender(f *testing.F) {
 	for seed := range uint64(20) {
 		g := specgen.New(seed)
 		for kind, spec := range map[string]map[string]any{"Evaluator": g.Evaluator(), "SandboxClass": g.SandboxClass(), "CheckpointServer": g.CheckpointServer()} {
-			js, _ := json.Marshal(map[string]any{"apiVersion": Group + "/" + Version, "kind": kind,
+			js, _ := json.Marshal(map[string]any{"apiVersion": evalsi.Group + "/" + evalsi.Version, "kind": kind,
 				"metadata": map[string]any{"name": "gen", "namespace": "ns", "uid": "u"}, "spec": spec})
 			f.Add(js)
 		}

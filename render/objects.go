@@ -12,26 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/schemas"
-)
-
-// Group is the API group of the evalsi kinds.
-const Group = "evals.si"
-
-// Label keys written on every child.
-const (
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	LabelName      = "app.kubernetes.io/name"
-	LabelInstance  = "app.kubernetes.io/instance"
-	LabelComponent = "app.kubernetes.io/component"
-	// ManagedBy is the value of LabelManagedBy on children; the operator watches children by it.
-	ManagedBy = "evalsi"
-	// AnnotationSpecHash holds a hash of the applied object so that a change of the desired object
-	// (including a removed field) is seen without comparing whole objects.
-	AnnotationSpecHash = "evals.si/spec-hash"
-	// AnnotationCreatedBy holds the authenticated user who created an evals.si object, written by
-	// admission; the operator forwards it to evalsid as the creator.
-	AnnotationCreatedBy = "evals.si/created-by"
 )
 
 // Options are the operator-wide settings that rendering depends on.
@@ -68,23 +50,23 @@ func OwnerOf(obj *unstructured.Unstructured) Owner {
 
 // labelKind returns the label key that names an owner of kind on its children: evals.si/<kind>.
 func labelKind(kind string) string {
-	return Group + "/" + strings.ToLower(kind)
+	return evalsi.Group + "/" + strings.ToLower(kind)
 }
 
 // labels returns the labels every child of o carries; component says what the child is.
 func (o Owner) labels(component string) map[string]any {
 	return map[string]any{
-		LabelManagedBy:    ManagedBy,
-		LabelName:         strings.ToLower(o.Kind),
-		LabelInstance:     o.Name,
-		LabelComponent:    component,
-		labelKind(o.Kind): o.Name,
+		evalsi.LabelManagedBy: evalsi.ManagedBy,
+		evalsi.LabelName:      strings.ToLower(o.Kind),
+		evalsi.LabelInstance:  o.Name,
+		evalsi.LabelComponent: component,
+		labelKind(o.Kind):     o.Name,
 	}
 }
 
 // selector returns the labels that select o's pods: stable across spec changes.
 func (o Owner) selector() map[string]any {
-	return map[string]any{LabelName: strings.ToLower(o.Kind), LabelInstance: o.Name}
+	return map[string]any{evalsi.LabelName: strings.ToLower(o.Kind), evalsi.LabelInstance: o.Name}
 }
 
 // object returns a child of o with apiVersion, kind, metadata (name, namespace, labels and a
@@ -94,7 +76,7 @@ func (o Owner) object(apiVersion, kind, name, namespace, component string, field
 		"name":   name,
 		"labels": o.labels(component),
 		"ownerReferences": []any{map[string]any{
-			"apiVersion":         Group + "/v1alpha1",
+			"apiVersion":         evalsi.Group + "/v1alpha1",
 			"kind":               o.Kind,
 			"name":               o.Name,
 			"uid":                o.UID,

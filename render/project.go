@@ -5,13 +5,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/schemas"
 )
-
-// LabelProject names a project: on a Namespace (set by a cluster administrator, since namespace
-// editors cannot write Namespaces) it binds the namespace to that project; on an evals.si object
-// it may repeat the project its namespace is bound to, and name no other.
-const LabelProject = Group + "/project"
 
 // Project returns the evalsid project obj acts in: the project its namespace is bound to (in
 // opts.ProjectBindings), else the project named like its namespace. An object whose own
@@ -24,7 +20,7 @@ func Project(obj *unstructured.Unstructured, opts Options) (string, error) {
 	if p := opts.ProjectBindings[ns]; p != "" {
 		bound = p
 	}
-	label := obj.GetLabels()[LabelProject]
+	label := obj.GetLabels()[evalsi.LabelProject]
 	switch {
 	case label == "" || label == bound:
 		return bound, nil
@@ -32,8 +28,8 @@ func Project(obj *unstructured.Unstructured, opts Options) (string, error) {
 		return label, nil
 	}
 	return "", schemas.Errors{{
-		Pointer: "/metadata/labels/" + string(pointer("").at(LabelProject))[1:],
+		Pointer: "/metadata/labels/" + string(pointer("").at(evalsi.LabelProject))[1:],
 		Message: fmt.Sprintf("namespace %s acts in project %s, not %s: a cluster administrator binds a namespace to a project with the label %s on the Namespace",
-			ns, bound, label, LabelProject),
+			ns, bound, label, evalsi.LabelProject),
 	}}
 }

@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"evals.si/operator/evalsi"
 )
 
 // Result is what rendering one evals.si object gives.
@@ -61,7 +63,7 @@ func Object(obj *unstructured.Unstructured, opts Options) (Result, error) {
 	return r, nil
 }
 
-// stampHash sets AnnotationSpecHash to a hash of the object without that annotation.
+// stampHash sets evalsi.AnnotationSpecHash to a hash of the object without that annotation.
 func stampHash(obj *unstructured.Unstructured) error {
 	data, err := json.Marshal(obj.Object)
 	if err != nil {
@@ -72,7 +74,7 @@ func stampHash(obj *unstructured.Unstructured) error {
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[AnnotationSpecHash] = hex.EncodeToString(sum[:8])
+	ann[evalsi.AnnotationSpecHash] = hex.EncodeToString(sum[:8])
 	obj.SetAnnotations(ann)
 	return nil
 }

@@ -4,11 +4,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/schemas"
 )
-
-// Version is the one served version of the evalsi kinds.
-const Version = "v1alpha1"
 
 // validationOptions stand in for the operator's settings when a spec is checked without an
 // operator (admission, `validate`): every setting is given, so only the spec can fail.
@@ -37,8 +35,8 @@ func Validate(obj *unstructured.Unstructured, bindings map[string]string) error 
 func checkIdentity(obj *unstructured.Unstructured) error {
 	var ps problems
 	gvk := obj.GroupVersionKind()
-	if gvk.Group != Group || gvk.Version != Version {
-		ps.add("/apiVersion", "%q is not served: use %s/%s", obj.GetAPIVersion(), Group, Version)
+	if gvk.Group != evalsi.Group || gvk.Version != evalsi.Version {
+		ps.add("/apiVersion", "%q is not served: use %s/%s", obj.GetAPIVersion(), evalsi.Group, evalsi.Version)
 		return ps.err()
 	}
 	name := obj.GetName()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/manifest"
 	"evals.si/operator/schemas"
 )
@@ -56,7 +57,7 @@ func TestValidSpecsRender(t *testing.T) {
 		t.Fatalf("%d valid cases, want at least 20", len(docs))
 	}
 	for _, d := range append(docs, readCases(t, "../testdata/examples")...) {
-		if d.Object.GroupVersionKind().Group != Group {
+		if d.Object.GroupVersionKind().Group != evalsi.Group {
 			continue
 		}
 		if err := Validate(d.Object, nil); err != nil {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -78,10 +79,10 @@ func validate(req *admissionv1.AdmissionRequest, bindings map[string]string) *ad
 		if msg := immutable(old, obj); msg != "" {
 			return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg)
 		}
-	} else if _, set := obj.GetAnnotations()[render.AnnotationCreatedBy]; set && obj.GetAnnotations()[render.AnnotationCreatedBy] != req.UserInfo.Username {
+	} else if _, set := obj.GetAnnotations()[evalsi.AnnotationCreatedBy]; set && obj.GetAnnotations()[evalsi.AnnotationCreatedBy] != req.UserInfo.Username {
 		// The mutating webhook writes the creator; a different value here means it did not run.
 		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
-			fmt.Sprintf("metadata.annotations[%s] is written by admission and cannot be set", render.AnnotationCreatedBy))
+			fmt.Sprintf("metadata.annotations[%s] is written by admission and cannot be set", evalsi.AnnotationCreatedBy))
 	}
 	if err := render.Validate(obj, bindings); err != nil {
 		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
@@ -92,8 +93,8 @@ func validate(req *admissionv1.AdmissionRequest, bindings map[string]string) *ad
 
 // immutable returns why the update from old to obj is not allowed, or "".
 func immutable(old, obj *unstructured.Unstructured) string {
-	if old.GetAnnotations()[render.AnnotationCreatedBy] != obj.GetAnnotations()[render.AnnotationCreatedBy] {
-		return fmt.Sprintf("metadata.annotations[%s] records who created the object and cannot be changed or removed", render.AnnotationCreatedBy)
+	if old.GetAnnotations()[evalsi.AnnotationCreatedBy] != obj.GetAnnotations()[evalsi.AnnotationCreatedBy] {
+		return fmt.Sprintf("metadata.annotations[%s] records who created the object and cannot be changed or removed", evalsi.AnnotationCreatedBy)
 	}
 	// Both sides come from JSON, so their numbers have the same Go type.
 	if obj.GetKind() == "EvalRun" && !reflect.DeepEqual(old.Object["spec"], obj.Object["spec"]) {
@@ -114,9 +115,9 @@ func Mutate(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.A
 	}
 	var patch []map[string]any
 	if obj.GetAnnotations() == nil {
-		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations", "value": map[string]string{render.AnnotationCreatedBy: req.UserInfo.Username}}}
+		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations", "value": map[string]string{evalsi.AnnotationCreatedBy: req.UserInfo.Username}}}
 	} else {
-		key := strings.ReplaceAll(strings.ReplaceAll(render.AnnotationCreatedBy, "~", "~0"), "/", "~1")
+		key := strings.ReplaceAll(strings.ReplaceAll(evalsi.AnnotationCreatedBy, "~", "~0"), "/", "~1")
 		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations/" + key, "value": req.UserInfo.Username}}
 	}
 	data, err := json.Marshal(patch)

@@ -10,7 +10,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"evals.si/operator/render"
+	"evals.si/operator/evalsi"
 )
 
 func raw(t *testing.T, obj map[string]any) runtime.RawExtension {
@@ -36,7 +36,7 @@ func evalRun(trials int, annotations map[string]any, deleting bool) map[string]a
 }
 
 func TestValidate(t *testing.T) {
-	alice := map[string]any{render.AnnotationCreatedBy: "alice"}
+	alice := map[string]any{evalsi.AnnotationCreatedBy: "alice"}
 	for name, tc := range map[string]struct {
 		op       admissionv1.Operation
 		old, obj map[string]any
@@ -44,10 +44,10 @@ func TestValidate(t *testing.T) {
 	}{
 		"valid create":                 {admissionv1.Create, nil, evalRun(1, alice, false), ""},
 		"invalid create":               {admissionv1.Create, nil, evalRun(0, alice, false), "/spec/trials: must be >= 1"},
-		"creator set by someone else":  {admissionv1.Create, nil, evalRun(1, map[string]any{render.AnnotationCreatedBy: "mallory"}, false), "written by admission"},
+		"creator set by someone else":  {admissionv1.Create, nil, evalRun(1, map[string]any{evalsi.AnnotationCreatedBy: "mallory"}, false), "written by admission"},
 		"spec changed":                 {admissionv1.Update, evalRun(1, alice, false), evalRun(2, alice, false), "spec is immutable: create a new EvalRun"},
 		"labels only":                  {admissionv1.Update, evalRun(1, alice, false), evalRun(1, alice, false), ""},
-		"creator changed":              {admissionv1.Update, evalRun(1, alice, false), evalRun(1, map[string]any{render.AnnotationCreatedBy: "bob"}, false), "cannot be changed or removed"},
+		"creator changed":              {admissionv1.Update, evalRun(1, alice, false), evalRun(1, map[string]any{evalsi.AnnotationCreatedBy: "bob"}, false), "cannot be changed or removed"},
 		"creator removed":              {admissionv1.Update, evalRun(1, alice, false), evalRun(1, nil, false), "cannot be changed or removed"},
 		"finalizer removal on delete":  {admissionv1.Update, evalRun(0, alice, true), evalRun(0, alice, true), ""},
 		"delete is not validated here": {admissionv1.Delete, nil, nil, ""},
@@ -77,7 +77,7 @@ func TestValidate(t *testing.T) {
 func TestMutateSetsCreator(t *testing.T) {
 	for name, annotations := range map[string]map[string]any{
 		"no annotations":       nil,
-		"a forged creator":     {render.AnnotationCreatedBy: "mallory"},
+		"a forged creator":     {evalsi.AnnotationCreatedBy: "mallory"},
 		"unrelated annotation": {"team": "a"},
 	} {
 		t.Run(name, func(t *testing.T) {

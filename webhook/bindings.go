@@ -7,7 +7,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
-	"evals.si/operator/render"
+	"evals.si/operator/evalsi"
 )
 
 // watchBindings caches the Namespaces and answers project bindings from the cache: the project a
@@ -28,6 +28,6 @@ func watchBindings(ctx context.Context, kube kubernetes.Interface) (Bindings, fu
 		if err != nil {
 			return "", false
 		}
-		return n.Labels[render.LabelProject], true
+		return n.Labels[evalsi.LabelProject], true
 	}, synced
 }

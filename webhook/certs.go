@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/pki"
 )
 
@@ -104,7 +105,7 @@ func (s *selfSignedCerts) sync(ctx context.Context) error {
 	sec, err := secrets.Get(ctx, s.cfg.Secret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.cfg.Secret, Namespace: s.cfg.Namespace,
-			Labels: map[string]string{"app.kubernetes.io/managed-by": "evalsi"}}, Type: corev1.SecretTypeOpaque}
+			Labels: map[string]string{evalsi.LabelManagedBy: evalsi.ManagedBy}}, Type: corev1.SecretTypeOpaque}
 	} else if err != nil {
 		return fmt.Errorf("reading Secret %s/%s: %w", s.cfg.Namespace, s.cfg.Secret, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -33,9 +34,9 @@ type DryRun struct {
 
 // childResources are the resources of the children the operator renders.
 var childResources = map[string]schema.GroupVersionResource{
-	"Deployment":   {Group: "apps", Version: "v1", Resource: "deployments"},
-	"Service":      {Version: "v1", Resource: "services"},
-	"ScaledObject": {Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"},
+	"Deployment":   evalsi.Deployments,
+	"Service":      evalsi.Services,
+	"ScaledObject": evalsi.ScaledObjects,
 }
 
 // check dry-runs obj's children. It returns the refusal to deny with ("" when none) and warnings

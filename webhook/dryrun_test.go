@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
 
 	"evals.si/operator/internal/specgen"
 	"evals.si/operator/render"
@@ -69,7 +70,7 @@ func TestChildrenPassServerDryRun(t *testing.T) {
 
 	for _, path := range []string{"../testdata/admission/valid.yaml", "../testdata/examples"} {
 		for _, d := range readCases(t, path) {
-			if d.Object.GroupVersionKind().Group == render.Group {
+			if d.Object.GroupVersionKind().Group == evalsi.Group {
 				check(d.Where(), d.Object)
 			}
 		}

@@ -26,8 +26,8 @@ import (
 
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/manifest"
-	"evals.si/operator/render"
 )
 
 var env *cluster.Cluster
@@ -261,7 +261,7 @@ func TestCreatorAnnotationIsWrittenByAdmission(t *testing.T) {
 	user := asUser(t, ctx, ns, "team-a-user")
 	cs := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "evals.si/v1alpha1", "kind": "CheckpointServer",
-		"metadata": map[string]any{"name": "m", "annotations": map[string]any{render.AnnotationCreatedBy: "someone-else"}},
+		"metadata": map[string]any{"name": "m", "annotations": map[string]any{evalsi.AnnotationCreatedBy: "someone-else"}},
 		"spec":     map[string]any{"model": "org/model"},
 	}}
 	var got *unstructured.Unstructured
@@ -277,7 +277,7 @@ func TestCreatorAnnotationIsWrittenByAdmission(t *testing.T) {
 		}
 		return nil
 	})
-	if c := got.GetAnnotations()[render.AnnotationCreatedBy]; c != "team-a-user" {
+	if c := got.GetAnnotations()[evalsi.AnnotationCreatedBy]; c != "team-a-user" {
 		t.Fatalf("stored creator %q, want team-a-user", c)
 	}
 	for name, patch := range map[string]string{

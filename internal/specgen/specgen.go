@@ -8,6 +8,8 @@ package specgen
 import (
 	"math/rand/v2"
 	"strings"
+
+	"evals.si/operator/evalsi"
 )
 
 // Gen draws specs from a seeded source, so a failing case is reproduced from its seed.
@@ -163,7 +165,7 @@ func (g *Gen) affinity() map[string]any {
 		term := map[string]any{}
 		g.set(term, "topologyKey", 0.8, func() any { return pick(g, "kubernetes.io/hostname", "topology.kubernetes.io/zone") })
 		g.set(term, "labelSelector", 0.7, func() any {
-			return map[string]any{"matchLabels": map[string]any{pick(g, "app", "app.kubernetes.io/instance"): pick(g, "judge", "bad value!")}}
+			return map[string]any{"matchLabels": map[string]any{pick(g, "app", evalsi.LabelInstance): pick(g, "judge", "bad value!")}}
 		})
 		return map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": []any{
 			map[string]any{"weight": int64(pick(g, 1, 100, 101)), "podAffinityTerm": term},

@@ -1,0 +1,116 @@
+// Package evalsi is the vocabulary of the evals.si API as the operator speaks it: the group and
+// version, the resources, the labels and annotations on objects and their children, the
+// finalizers, and the condition types, reasons and phases of statuses. Every other package names
+// these through it (TestVocabularyHasOneHome keeps string literals of them out of the others), so
+// a reason is spelled once and a reader finds every value a condition can take in one place.
+package evalsi
+
+import "k8s.io/apimachinery/pkg/runtime/schema"
+
+// The API group and its one served version.
+const (
+	Group   = "evals.si"
+	Version = "v1alpha1"
+)
+
+// resource returns the GVR of an evals.si resource.
+func resource(name string) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: Group, Version: Version, Resource: name}
+}
+
+// Resources of the evals.si kinds.
+var (
+	EvalRuns           = resource("evalruns")
+	OnlineEvalPolicies = resource("onlineevalpolicies")
+	TraceSources       = resource("tracesources")
+	Evaluators         = resource("evaluators")
+	SandboxClasses     = resource("sandboxclasses")
+	CheckpointServers  = resource("checkpointservers")
+)
+
+// Resources of the children the operator renders.
+var (
+	Deployments   = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	Services      = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	ScaledObjects = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
+)
+
+// Labels.
+const (
+	// LabelProject names a project: on a Namespace (set by a cluster administrator, since
+	// namespace editors cannot write Namespaces) it binds the namespace to that project; on an
+	// evals.si object it may repeat the project its namespace is bound to, and name no other.
+	LabelProject = Group + "/project"
+	// Labels every child carries.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelComponent = "app.kubernetes.io/component"
+	// ManagedBy is the value of LabelManagedBy on children; the operator watches children by it.
+	ManagedBy = "evalsi"
+)
+
+// Annotations.
+const (
+	// AnnotationSpecHash holds a hash of the applied child so that a change of the desired object
+	// (including a removed field) is seen without comparing whole objects.
+	AnnotationSpecHash = Group + "/spec-hash"
+	// AnnotationCreatedBy holds the authenticated user who created an evals.si object, written by
+	// admission; the operator forwards it to evalsid as the creator.
+	AnnotationCreatedBy = Group + "/created-by"
+)
+
+// Finalizers: each holds an object until the server has let go of what the operator made for it.
+const (
+	FinalizerCancelRun         = Group + "/cancel-run"
+	FinalizerDeletePolicy      = Group + "/delete-policy"
+	FinalizerDeleteTraceSource = Group + "/delete-trace-source"
+)
+
+// Condition types.
+const (
+	// ConditionReady is on every kind.
+	ConditionReady = "Ready"
+	// ConditionStalled says that nothing changes until the spec does (the kstatus convention).
+	ConditionStalled = "Stalled"
+	// ConditionComplete and ConditionFailed say how an EvalRun's run ended, as a Job's do.
+	ConditionComplete = "Complete"
+	ConditionFailed   = "Failed"
+)
+
+// Reasons of conditions.
+const (
+	ReasonInvalidSpec            = "InvalidSpec"
+	ReasonProjectNotAllowed      = "ProjectNotAllowed"
+	ReasonClassNotAllowed        = "ClassNotAllowed"
+	ReasonClassNotFound          = "ClassNotFound"
+	ReasonRollingOut             = "RollingOut"
+	ReasonAvailable              = "Available"
+	ReasonAutoscalingUnavailable = "AutoscalingUnavailable"
+	ReasonNoPool                 = "NoPool"
+	ReasonNoReplicas             = "NoReplicas"
+	ReasonServing                = "Serving"
+	ReasonWaitingForTarget       = "WaitingForTarget"
+	ReasonRunNotFound            = "RunNotFound"
+	ReasonApplied                = "Applied"
+	ReasonConflict               = "Conflict"
+	ReasonAPIUnavailable         = "APIUnavailable"
+	ReasonRejected               = "Rejected"
+	ReasonUnauthenticated        = "Unauthenticated"
+	ReasonPermissionDenied       = "PermissionDenied"
+	ReasonAPIError               = "APIError"
+)
+
+// Phases of an EvalRun's run; a terminal phase is also the reason of its conditions.
+const (
+	PhasePending   = "Pending"
+	PhaseRunning   = "Running"
+	PhaseSucceeded = "Succeeded"
+	PhaseFailed    = "Failed"
+	PhaseCancelled = "Cancelled"
+)
+
+// TerminalPhase reports whether a run in phase has ended.
+func TerminalPhase(phase string) bool {
+	return phase == PhaseSucceeded || phase == PhaseFailed || phase == PhaseCancelled
+}
