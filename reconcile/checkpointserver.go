@@ -4,8 +4,6 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"evals.si/operator/evalsi"
 )
 
 // reconcileCheckpointServer renders the vLLM Deployment and Service, syncs them, and reports the
@@ -16,20 +14,6 @@ func reconcileCheckpointServer(ctx context.Context, e *Engine, k *kind, obj *uns
 	if err != nil {
 		return Outcome{}, err
 	}
-	r := rolloutOf(live.get("Deployment", obj.GetNamespace(), res.Served.Deployment))
-	fields := map[string]any{
-		"endpoint":        res.Served.Endpoint,
-		"servedModelName": res.Served.ModelName,
-		"readyReplicas":   r.ready,
-	}
-	var ready Condition
-	switch {
-	case !r.done:
-		ready = Ready(false, evalsi.ReasonRollingOut, r.message)
-	case r.ready == 0:
-		ready = Ready(false, evalsi.ReasonNoReplicas, "no replica of the current spec is serving")
-	default:
-		ready = Ready(true, evalsi.ReasonServing, "a replica of the current spec passes /health")
-	}
-	return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{ready}}}, nil
+	deploy := live.get("Deployment", obj.GetNamespace(), res.Served.Deployment)
+	return Outcome{Status: checkpointServerStatus(res.Served, deploy)}, nil
 }

@@ -96,47 +96,6 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 	return Outcome{Status: st, RequeueAfter: jitter(e.cfg.RunPollInterval)}, nil
 }
 
-// runStatus is the status of an EvalRun that follows run.
-func runStatus(run *v1.Run) *Status {
-	phase := phaseNames[run.Phase]
-	if phase == "" {
-		phase = evalsi.PhasePending
-	}
-	fields := map[string]any{"runId": run.Id, "url": run.Url, "phase": phase}
-	if t := run.StartedAt; t != nil {
-		fields["startedAt"] = t.AsTime().UTC().Format(time.RFC3339)
-	}
-	if t := run.CompletedAt; t != nil {
-		fields["completedAt"] = t.AsTime().UTC().Format(time.RFC3339)
-	}
-	if s := run.Summary; s != nil {
-		fields["summary"] = map[string]any{
-			"total": s.Total, "passed": s.Passed, "failed": s.Failed, "errored": s.Errored, "score": s.Score,
-		}
-	}
-	// Ready says the run exists and is followed; Complete and Failed say how it ended, as a Job's
-	// do, so that `kubectl wait --for=condition=Complete` blocks until the run succeeds.
-	ready := Ready(true, phase, "run "+run.Id+" is "+phase)
-	complete := Condition{Type: evalsi.ConditionComplete, Status: "False", Reason: phase, Message: "run " + run.Id + " has not succeeded"}
-	failed := Condition{Type: evalsi.ConditionFailed, Status: "False", Reason: phase, Message: "run " + run.Id + " has not failed"}
-	switch phase {
-	case evalsi.PhaseSucceeded:
-		complete = Condition{Type: evalsi.ConditionComplete, Status: "True", Reason: phase, Message: "run " + run.Id + " succeeded"}
-	case evalsi.PhaseFailed:
-		msg := "the run failed"
-		if run.Message != "" {
-			msg = run.Message
-		}
-		ready = Ready(false, evalsi.PhaseFailed, msg)
-		failed = Condition{Type: evalsi.ConditionFailed, Status: "True", Reason: evalsi.PhaseFailed, Message: msg}
-	case evalsi.PhaseCancelled:
-		msg := "the run was cancelled; its results so far are kept"
-		ready = Ready(false, evalsi.PhaseCancelled, msg)
-		failed = Condition{Type: evalsi.ConditionFailed, Status: "True", Reason: evalsi.PhaseCancelled, Message: msg}
-	}
-	return &Status{Fields: fields, Conditions: []Condition{ready, complete, failed}}
-}
-
 // resolveTarget fills in the endpoint of a target that names a CheckpointServer. While the
 // CheckpointServer is missing or not Ready, it returns the status that says so.
 func (e *Engine) resolveTarget(ctx context.Context, obj *unstructured.Unstructured, spec *v1.RunSpec) (*Status, error) {

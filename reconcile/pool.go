@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -44,40 +43,6 @@ func reconcilePool(ctx context.Context, e *Engine, k *kind, obj *unstructured.Un
 	if err != nil {
 		return Outcome{}, err
 	}
-	pool := res.Pool
-	fields := map[string]any{}
-	sandbox := obj.GetKind() == "SandboxClass"
-	if sandbox {
-		fields["namespace"] = pool.Namespace
-	}
-	if pool.Deployment == "" {
-		return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{
-			Ready(true, evalsi.ReasonNoPool, "trials run in a pod of their own; the pod rung has no pool"),
-		}}}, nil
-	}
-	if !sandbox {
-		switch {
-		case pool.Autoscaled:
-			fields["autoscaling"] = "KEDA"
-		case pool.AutoscalingUnavailable:
-			fields["autoscaling"] = "Unavailable"
-		default:
-			fields["autoscaling"] = "Fixed"
-		}
-	}
-	deploy := live.get("Deployment", pool.Namespace, pool.Deployment)
-	r := rolloutOf(deploy)
-	fields["replicas"] = r.replicas
-	fields["readyReplicas"] = r.ready
-	var ready Condition
-	switch {
-	case !r.done:
-		ready = Ready(false, evalsi.ReasonRollingOut, r.message)
-	case pool.AutoscalingUnavailable:
-		ready = Ready(true, evalsi.ReasonAutoscalingUnavailable, fmt.Sprintf(
-			"autoscaling is set but KEDA's ScaledObject is not served in this cluster: running %d fixed replicas", pool.Replicas))
-	default:
-		ready = Ready(true, evalsi.ReasonAvailable, "the pool's current spec is rolled out")
-	}
-	return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{ready}}}, nil
+	deploy := live.get("Deployment", res.Pool.Namespace, res.Pool.Deployment)
+	return Outcome{Status: poolStatus(res.Pool, obj.GetKind() == "SandboxClass", deploy)}, nil
 }

@@ -80,12 +80,7 @@ func (so serverObject) reconcile(ctx context.Context, e *Engine, k *kind, obj *u
 	default:
 		return failed("reading the "+so.what, err)
 	}
-	for k, v := range reported {
-		fields[k] = v
-	}
-	return Outcome{Status: &Status{Fields: fields, Conditions: []Condition{
-		Ready(true, evalsi.ReasonApplied, fmt.Sprintf("the %s is applied in project %s", so.what, project)),
-	}}}, nil
+	return Outcome{Status: appliedStatus(so.what, project, reported)}, nil
 }
 
 // policies keeps OnlineEvalPolicies in MonitorService.
