@@ -1,6 +1,3 @@
-// Package reconcile is the operator's engine: dynamic informers, one rate-limited queue per kind,
-// server-side apply of children, status written only when it changed, and one reconcile function
-// per kind.
 package reconcile
 
 import (
