@@ -98,7 +98,8 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	go api.Serve(ctx, apiListener)
+	apiErr := make(chan error, 1)
+	go func() { apiErr <- api.Serve(ctx, apiListener) }()
 	tokenFile := filepath.Join(c.Dir, "evalsid-token")
 	if err := os.WriteFile(tokenFile, []byte(devToken+"\n"), 0o600); err != nil {
 		return err
@@ -155,6 +156,11 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 			return nil
 		case err := <-opErr:
 			return fmt.Errorf("operator stopped: %w", err)
+		case err := <-apiErr:
+			if ctx.Err() != nil {
+				return nil // stopped with everything else
+			}
+			return fmt.Errorf("evalsid stopped: %v", err)
 		case <-t.C:
 		}
 	}

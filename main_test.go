@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -109,4 +110,19 @@ func TestValidateCommandGivesTheValidatorsMessages(t *testing.T) {
 	if _, code := validate("testdata/admission/missing.yaml"); code != 2 {
 		t.Errorf("exit %d for a missing file, want 2", code)
 	}
+}
+
+// TestWebhookChecksCABundleOften: the webhook command checks its configurations' caBundle every
+// few minutes at most, so a caBundle someone reset does not leave a fail-closed webhook broken
+// until the next certificate renewal (a month, once).
+func TestWebhookChecksCABundleOften(t *testing.T) {
+	for _, f := range webhookCommand().Flags {
+		if d, ok := f.(*cli.DurationFlag); ok && d.Name == "check-interval" {
+			if d.Value <= 0 || d.Value > 5*time.Minute {
+				t.Errorf("--check-interval defaults to %s, want at most 5m", d.Value)
+			}
+			return
+		}
+	}
+	t.Error("the webhook command has no --check-interval")
 }

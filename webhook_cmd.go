@@ -30,6 +30,7 @@ func webhookCommand() *cli.Command {
 			&cli.StringFlag{Name: "validating-config", Value: "evalsi-validation", Usage: "ValidatingWebhookConfiguration whose caBundle is kept current"},
 			&cli.StringFlag{Name: "mutating-config", Value: "evalsi-creator", Usage: "MutatingWebhookConfiguration whose caBundle is kept current"},
 			&cli.DurationFlag{Name: "cert-validity", Value: 365 * 24 * time.Hour, Usage: "lifetime of the self-signed serving certificate; renewed with a third left"},
+			&cli.DurationFlag{Name: "check-interval", Value: time.Minute, Usage: "how often the self-signed certificates are checked for renewal and the configurations' caBundle for drift (someone else resetting it)"},
 			&cli.BoolFlag{Name: "dry-run-children", Usage: "dry-run the children of Evaluators, SandboxClasses and CheckpointServers at admission (rendered with the render flags), refusing what the API server would refuse"},
 			&cli.DurationFlag{Name: "dry-run-timeout", Value: 2 * time.Second, Usage: "bound of the dry runs of one request; past it the object is admitted with a warning"},
 			&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API (dry runs: two or three per admitted workload object)"},
@@ -44,7 +45,7 @@ func webhookCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			cfg := webhook.Config{Listener: l, CertDir: c.String("cert-dir"), Log: log, CheckInterval: c.Duration("cert-validity") / 12}
+			cfg := webhook.Config{Listener: l, CertDir: c.String("cert-dir"), Log: log, CheckInterval: c.Duration("check-interval")}
 			if addr := c.String("health-probe-bind-address"); addr != "" && addr != "0" {
 				if cfg.Health, err = net.Listen("tcp", addr); err != nil {
 					return err

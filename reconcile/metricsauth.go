@@ -7,26 +7,30 @@ import (
 	"crypto/x509/pkix"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 
 	"evals.si/operator/internal/pki"
 )
 
-// metricsAuthTTL is how long an allowed token is trusted without asking the API server again.
-const metricsAuthTTL = time.Minute
+// metricsAuthTTL is how long an allowed token is trusted without asking the API server again,
+// and metricsAuthTokens how many tokens are remembered at most (the least recently used go
+// first; every entry goes when it expires, so rotated tokens do not pile up).
+const (
+	metricsAuthTTL    = time.Minute
+	metricsAuthTokens = 256
+)
 
 // authorizeMetrics admits a request to next only with a bearer token that the API server
 // authenticates (TokenReview) and allows to get /metrics (SubjectAccessReview): 401 without a
 // valid token, 403 without the permission (the evalsi-metrics-reader ClusterRole grants it).
 func authorizeMetrics(kube kubernetes.Interface, next http.Handler) http.Handler {
-	var mu sync.Mutex
-	allowed := map[[32]byte]time.Time{}
+	allowed := cache.NewLRUExpireCache(metricsAuthTokens)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || token == "" {
@@ -34,10 +38,7 @@ func authorizeMetrics(kube kubernetes.Interface, next http.Handler) http.Handler
 			return
 		}
 		key := sha256.Sum256([]byte(token))
-		mu.Lock()
-		until, cached := allowed[key]
-		mu.Unlock()
-		if cached && time.Now().Before(until) {
+		if _, cached := allowed.Get(key); cached {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -72,9 +73,7 @@ func authorizeMetrics(kube kubernetes.Interface, next http.Handler) http.Handler
 			http.Error(w, user.Username+" may not get /metrics", http.StatusForbidden)
 			return
 		}
-		mu.Lock()
-		allowed[key] = time.Now().Add(metricsAuthTTL)
-		mu.Unlock()
+		allowed.Add(key, true, metricsAuthTTL)
 		next.ServeHTTP(w, r)
 	})
 }

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/pki"
@@ -98,9 +99,17 @@ const (
 )
 
 // sync makes the Secret hold a CA and a serving certificate with time left, patches the
-// configurations' caBundle, and serves the certificate. Replicas race benignly: a Secret
-// written by another replica first is read back and used.
+// configurations' caBundle, and serves the certificate. Replicas race benignly: when another
+// replica wrote the Secret first, it is read back and used, a bounded number of times
+// (retry.DefaultRetry) so that a Secret someone keeps changing cannot loop this forever.
 func (s *selfSignedCerts) sync(ctx context.Context) error {
+	return retry.OnError(retry.DefaultRetry, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+	}, func() error { return s.syncOnce(ctx) })
+}
+
+// syncOnce is one attempt of sync; it returns the conflict when another replica wrote first.
+func (s *selfSignedCerts) syncOnce(ctx context.Context) error {
 	secrets := s.cfg.Kube.CoreV1().Secrets(s.cfg.Namespace)
 	sec, err := secrets.Get(ctx, s.cfg.Secret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -121,7 +130,7 @@ func (s *selfSignedCerts) sync(ctx context.Context) error {
 			_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
 		}
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-			return s.sync(ctx) // another replica renewed first: use its certificates
+			return err // another replica renewed first: sync reads its certificates back
 		}
 		if err != nil {
 			return fmt.Errorf("writing Secret %s/%s: %w", s.cfg.Namespace, s.cfg.Secret, err)

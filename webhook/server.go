@@ -20,7 +20,8 @@ type Config struct {
 	// CertDir holds tls.crt and tls.key (cert-manager); used unless SelfSigned is set.
 	CertDir    string
 	SelfSigned *SelfSigned
-	// CheckInterval is how often self-signed certificates are checked for renewal.
+	// CheckInterval is how often self-signed certificates are checked for renewal and the
+	// configurations' caBundle for drift; a minute when zero.
 	CheckInterval time.Duration
 	// Kube, when set, lets validation read the Namespaces' project bindings (a watch of
 	// namespaces), so that an object naming a project its namespace may not act in is refused.
@@ -42,7 +43,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	if cfg.CheckInterval <= 0 {
-		cfg.CheckInterval = time.Hour
+		cfg.CheckInterval = time.Minute
 	}
 	var certs certSource
 	if s := cfg.SelfSigned; s != nil {

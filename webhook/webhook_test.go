@@ -392,3 +392,27 @@ func TestSelfSignedCertificatesRotateWithoutRestart(t *testing.T) {
 		t.Error("the serving certificate was not renewed")
 	}
 }
+
+// TestCABundleDriftIsRepaired resets the validating configuration's caBundle, as a tool that
+// re-applies the configuration might: the webhook restores it at its next check (every minute by
+// default; 200ms here), not when its certificate is next renewed.
+func TestCABundleDriftIsRepaired(t *testing.T) {
+	ctx := testContext(t)
+	startWebhook(t, ctx, time.Hour)
+	configs := env.Clientset().AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	name := "testcabundledriftisrepaired-validation"
+	patch := []byte(`[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":""}]`)
+	if _, err := configs.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "caBundle restored", func() error {
+		cfg, err := configs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(cfg.Webhooks[0].ClientConfig.CABundle) == 0 {
+			return fmt.Errorf("caBundle still empty")
+		}
+		return nil
+	})
+}
