@@ -423,3 +423,40 @@ func TestTraceSourceReportsIngestEndpoint(t *testing.T) {
 		t.Errorf("status.ingestEndpoint = %q", ep)
 	}
 }
+
+// TestAPIKindsSteadyStateWritesNothing brings an EvalRun to its end and an OnlineEvalPolicy and a
+// TraceSource to Applied, then counts every write over three resyncs: none to the Kubernetes API
+// (statuses, finalizers, events, of every kind) and none to evalsid (a policy or trace source is
+// read and compared, never put again when it holds the spec; an ended run is not read at all).
+func TestAPIKindsSteadyStateWritesNothing(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{Pending: 200 * time.Millisecond, Running: 200 * time.Millisecond})
+	cfg := api.apiConfig(ns)
+	cfg.Resync = time.Second
+	e := startEngine(t, cfg)
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "smoke", runSpec(nil))
+	create(t, ctx, evalsi.OnlineEvalPolicies, ns, "OnlineEvalPolicy", "steady-"+ns,
+		map[string]any{"traceSource": "prod", "samplingRate": 0.1, "evaluators": []any{"toxicity"}})
+	create(t, ctx, evalsi.TraceSources, ns, "TraceSource", "prod", map[string]any{"type": "otlp"})
+	waitPhase(t, ctx, ns, "smoke", evalsi.PhaseSucceeded)
+	waitReady(t, ctx, evalsi.OnlineEvalPolicies, ns, "steady-"+ns, "True", evalsi.ReasonApplied)
+	waitReady(t, ctx, evalsi.TraceSources, ns, "prod", "True", evalsi.ReasonApplied)
+	settled(t, ctx, e.Engine)
+
+	serverWrites := func() int {
+		return api.Calls("CreateRun") + api.Calls("CancelRun") + api.Calls("PutPolicy") + api.Calls("DeletePolicy") +
+			api.Calls("PutTraceSource") + api.Calls("DeleteTraceSource")
+	}
+	before, beforeServer, runReads := writes(e.Engine), serverWrites(), api.Calls("GetRun")
+	time.Sleep(3500 * time.Millisecond)
+	if w := writes(e.Engine) - before; w != 0 {
+		t.Errorf("%v Kubernetes writes over three resyncs at steady state, want 0", w)
+	}
+	if w := serverWrites() - beforeServer; w != 0 {
+		t.Errorf("%d evalsid writes over three resyncs at steady state, want 0", w)
+	}
+	if r := api.Calls("GetRun") - runReads; r != 0 {
+		t.Errorf("%d reads of an ended run, want 0", r)
+	}
+}

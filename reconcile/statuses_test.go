@@ -219,3 +219,39 @@ func TestAPIFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestBuildStatusKeepsTransitionTimes decides lastTransitionTime with the clock stubbed: it is
+// now() for a new condition or one whose status flipped, and kept when only the reason or the
+// message changed, so that conditions do not flap.
+func TestBuildStatusKeepsTransitionTimes(t *testing.T) {
+	earlier := "2026-11-30T10:00:00Z"
+	prev := now
+	t.Cleanup(func() { now = prev })
+	now = func() time.Time { return time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC) }
+	const later = "2026-11-30T12:00:00Z"
+	old := map[string]any{"conditions": []any{map[string]any{
+		"type": evalsi.ConditionReady, "status": "False", "reason": evalsi.ReasonRollingOut, "message": "0 of 1", "lastTransitionTime": earlier,
+	}}}
+	for name, tc := range map[string]struct {
+		old  map[string]any
+		next Condition
+		want string
+	}{
+		"a new condition":              {nil, Ready(true, evalsi.ReasonAvailable, "rolled out"), later},
+		"status flipped":               {old, Ready(true, evalsi.ReasonAvailable, "rolled out"), later},
+		"same status, another reason":  {old, Ready(false, evalsi.ReasonInvalidSpec, "refused"), earlier},
+		"same status, another message": {old, Ready(false, evalsi.ReasonRollingOut, "0 of 2"), earlier},
+		"unchanged":                    {old, Ready(false, evalsi.ReasonRollingOut, "0 of 1"), earlier},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := buildStatus(tc.old, &Status{Conditions: []Condition{tc.next}}, 7)
+			c := st["conditions"].([]any)[0].(map[string]any)
+			if c["lastTransitionTime"] != tc.want {
+				t.Errorf("lastTransitionTime %v, want %s", c["lastTransitionTime"], tc.want)
+			}
+			if st["observedGeneration"] != int64(7) || c["observedGeneration"] != int64(7) {
+				t.Errorf("observedGeneration %v / %v, want 7", st["observedGeneration"], c["observedGeneration"])
+			}
+		})
+	}
+}
