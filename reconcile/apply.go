@@ -117,16 +117,16 @@ func staleness(want, live *unstructured.Unstructured) string {
 	if want.GetAnnotations()[evalsi.AnnotationSpecHash] != live.GetAnnotations()[evalsi.AnnotationSpecHash] {
 		return "rendering changed"
 	}
-	if path := uncovered(live.Object, want.Object, ""); path != "" {
+	if path := firstDrift(live.Object, want.Object, ""); path != "" {
 		return "drifted at " + path
 	}
 	return ""
 }
 
-// uncovered returns the first path at which live does not hold want's value, or "". Lists must
+// firstDrift returns the first path at which live does not hold want's value, or "". Lists must
 // have the same length with each element covered; empty values in want match absent ones;
 // numbers compare by value.
-func uncovered(live, want any, path string) string {
+func firstDrift(live, want any, path string) string {
 	switch w := want.(type) {
 	case map[string]any:
 		l, ok := live.(map[string]any)
@@ -137,7 +137,7 @@ func uncovered(live, want any, path string) string {
 			return path
 		}
 		for _, k := range sortedKeys(w) {
-			if p := uncovered(l[k], w[k], path+"."+k); p != "" {
+			if p := firstDrift(l[k], w[k], path+"."+k); p != "" {
 				return p
 			}
 		}
@@ -154,7 +154,7 @@ func uncovered(live, want any, path string) string {
 			return path
 		}
 		for i := range w {
-			if p := uncovered(l[i], w[i], fmt.Sprintf("%s[%d]", path, i)); p != "" {
+			if p := firstDrift(l[i], w[i], fmt.Sprintf("%s[%d]", path, i)); p != "" {
 				return p
 			}
 		}

@@ -157,7 +157,7 @@ func (s *selfSignedCerts) renew(data map[string][]byte, now time.Time) (map[stri
 		out[k] = v
 	}
 	changed := false
-	if caErr != nil || fresh(ca, now) < caLife/3 {
+	if caErr != nil || timeLeft(ca, now) < caLife/3 {
 		newCA, newKey, err := pki.NewCA("evalsi-webhook-ca", caLife)
 		if err != nil {
 			return nil, false, err
@@ -175,7 +175,7 @@ func (s *selfSignedCerts) renew(data map[string][]byte, now time.Time) (map[stri
 		delete(out, keyCert) // re-sign the serving certificate with the new CA
 	}
 	leaf, _, leafErr := parsePair(out[keyCert], out[keyKey])
-	if leafErr != nil || fresh(leaf, now) < s.cfg.Validity/3 || !signedBy(leaf, ca) {
+	if leafErr != nil || timeLeft(leaf, now) < s.cfg.Validity/3 || !signedBy(leaf, ca) {
 		tmpl := x509.Certificate{
 			Subject:     pkix.Name{CommonName: s.cfg.Hosts[0]},
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
@@ -203,8 +203,8 @@ func (s *selfSignedCerts) renew(data map[string][]byte, now time.Time) (map[stri
 	return out, changed, nil
 }
 
-// fresh returns how long cert has left.
-func fresh(cert *x509.Certificate, now time.Time) time.Duration { return cert.NotAfter.Sub(now) }
+// timeLeft returns how long cert has left.
+func timeLeft(cert *x509.Certificate, now time.Time) time.Duration { return cert.NotAfter.Sub(now) }
 
 func signedBy(leaf, ca *x509.Certificate) bool { return leaf.CheckSignatureFrom(ca) == nil }
 

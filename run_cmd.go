@@ -1,14 +1,11 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"evals.si/operator/apiclient"
 	"evals.si/operator/reconcile"
@@ -106,20 +103,4 @@ func runCommand() *cli.Command {
 			})
 		},
 	}
-}
-
-// kubeConfig loads a kubeconfig file, or the in-cluster configuration when path is empty.
-func kubeConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
-	}
-	return rc, nil
 }

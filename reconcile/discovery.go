@@ -1,0 +1,124 @@
+package reconcile
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// wanted returns the kinds of the selected controllers.
+func (e *Engine) wanted() []*kind {
+	var out []*kind
+	for _, k := range kinds {
+		if len(e.cfg.Controllers) == 0 || slices.Contains(e.cfg.Controllers, k.controller) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// discover asks the API server which of the resources the selected controllers need are served,
+// starts controllers and child informers that became available, and stops child informers of
+// resources that went away. Objects whose children changed availability are reconciled again.
+func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
+	e.refreshBindings(ctx)
+	want := map[schema.GroupVersionResource]bool{}
+	for _, k := range e.wanted() {
+		want[k.gvr] = true
+		for _, c := range k.children {
+			want[c] = true
+		}
+	}
+	served := e.servedResources(want)
+	var changed []schema.GroupVersionResource
+	e.mu.Lock()
+	for gvr := range want {
+		if served[gvr] != e.served[gvr] {
+			changed = append(changed, gvr)
+		}
+	}
+	e.served = served
+	e.mu.Unlock()
+
+	for _, k := range e.wanted() {
+		if k.api && e.api == nil {
+			if !e.offLogged[k.controller] {
+				e.log.Warn("controller off: no evalsid URL (--api-url)", "controller", k.controller)
+				e.offLogged[k.controller] = true
+			}
+			continue
+		}
+		if !served[k.gvr] {
+			if !e.offLogged[k.controller] {
+				e.log.Warn("controller off: its CRD is not served; it starts when the CRD is installed", "controller", k.controller, "resource", k.gvr.String())
+				e.offLogged[k.controller] = true
+			}
+			continue
+		}
+		e.mu.Lock()
+		c := e.controllers[k.controller]
+		e.mu.Unlock()
+		if c == nil {
+			c = e.startController(ctx, k, wg)
+		}
+		for _, gvr := range k.children {
+			if !slices.Contains(changed, gvr) {
+				continue
+			}
+			if served[gvr] {
+				e.log.Info("child resource served, watching it", "controller", k.controller, "resource", gvr.String())
+				e.ensureInformer(ctx, gvr, k.childNamespace(e.cfg), true)
+			} else {
+				e.log.Warn("child resource no longer served", "controller", k.controller, "resource", gvr.String())
+				e.stopInformer(informerKey{gvr, k.childNamespace(e.cfg)})
+			}
+			c.enqueueAll()
+		}
+	}
+	e.mu.Lock()
+	e.synced = true
+	e.mu.Unlock()
+}
+
+// servedResources returns which of want the API server serves, by discovery of their groups.
+func (e *Engine) servedResources(want map[schema.GroupVersionResource]bool) map[schema.GroupVersionResource]bool {
+	out := map[schema.GroupVersionResource]bool{}
+	byGV := map[schema.GroupVersion][]schema.GroupVersionResource{}
+	for gvr := range want {
+		byGV[gvr.GroupVersion()] = append(byGV[gvr.GroupVersion()], gvr)
+	}
+	for gv, gvrs := range byGV {
+		list, err := e.kube.Discovery().ServerResourcesForGroupVersion(gv.String())
+		if err != nil {
+			e.mu.Lock()
+			prev := e.served
+			e.mu.Unlock()
+			if !apierrors.IsNotFound(err) {
+				// Keep what was known rather than tear controllers down on a passing error.
+				e.log.Warn("discovery failed", "groupVersion", gv.String(), "err", err)
+				for _, gvr := range gvrs {
+					out[gvr] = prev[gvr]
+				}
+			}
+			continue
+		}
+		for _, r := range list.APIResources {
+			for _, gvr := range gvrs {
+				if r.Name == gvr.Resource {
+					out[gvr] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// isServed reports whether discovery last saw gvr.
+func (e *Engine) isServed(gvr schema.GroupVersionResource) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.served[gvr]
+}
