@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"evals.si/operator/reconcile"
@@ -57,21 +58,17 @@ func releaseFinalizersCommand() *cli.Command {
 // waitLeaseFree waits until the operator's Lease does not exist or has expired. It returns why
 // it stopped waiting otherwise: the Lease is still held, or it cannot be read (Forbidden, a
 // timeout), which never counts as free.
-func waitLeaseFree(ctx context.Context, kube kubernetes.Interface, ns, name string, wait time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	for {
+func waitLeaseFree(ctx context.Context, kube kubernetes.Interface, ns, name string, timeout time.Duration) error {
+	why := fmt.Errorf("the Lease was not read")
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		lease, err := kube.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		why := leaseHeld(lease, err, time.Now())
-		if why == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("after %s: %w", wait, why)
-		case <-time.After(time.Second):
-		}
+		why = leaseHeld(lease, err, time.Now())
+		return why == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("after %s: %w", timeout, why)
 	}
+	return nil
 }
 
 // leaseHeld says why the Lease read as lease (or err) may still have a running leader, or nil

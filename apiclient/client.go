@@ -122,7 +122,10 @@ func callInterceptor(opts Options, token *tokenFile) connect.UnaryInterceptorFun
 }
 
 // tokenFile is a bearer token in a file, read again when the file's size or time changes (the
-// kubelet replaces a projected token by swapping a symlink, which changes both).
+// kubelet replaces a projected token by swapping a symlink, which changes both). client-go's
+// transport.NewCachedFileTokenSource does not fit: it re-reads only once a minute, so a call made
+// right after the kubelet rotated (and the server revoked) the old token fails for up to a minute,
+// and TestTokenFileRotation shows this one picks the new token up on the next call with one stat.
 type tokenFile struct {
 	path  string
 	mu    sync.Mutex

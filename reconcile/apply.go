@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 
 	"evals.si/operator/evalsi"
 )
@@ -136,7 +140,7 @@ func firstDrift(live, want any, path string) string {
 			}
 			return path
 		}
-		for _, k := range sortedKeys(w) {
+		for _, k := range slices.Sorted(maps.Keys(w)) {
 			if p := firstDrift(l[k], w[k], path+"."+k); p != "" {
 				return p
 			}
@@ -172,15 +176,6 @@ func firstDrift(live, want any, path string) string {
 		}
 		return path
 	}
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func number(v any) (float64, bool) {
@@ -252,8 +247,9 @@ func (e *Engine) handOverReplicas(ctx context.Context, want *unstructured.Unstru
 	if err != nil {
 		return fmt.Errorf("reading Deployment %s/%s: %w", want.GetNamespace(), want.GetName(), err)
 	}
-	if !ownsReplicas(cur.GetManagedFields()) {
-		return nil
+	owns, err := ownsReplicas(cur)
+	if err != nil || !owns {
+		return err
 	}
 	replicas, _, _ := unstructured.NestedInt64(cur.Object, "spec", "replicas")
 	handover := &unstructured.Unstructured{Object: map[string]any{
@@ -268,17 +264,18 @@ func (e *Engine) handOverReplicas(ctx context.Context, want *unstructured.Unstru
 	return nil
 }
 
-// ownsReplicas reports whether the operator's apply manager owns spec.replicas.
-func ownsReplicas(entries []metav1.ManagedFieldsEntry) bool {
-	for _, m := range entries {
-		if m.Manager != FieldManager || m.Operation != metav1.ManagedFieldsOperationApply || m.FieldsV1 == nil {
-			continue
-		}
-		if strings.Contains(string(m.FieldsV1.Raw), `"f:replicas"`) {
-			return true
-		}
+// ownsReplicas reports whether the operator's apply manager owns deploy's spec.replicas, read
+// from its managed fields by client-go's ExtractDeployment.
+func ownsReplicas(deploy *unstructured.Unstructured) (bool, error) {
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(deploy.Object, &d); err != nil {
+		return false, fmt.Errorf("reading Deployment %s: %w", deploy.GetName(), err)
 	}
-	return false
+	owned, err := appsv1ac.ExtractDeployment(&d, FieldManager)
+	if err != nil {
+		return false, fmt.Errorf("reading the fields the operator owns in Deployment %s: %w", deploy.GetName(), err)
+	}
+	return owned.Spec != nil && owned.Spec.Replicas != nil, nil
 }
 
 // deleteChild deletes a child that is no longer desired, if it is still the object seen.
