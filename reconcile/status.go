@@ -9,8 +9,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"evals.si/operator/evalsi"
 )
@@ -56,44 +58,45 @@ func buildStatus(old map[string]any, st *Status, generation int64) map[string]an
 		next = map[string]any{}
 	}
 	next["observedGeneration"] = generation
-	oldConds := map[string]map[string]any{}
+	// Conditions go through apimachinery's helpers on []metav1.Condition, converted at the edge:
+	// SetStatusCondition keeps lastTransitionTime unless the status flipped.
+	var holder struct {
+		Conditions []metav1.Condition `json:"conditions"`
+	}
 	if list, ok := old["conditions"].([]any); ok {
-		for _, c := range list {
-			if m, ok := c.(map[string]any); ok {
-				t, _ := m["type"].(string)
-				oldConds[t] = m
-			}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"conditions": list}, &holder); err != nil {
+			holder.Conditions = nil // unreadable: every condition starts anew
 		}
 	}
-	// The last condition of a type wins (a terminal error's Ready overrides the reconcile's).
-	var order []string
-	byType := map[string]Condition{}
+	// The last condition of a type wins (a terminal error's Ready overrides the reconcile's); only
+	// it is set, so that an overridden one cannot flip the status and its transition time.
+	last := map[string]Condition{}
 	for _, c := range st.Conditions {
-		if _, seen := byType[c.Type]; !seen {
-			order = append(order, c.Type)
-		}
-		byType[c.Type] = c
+		last[c.Type] = c
 	}
-	var conds []any
-	for _, t := range order {
-		c := byType[t]
-		transition := now().Format(time.RFC3339)
-		if prev, ok := oldConds[t]; ok && prev["status"] == c.Status {
-			if ts, ok := prev["lastTransitionTime"].(string); ok {
-				transition = ts
-			}
+	conds, wanted := holder.Conditions, map[string]bool{}
+	for _, c := range st.Conditions {
+		if last[c.Type] != c || wanted[c.Type] {
+			continue
 		}
-		conds = append(conds, map[string]any{
-			"type":               c.Type,
-			"status":             c.Status,
-			"reason":             c.Reason,
-			"message":            c.Message,
-			"observedGeneration": generation,
-			"lastTransitionTime": transition,
+		wanted[c.Type] = true
+		meta.SetStatusCondition(&conds, metav1.Condition{
+			Type: c.Type, Status: metav1.ConditionStatus(c.Status), Reason: c.Reason, Message: c.Message,
+			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now()),
 		})
 	}
+	for _, c := range holder.Conditions {
+		if !wanted[c.Type] {
+			meta.RemoveStatusCondition(&conds, c.Type)
+		}
+	}
 	if len(conds) > 0 {
-		next["conditions"] = conds
+		out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&struct {
+			Conditions []metav1.Condition `json:"conditions"`
+		}{conds})
+		if err == nil {
+			next["conditions"] = out["conditions"]
+		}
 	}
 	return next
 }

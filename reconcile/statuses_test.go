@@ -255,3 +255,21 @@ func TestBuildStatusKeepsTransitionTimes(t *testing.T) {
 		})
 	}
 }
+
+// TestBuildStatusOverriddenReadyDoesNotFlip: a terminal error's Ready overrides the reconcile's
+// Ready=True; when the object was already False, its transition time stays.
+func TestBuildStatusOverriddenReadyDoesNotFlip(t *testing.T) {
+	prev := now
+	t.Cleanup(func() { now = prev })
+	now = func() time.Time { return time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC) }
+	old := map[string]any{"conditions": []any{map[string]any{
+		"type": evalsi.ConditionReady, "status": "False", "reason": evalsi.ReasonInvalidSpec, "message": "m",
+		"observedGeneration": int64(1), "lastTransitionTime": "2026-11-30T10:00:00Z",
+	}}}
+	st := buildStatus(old, &Status{Conditions: []Condition{
+		Ready(true, evalsi.ReasonAvailable, "fine"), Ready(false, evalsi.ReasonInvalidSpec, "m"),
+	}}, 1)
+	if !sameJSON(old["conditions"], st["conditions"]) {
+		t.Errorf("conditions changed: %v, want %v", st["conditions"], old["conditions"])
+	}
+}
