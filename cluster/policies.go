@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // RefuseImages installs, until the test ends, a ValidatingAdmissionPolicy that refuses with 422
@@ -65,15 +66,13 @@ func (c *Cluster) RefuseImages(ctx context.Context, ns, prefix string, cleanup f
 		},
 	}}
 	deployments := c.Dynamic().Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns)
-	for {
-		_, err := deployments.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if apierrors.IsInvalid(err) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the image policy is not in force: a dry run gave %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
+	var last error
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, last = deployments.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsInvalid(last), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the image policy is not in force: a dry run gave %v", last)
 	}
+	return nil
 }
