@@ -57,12 +57,24 @@ func devCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "gpus", Value: "8", Usage: "nvidia.com/gpu capacity of the KWOK node"},
 			&cli.BoolFlag{Name: "keda", Value: true, Usage: "install KEDA's ScaledObject CRD"},
-		}, renderFlags...),
+		}, devRenderFlags()...),
 		Action: func(c *cli.Context) error {
 			opts := devOptions{Render: renderOptions(c), GPUs: c.String("gpus"), KEDA: c.Bool("keda")}
 			return runDev(c.Context, opts, c.App.Writer)
 		},
 	}
+}
+
+// devRenderFlags are the render flags dev honours: all but --api-url, since dev serves the
+// reference evalsid itself and gives its address to the operator.
+func devRenderFlags() []cli.Flag {
+	var out []cli.Flag
+	for _, f := range renderFlags {
+		if f.Names()[0] != "api-url" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // runDev starts a control plane with a GPU node, installs the CRDs (and KEDA's), serves the

@@ -66,6 +66,7 @@ func TestCommandOutput(t *testing.T) {
 		"render-no-input":           {args: "render"},
 		"unknown-command":           {args: "valdiate -f " + in + "good.yaml"},
 		"version-flag":              {args: "--version"},
+		"dev-refuses-api-url":       {args: "dev --api-url=http://elsewhere:8080"},
 		"validate-admission-cases":  {args: "validate -f testdata/admission/valid.yaml testdata/admission/invalid.yaml"},
 		"validate-project-offline":  {args: "validate -f " + in + "projects.yaml"},
 		"validate-project-unbound":  {args: "validate -f " + in + "projects.yaml --project-binding none"},
