@@ -259,8 +259,16 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		return nil
 	})
 
-	// Uninstalling evalsi-crds keeps the CRDs and so the resources.
+	// Uninstalling evalsi-sandboxd leaves the shared sandbox namespace, and it can be installed
+	// again at once.
 	helm(t, "uninstall", "evalsi-sandboxd", "-n", "evalsi-system", kc)
+	sandbox, err := env.Clientset().CoreV1().Namespaces().Get(ctx, "evalsi-sandbox", metav1.GetOptions{})
+	if err != nil || sandbox.DeletionTimestamp != nil {
+		t.Errorf("the sandbox namespace after uninstalling evalsi-sandboxd: %v, deleting=%v", err, err == nil && sandbox.DeletionTimestamp != nil)
+	}
+	helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-system", kc)
+	helm(t, "uninstall", "evalsi-sandboxd", "-n", "evalsi-system", kc)
+	// Uninstalling evalsi-crds keeps the CRDs and so the resources.
 	helm(t, "uninstall", "evalsi-crds", "-n", "evalsi-system", kc)
 	if _, err := admin.Resource(evalsi("onlineevalpolicies")).Namespace("team-a").Get(ctx, "team-a-toxicity", metav1.GetOptions{}); err != nil {
 		t.Errorf("OnlineEvalPolicy after uninstalling evalsi-crds: %v", err)
