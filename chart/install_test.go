@@ -125,8 +125,14 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	}
 	kc := "--kubeconfig=" + env.Kubeconfig
 	installCRDsChart(t)
-	helm(t, "install", "evalsi", "evalsi", "-n", "team-a", "--create-namespace", kc)
-	helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-system", kc)
+	for release, want := range map[string]string{
+		helm(t, "install", "evalsi", "evalsi", "-n", "team-a", "--create-namespace", kc):    "kubectl -n team-a rollout status deployment/evalsi-operator",
+		helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-system", kc): "Uninstalling this chart leaves the namespace evalsi-sandbox",
+	} {
+		if !strings.Contains(release, "NOTES:") || !strings.Contains(release, want) {
+			t.Errorf("install notes lack %q:\n%s", want, release)
+		}
+	}
 
 	// The reference evalsid on loopback, accepting the token the evalsi chart generated.
 	sec, err := env.Clientset().CoreV1().Secrets("team-a").Get(ctx, "evalsid-token", metav1.GetOptions{})
