@@ -33,7 +33,8 @@ var releases = map[string][2]string{
 
 var helmBin string
 
-func helm(t testing.TB, args ...string) string {
+// helmPath returns the helm binary, built into the cache on first use.
+func helmPath(t testing.TB) string {
 	t.Helper()
 	if helmBin == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -43,14 +44,32 @@ func helm(t testing.TB, args ...string) string {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(helmBin, args...)
+	return helmBin
+}
+
+// helmCommand is helm with args, and a home of its own.
+func helmCommand(t testing.TB, args ...string) *exec.Cmd {
+	cmd := exec.Command(helmPath(t), args...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	return cmd
+}
+
+// helm runs helm and returns its standard output; a failure fails the test.
+func helm(t testing.TB, args ...string) string {
+	t.Helper()
+	cmd := helmCommand(t, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
 	}
 	return out.String()
+}
+
+// helmErr runs helm and returns its output and error, for commands that should fail.
+func helmErr(t testing.TB, args ...string) (string, error) {
+	out, err := helmCommand(t, args...).CombinedOutput()
+	return string(out), err
 }
 
 func valuesArgs(chart, c string) []string {
@@ -62,6 +81,28 @@ func valuesArgs(chart, c string) []string {
 
 // generatedToken masks the random token the evalsi chart makes for evalsid.
 var generatedToken = regexp.MustCompile(`evalsi-[A-Za-z0-9]{40}`)
+
+// TestValuesAreChecked renders the charts with values a user might get wrong: each fails at
+// template time with a message naming the value.
+func TestValuesAreChecked(t *testing.T) {
+	for name, tc := range map[string]struct {
+		chart string
+		args  []string
+		want  string
+	}{
+		"misspelt key":            {"evalsi", []string{"--set", "operator.replica=3"}, "replica"},
+		"wrong type":              {"evalsi", []string{"--set-string", "operator.replicas=two"}, "replicas"},
+		"unknown log level":       {"evalsi-sandboxd", []string{"--set", "operator.logLevel=verbose"}, "logLevel"},
+		"cert-manager, no issuer": {"evalsi-crds", []string{"--set", "webhook.certManager.enabled=true"}, "webhook.certManager.issuerRef.name"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := helmErr(t, append([]string{"template", "x", tc.chart, "--kube-version", "1.37.0"}, tc.args...)...)
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Errorf("helm template %v: %v, want a failure naming %q:\n%s", tc.args, err, tc.want, out)
+			}
+		})
+	}
+}
 
 func TestChartsLint(t *testing.T) {
 	for chart, cases := range charts {
