@@ -90,10 +90,11 @@ func TestValuesAreChecked(t *testing.T) {
 		args  []string
 		want  string
 	}{
-		"misspelt key":            {"evalsi", []string{"--set", "operator.replica=3"}, "replica"},
-		"wrong type":              {"evalsi", []string{"--set-string", "operator.replicas=two"}, "replicas"},
-		"unknown log level":       {"evalsi-sandboxd", []string{"--set", "operator.logLevel=verbose"}, "logLevel"},
-		"cert-manager, no issuer": {"evalsi-crds", []string{"--set", "webhook.certManager.enabled=true"}, "webhook.certManager.issuerRef.name"},
+		"misspelt key":              {"evalsi", []string{"--set", "operator.replica=3"}, "replica"},
+		"wrong type":                {"evalsi", []string{"--set-string", "operator.replicas=two"}, "replicas"},
+		"unknown log level":         {"evalsi-sandboxd", []string{"--set", "operator.logLevel=verbose"}, "logLevel"},
+		"cert-manager, no issuer":   {"evalsi-crds", []string{"--set", "webhook.certManager.enabled=true"}, "webhook.certManager.issuerRef.name"},
+		"no evalsid and no api.url": {"evalsi", []string{"--set", "evalsid.enabled=false"}, "api.url: with evalsid.enabled=false"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := helmErr(t, append([]string{"template", "x", tc.chart, "--kube-version", "1.37.0"}, tc.args...)...)

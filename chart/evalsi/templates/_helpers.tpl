@@ -11,7 +11,10 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end }}
 
 {{- define "evalsi.apiURL" -}}
-{{- if .Values.api.url }}{{ .Values.api.url }}{{ else }}http://evalsid.{{ .Release.Namespace }}.svc:8080{{ end }}
+{{- if .Values.api.url }}{{ .Values.api.url }}
+{{- else if .Values.evalsid.enabled }}http://evalsid.{{ .Release.Namespace }}.svc:8080
+{{- else }}{{ fail "api.url: with evalsid.enabled=false, give the URL of the platform's evalsid" }}
+{{- end }}
 {{- end }}
 
 {{- define "evalsi.restrictedContainer" -}}
