@@ -15,3 +15,22 @@ apiGroups: ["evals.si"]
 apiVersions: ["v1alpha1"]
 resources: [evalruns, onlineevalpolicies, tracesources, evaluators, sandboxclasses, checkpointservers]
 {{- end }}
+
+{{/* podAnnotations are the annotations of every pod the chart runs (values podAnnotations). */}}
+{{- define "evalsi-crds.podAnnotations" -}}
+{{- with .Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* podSettings are the pod fields every pod the chart runs shares: pull secrets and priority. */}}
+{{- define "evalsi-crds.podSettings" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}

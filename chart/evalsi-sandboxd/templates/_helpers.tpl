@@ -5,3 +5,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end }}
+
+{{/* podAnnotations are the annotations of every pod the chart runs (values podAnnotations). */}}
+{{- define "evalsi-sandboxd.podAnnotations" -}}
+{{- with .Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* podSettings are the pod fields every pod the chart runs shares: pull secrets and priority. */}}
+{{- define "evalsi-sandboxd.podSettings" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}

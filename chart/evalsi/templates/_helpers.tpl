@@ -31,3 +31,22 @@ runAsUser: 65532
 runAsGroup: 65532
 seccompProfile: {type: RuntimeDefault}
 {{- end }}
+
+{{/* podAnnotations are the annotations of every pod the chart runs (values podAnnotations). */}}
+{{- define "evalsi.podAnnotations" -}}
+{{- with .Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* podSettings are the pod fields every pod the chart runs shares: pull secrets and priority. */}}
+{{- define "evalsi.podSettings" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}
