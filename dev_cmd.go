@@ -77,8 +77,8 @@ func devRenderFlags() []cli.Flag {
 	return out
 }
 
-// runDev starts a control plane with a GPU node, installs the CRDs (and KEDA's), serves the
-// reference evalsid, runs the operator, applies the examples, and prints a table of the evals.si resources whenever it
+// runDev starts a control plane with a GPU node, installs the CRDs (and KEDA's), runs the
+// admission webhook, serves the reference evalsid, runs the operator, applies the examples, and prints a table of the evals.si resources whenever it
 // changes, until ctx ends (or opts.Until holds).
 func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 	fmt.Fprintln(out, "starting a local control plane (the first run builds it: about 8 minutes)")
@@ -102,6 +102,12 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 		if err := c.InstallKedaCRDs(ctx); err != nil {
 			return err
 		}
+	}
+
+	// Admission as a real install has it: what kubectl apply is refused, it is refused here.
+	webhookErr, err := startDevAdmission(ctx, c, out)
+	if err != nil {
+		return err
 	}
 
 	// The reference evalsid on loopback, and the operator's token for it.
@@ -168,6 +174,11 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 			return nil
 		case err := <-opErr:
 			return fmt.Errorf("operator stopped: %w", err)
+		case err := <-webhookErr:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("the admission webhook stopped: %v", err)
 		case err := <-apiErr:
 			if ctx.Err() != nil {
 				return nil // stopped with everything else

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,59 +72,12 @@ func startWebhook(t *testing.T, ctx context.Context, validity time.Duration, con
 		t.Fatal(err)
 	}
 	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-	url := "https://" + l.Addr().String()
-	fail := admissionregistrationv1.Fail
-	none := admissionregistrationv1.SideEffectClassNone
-	timeout := int32(5)
-	rules := func(ops ...admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
-		var res []string
-		for _, r := range resources {
-			res = append(res, r)
-		}
-		return []admissionregistrationv1.RuleWithOperations{{Operations: ops, Rule: admissionregistrationv1.Rule{
-			APIGroups: []string{"evals.si"}, APIVersions: []string{"v1alpha1"}, Resources: res,
-		}}}
-	}
-	validateURL, mutateURL := url+ValidatePath, url+MutatePath
-	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-validation"},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "validate.evals.si",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &validateURL},
-			Rules:                   rules(admissionregistrationv1.Create, admissionregistrationv1.Update),
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			TimeoutSeconds:          &timeout,
-			AdmissionReviewVersions: []string{"v1"},
-			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name:       "not-being-deleted",
-				Expression: "request.operation != 'UPDATE' || !has(object.metadata.deletionTimestamp)",
-			}},
-		}},
-	}
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-creator"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "creator.evals.si",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &mutateURL},
-			Rules:                   rules(admissionregistrationv1.Create),
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			TimeoutSeconds:          &timeout,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
-	ar := cs.AdmissionregistrationV1()
-	if _, err := ar.ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+	remove, err := Register(ctx, cs, name, "https://"+l.Addr().String())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ar.MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ar.ValidatingWebhookConfigurations().Delete(context.Background(), vwc.Name, metav1.DeleteOptions{})
-		ar.MutatingWebhookConfigurations().Delete(context.Background(), mwc.Name, metav1.DeleteOptions{})
-	})
+	t.Cleanup(remove)
+	vwc, mwc := Configurations(name, "")
 	ensureNamespace(t, ctx, "evalsi-system")
 	health, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

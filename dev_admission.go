@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"evals.si/operator/cluster"
+	"evals.si/operator/evalsi"
+	"evals.si/operator/webhook"
+)
+
+// devWebhookNamespace holds the webhook's self-signed certificates in dev, as in a real install.
+const devWebhookNamespace = "evalsi-system"
+
+// startDevAdmission runs the admission webhook as a real install does, but as a local server
+// registered by URL: its own CA, validation with render.Validate, the creator annotation, project
+// bindings. It returns once the API server admits through it, and the webhook's errors on errc.
+func startDevAdmission(ctx context.Context, c *cluster.Cluster, out io.Writer) (errc <-chan error, err error) {
+	kube := c.Clientset()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devWebhookNamespace}}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating namespace %s: %w", devWebhookNamespace, err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := webhook.Register(ctx, kube, "evalsi", "https://"+l.Addr().String()); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(filepath.Join(c.Dir, "webhook.log"))
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer logFile.Close()
+		done <- webhook.Run(ctx, webhook.Config{
+			Listener: l,
+			SelfSigned: &webhook.SelfSigned{
+				Kube: kube, Namespace: devWebhookNamespace, Secret: "evalsi-webhook-certs", Hosts: []string{"127.0.0.1"},
+				ValidatingConfig: "evalsi-validation", MutatingConfig: "evalsi-creator", Validity: 24 * time.Hour,
+			},
+			Kube: kube,
+			Log:  slog.New(slog.NewTextHandler(logFile, nil)),
+		})
+	}()
+	// In force once a dry run of an invalid object is refused by the webhook.
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": evalsi.Group + "/" + evalsi.Version, "kind": "TraceSource",
+		"metadata": map[string]any{"name": "admission-probe", "namespace": devWebhookNamespace},
+		"spec":     map[string]any{"type": "no-such-type"},
+	}}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("the webhook stopped: %v", err)
+		default:
+		}
+		_, err := c.Dynamic().Resource(evalsi.TraceSources).Namespace(devWebhookNamespace).Create(ctx, probe,
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsInvalid(err), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for admission through the webhook: %w", err)
+	}
+	fmt.Fprintf(out, "admission webhook serving on %s (log: %s)\n", l.Addr(), logFile.Name())
+	return done, nil
+}
