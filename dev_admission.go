@@ -1,23 +1,30 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"embed"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"evals.si/operator/cluster"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/manifest"
 	"evals.si/operator/webhook"
 )
 
@@ -78,4 +85,62 @@ func startDevAdmission(ctx context.Context, c *cluster.Cluster, out io.Writer) (
 	}
 	fmt.Fprintf(out, "admission webhook serving on %s (log: %s)\n", l.Addr(), logFile.Name())
 	return done, nil
+}
+
+// crdsChart is the evalsi-crds chart, whose admission policies dev installs as the chart would.
+//
+//go:embed all:chart/evalsi-crds
+var crdsChart embed.FS
+
+// devPolicies are the chart's templates of the admission policies built into the API server.
+var devPolicies = []string{"templates/creator.yaml", "templates/policy.yaml"}
+
+// applyDevPolicies renders the evalsi-crds chart's admission policies with helm (built into the
+// cache on first use) and applies them: the creator written and held by the API server, and the
+// fence of the operator's service accounts.
+func applyDevPolicies(ctx context.Context, c *cluster.Cluster, out io.Writer) error {
+	helm, err := cluster.Helm(ctx, out)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(c.Dir, "evalsi-crds")
+	chart, err := fs.Sub(crdsChart, "chart/evalsi-crds")
+	if err != nil {
+		return err
+	}
+	if err := os.CopyFS(dir, chart); err != nil {
+		return fmt.Errorf("writing the evalsi-crds chart: %w", err)
+	}
+	args := []string{"template", "evalsi-crds", dir, "--kube-version", kubernetesMinor + ".0"}
+	for _, t := range devPolicies {
+		args = append(args, "--show-only", t)
+	}
+	cmd := exec.CommandContext(ctx, helm, args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(c.Dir, "helm"), "HELM_CONFIG_HOME="+filepath.Join(c.Dir, "helm"), "HELM_DATA_HOME="+filepath.Join(c.Dir, "helm"))
+	rendered, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("rendering the admission policies: %w", err)
+	}
+	docs, err := manifest.Decode("evalsi-crds", bytes.NewReader(rendered))
+	if err != nil {
+		return err
+	}
+	for _, d := range docs {
+		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: pluralOf(d.Object.GetKind())}
+		if _, err := c.Dynamic().Resource(gvr).Apply(ctx, d.Object.GetName(), d.Object,
+			metav1.ApplyOptions{FieldManager: "evalsi-dev", Force: true}); err != nil {
+			return fmt.Errorf("applying %s %s: %w", d.Object.GetKind(), d.Object.GetName(), err)
+		}
+	}
+	fmt.Fprintf(out, "admission policies applied: %d objects from evalsi-crds\n", len(docs))
+	return nil
+}
+
+// pluralOf is the resource of an admission policy kind.
+func pluralOf(kind string) string {
+	lower := strings.ToLower(kind)
+	if strings.HasSuffix(lower, "policy") {
+		return strings.TrimSuffix(lower, "y") + "ies"
+	}
+	return lower + "s"
 }

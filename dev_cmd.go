@@ -109,6 +109,9 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := applyDevPolicies(ctx, c, out); err != nil {
+		return err
+	}
 
 	// The reference evalsid on loopback, and the operator's token for it.
 	api := evalsid.New(map[string]string{devToken: "system:serviceaccount:evalsi:evalsi-operator"}, evalsid.DefaultSchedule)
