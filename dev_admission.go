@@ -28,8 +28,12 @@ import (
 	"evals.si/operator/webhook"
 )
 
-// devWebhookNamespace holds the webhook's self-signed certificates in dev, as in a real install.
-const devWebhookNamespace = "evalsi-system"
+// devWebhookNamespace holds the webhook's self-signed certificates in dev, as in a real install,
+// and devWebhookName prefixes the names of its configurations.
+const (
+	devWebhookNamespace = "evalsi-system"
+	devWebhookName      = "evalsi-dev"
+)
 
 // startDevAdmission runs the admission webhook as a real install does, but as a local server
 // registered by URL: its own CA, validation with render.Validate, the creator annotation, project
@@ -44,7 +48,7 @@ func startDevAdmission(ctx context.Context, c *cluster.Cluster, out io.Writer) (
 	if err != nil {
 		return nil, err
 	}
-	if _, err := webhook.Register(ctx, kube, "evalsi", "https://"+l.Addr().String()); err != nil {
+	if _, err := webhook.Register(ctx, kube, devWebhookName, "https://"+l.Addr().String()); err != nil {
 		return nil, err
 	}
 	logFile, err := os.Create(filepath.Join(c.Dir, "webhook.log"))
@@ -58,7 +62,7 @@ func startDevAdmission(ctx context.Context, c *cluster.Cluster, out io.Writer) (
 			Listener: l,
 			SelfSigned: &webhook.SelfSigned{
 				Kube: kube, Namespace: devWebhookNamespace, Secret: "evalsi-webhook-certs", Hosts: []string{"127.0.0.1"},
-				ValidatingConfig: "evalsi-validation", MutatingConfig: "evalsi-creator", Validity: 24 * time.Hour,
+				ValidatingConfig: devWebhookName + "-validation", MutatingConfig: devWebhookName + "-creator", Validity: 24 * time.Hour,
 			},
 			Kube: kube,
 			Log:  slog.New(slog.NewTextHandler(logFile, nil)),
