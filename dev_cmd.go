@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -229,9 +231,18 @@ func applyAll(ctx context.Context, c *cluster.Cluster, docs []manifest.Document)
 	client := c.Dynamic()
 	for _, d := range docs {
 		gvk := d.Object.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		// Discovery can lag just behind a CRD that was established: ask again for a while.
+		var m *meta.RESTMapping
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			var err error
+			if m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); meta.IsNoMatchError(err) {
+				mapper.Reset()
+				return false, nil
+			}
+			return err == nil, err
+		})
 		if err != nil {
-			return fmt.Errorf("%s: %w", d.Where(), err)
+			return fmt.Errorf("%s: finding the resource of %s: %w", d.Where(), gvk.Kind, err)
 		}
 		r := client.Resource(m.Resource)
 		var ri dynamic.ResourceInterface = r
