@@ -249,8 +249,16 @@ func applyAll(ctx context.Context, c *cluster.Cluster, docs []manifest.Document)
 		if ns := d.Object.GetNamespace(); ns != "" {
 			ri = r.Namespace(ns)
 		}
-		if _, err := ri.Apply(ctx, d.Object.GetName(), d.Object, metav1.ApplyOptions{FieldManager: "evalsi-dev", Force: true}); err != nil {
-			return fmt.Errorf("%s: applying %s %s: %w", d.Where(), gvk.Kind, d.Object.GetName(), err)
+		// A CRD just established may not yet be known to server-side apply (404 "There can be a
+		// delay between when CustomResourceDefinitions are created and when they are available"):
+		// apply again for a while.
+		var applyErr error
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, applyErr = ri.Apply(ctx, d.Object.GetName(), d.Object, metav1.ApplyOptions{FieldManager: "evalsi-dev", Force: true})
+			return applyErr == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s: applying %s %s: %w", d.Where(), gvk.Kind, d.Object.GetName(), applyErr)
 		}
 	}
 	return nil
