@@ -128,3 +128,29 @@ func TestCallDeadline(t *testing.T) {
 		t.Errorf("err %v, want DeadlineExceeded", err)
 	}
 }
+
+// TestServerRefusesCredentialsInURLs: the reference evalsid, like the validation in front of it,
+// refuses a run whose endpoint URL carries credentials (InvalidArgument), and takes one that names
+// the variable holding the key.
+func TestServerRefusesCredentialsInURLs(t *testing.T) {
+	srv := httptest.NewServer(evalsid.New(map[string]string{"tok": "operator"}, evalsid.Schedule{}).Handler())
+	defer srv.Close()
+	token := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(token, []byte("tok"), 0o600)
+	c, err := apiclient.New(apiclient.Options{URL: srv.URL, TokenFile: token, CallTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(key, url string) error {
+		_, err := c.Runs.CreateRun(context.Background(), connect.NewRequest(&v1.CreateRunRequest{Project: "p", IdempotencyKey: key, Spec: &v1.RunSpec{
+			Suite: "smoke", Target: &v1.Target{Endpoint: &v1.EndpointTarget{Url: url, Model: "m", ApiKeyEnv: "MODEL_KEY"}},
+		}}))
+		return err
+	}
+	if err := create("with-credentials", "https://user:sk-123@model.example/v1"); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("a URL with credentials: %v, want InvalidArgument", err)
+	}
+	if err := create("named-key", "https://model.example/v1"); err != nil {
+		t.Errorf("a URL without credentials: %v", err)
+	}
+}

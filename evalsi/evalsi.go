@@ -35,6 +35,13 @@ var (
 	ScaledObjects = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
 )
 
+// ChildResources maps the kind of a child the operator renders to its resource.
+var ChildResources = map[string]schema.GroupVersionResource{
+	"Deployment":   Deployments,
+	"Service":      Services,
+	"ScaledObject": ScaledObjects,
+}
+
 // Labels.
 const (
 	// LabelProject names a project: on a Namespace (set by a cluster administrator, since

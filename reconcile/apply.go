@@ -89,7 +89,7 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 		if err != nil {
 			return nil, err
 		}
-		if inf := informers[childGVRs[want.GetKind()].Resource]; inf != nil {
+		if inf := informers[evalsi.ChildResources[want.GetKind()].Resource]; inf != nil {
 			inf.remember(obj)
 		}
 		if cur != nil {
@@ -197,7 +197,7 @@ func number(v any) (float64, bool) {
 // first hands its replicas to a separate manager, if the operator owned them; cur is the cached
 // live object, nil when there is none.
 func (e *Engine) apply(ctx context.Context, want, cur *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	gvr, ok := childGVRs[want.GetKind()]
+	gvr, ok := evalsi.ChildResources[want.GetKind()]
 	if !ok {
 		return nil, fmt.Errorf("no resource known for kind %s", want.GetKind())
 	}
@@ -280,7 +280,7 @@ func ownsReplicas(deploy *unstructured.Unstructured) (bool, error) {
 
 // deleteChild deletes a child that is no longer desired, if it is still the object seen.
 func (e *Engine) deleteChild(ctx context.Context, child *unstructured.Unstructured) error {
-	gvr := childGVRs[child.GetKind()]
+	gvr := evalsi.ChildResources[child.GetKind()]
 	if gvr == (schema.GroupVersionResource{}) {
 		return fmt.Errorf("no resource known for kind %s", child.GetKind())
 	}

@@ -151,7 +151,7 @@ func benchFloor(b *testing.B, ctx context.Context) floorTimes {
 	}
 	t.children = phase(func(i int) error {
 		for _, o := range children[i] {
-			if _, err := c.Resource(childGVRs[o.GetKind()]).Namespace(ns).Create(ctx, o, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
+			if _, err := c.Resource(evalsi.ChildResources[o.GetKind()]).Namespace(ns).Create(ctx, o, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
 				return err
 			}
 		}

@@ -100,10 +100,3 @@ func kindByName(name string) *kind {
 	}
 	return nil
 }
-
-// childGVRs maps a child's kind (as render writes it) to its resource.
-var childGVRs = map[string]schema.GroupVersionResource{
-	"Deployment":   evalsi.Deployments,
-	"Service":      evalsi.Services,
-	"ScaledObject": evalsi.ScaledObjects,
-}

@@ -126,9 +126,7 @@ func TestInvalidSpecIsTerminal(t *testing.T) {
 func TestRefusedRenderingIsNotAppliedAgain(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
-	if err := env.RefuseImages(ctx, ns, "registry.example/unapproved/", t.Cleanup); err != nil {
-		t.Fatal(err)
-	}
+	clustertest.RefuseImages(t, ctx, env, ns, "registry.example/unapproved/")
 	e := startEngine(t, Config{Namespace: ns, Resync: time.Second})
 	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1), "image": "registry.example/unapproved/judge:1"})
 	got := waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "False", "InvalidSpec")
@@ -248,7 +246,7 @@ func TestCheckpointServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range rendered.Objects {
-		live := getObj(t, ctx, childGVRs[want.GetKind()], ns, want.GetName())
+		live := getObj(t, ctx, evalsi.ChildResources[want.GetKind()], ns, want.GetName())
 		if why := staleness(want, live); why != "" {
 			t.Errorf("%s %s is not as rendered: %s", want.GetKind(), want.GetName(), why)
 		}

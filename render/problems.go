@@ -15,7 +15,7 @@ type pointer string
 
 // at is the pointer of p's member name.
 func (p pointer) at(name string) pointer {
-	return p + "/" + pointer(strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1"))
+	return p + "/" + pointer(schemas.EscapePointer(name))
 }
 
 // index is the pointer of p's element i.

@@ -28,7 +28,7 @@ func Project(obj *unstructured.Unstructured, opts Options) (string, error) {
 		return label, nil
 	}
 	return "", schemas.Errors{{
-		Pointer: "/metadata/labels/" + string(pointer("").at(evalsi.LabelProject))[1:],
+		Pointer: string(pointer("/metadata/labels").at(evalsi.LabelProject)),
 		Message: fmt.Sprintf("namespace %s acts in project %s, not %s: a cluster administrator binds a namespace to a project with the label %s on the Namespace",
 			ns, bound, label, evalsi.LabelProject),
 	}}

@@ -210,7 +210,7 @@ func explain(ve *jsonschema.ValidationError, instance any) Errors {
 		var out Errors
 		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			if strings.Contains(m[1], "'"+k+"'") {
-				out = append(out, FieldError{ptr + "/" + escapePointer(k), "is not a known field"})
+				out = append(out, FieldError{ptr + "/" + EscapePointer(k), "is not a known field"})
 			}
 		}
 		if len(out) == 0 {
@@ -254,8 +254,8 @@ func instanceAt(v any, ptr string) any {
 	return v
 }
 
-// escapePointer escapes a name for a JSON pointer.
-func escapePointer(name string) string {
+// EscapePointer escapes a name as one token of a JSON pointer (RFC 6901: ~ as ~0, / as ~1).
+func EscapePointer(name string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1")
 }
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +16,7 @@ import (
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
+	"evals.si/operator/schemas"
 )
 
 // Bindings returns the project a namespace is bound to by its evals.si/project label ("" for
@@ -117,8 +117,7 @@ func Mutate(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.A
 	if obj.GetAnnotations() == nil {
 		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations", "value": map[string]string{evalsi.AnnotationCreatedBy: req.UserInfo.Username}}}
 	} else {
-		key := strings.ReplaceAll(strings.ReplaceAll(evalsi.AnnotationCreatedBy, "~", "~0"), "/", "~1")
-		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations/" + key, "value": req.UserInfo.Username}}
+		patch = []map[string]any{{"op": "add", "path": "/metadata/annotations/" + schemas.EscapePointer(evalsi.AnnotationCreatedBy), "value": req.UserInfo.Username}}
 	}
 	data, err := json.Marshal(patch)
 	if err != nil {

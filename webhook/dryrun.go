@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -32,13 +31,6 @@ type DryRun struct {
 	Timeout time.Duration
 }
 
-// childResources are the resources of the children the operator renders.
-var childResources = map[string]schema.GroupVersionResource{
-	"Deployment":   evalsi.Deployments,
-	"Service":      evalsi.Services,
-	"ScaledObject": evalsi.ScaledObjects,
-}
-
 // check dry-runs obj's children. It returns the refusal to deny with ("" when none) and warnings
 // for dry runs that could not say.
 func (d *DryRun) check(ctx context.Context, obj *unstructured.Unstructured) (refusal string, warnings []string) {
@@ -49,7 +41,7 @@ func (d *DryRun) check(ctx context.Context, obj *unstructured.Unstructured) (ref
 	ctx, cancel := context.WithTimeout(ctx, d.Timeout)
 	defer cancel()
 	for _, child := range res.Objects {
-		gvr, ok := childResources[child.GetKind()]
+		gvr, ok := evalsi.ChildResources[child.GetKind()]
 		if !ok {
 			continue
 		}

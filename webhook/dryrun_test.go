@@ -57,7 +57,7 @@ func TestChildrenPassServerDryRun(t *testing.T) {
 			return true
 		}
 		for _, child := range res.Objects {
-			_, err := env.Dynamic().Resource(childResources[child.GetKind()]).Namespace(child.GetNamespace()).Apply(ctx,
+			_, err := env.Dynamic().Resource(evalsi.ChildResources[child.GetKind()]).Namespace(child.GetNamespace()).Apply(ctx,
 				child.GetName(), child, metav1.ApplyOptions{FieldManager: "evalsi-operator", Force: true, DryRun: []string{metav1.DryRunAll}})
 			if err != nil {
 				refused++
@@ -107,9 +107,7 @@ func TestChildrenPassServerDryRun(t *testing.T) {
 func TestAdmissionDryRunsChildren(t *testing.T) {
 	ctx := testContext(t)
 	ns := ensureNamespace(t, ctx, "dry-run-admission")
-	if err := env.RefuseImages(ctx, ns, "registry.example/unapproved/", t.Cleanup); err != nil {
-		t.Fatal(err)
-	}
+	clustertest.RefuseImages(t, ctx, env, ns, "registry.example/unapproved/")
 	opts := render.Options{DefaultImage: "evalsi/platform:1.4.0", SandboxNamespace: "evalsi-sandbox", APIURL: "http://evalsid:8080", Autoscaling: true}
 	evaluator := func(name, image string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{

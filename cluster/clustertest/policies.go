@@ -1,8 +1,9 @@
-package cluster
+package clustertest
 
 import (
 	"context"
 	"fmt"
+	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -10,14 +11,18 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"evals.si/operator/cluster"
+	"evals.si/operator/evalsi"
 )
 
 // RefuseImages installs, until the test ends, a ValidatingAdmissionPolicy that refuses with 422
 // Invalid ("images come from an approved registry") Deployments in namespace ns whose first
 // container's image starts with prefix: a cluster policy that only the API server knows, as a
-// platform's registry allow-list is. cleanup registers the policy's removal (a test's t.Cleanup).
-// It returns once the policy is in force.
-func (c *Cluster) RefuseImages(ctx context.Context, ns, prefix string, cleanup func(func())) error {
+// platform's registry allow-list is. It returns once the policy is in force, and removes it when
+// the test ends.
+func RefuseImages(t testing.TB, ctx context.Context, c *cluster.Cluster, ns, prefix string) {
+	t.Helper()
 	name := "approved-images-" + ns
 	policy := map[string]any{
 		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
@@ -51,9 +56,9 @@ func (c *Cluster) RefuseImages(ctx context.Context, ns, prefix string, cleanup f
 	}{{"validatingadmissionpolicies", policy}, {"validatingadmissionpolicybindings", binding}} {
 		r := c.Dynamic().Resource(schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: o.resource})
 		if _, err := r.Create(ctx, &unstructured.Unstructured{Object: o.obj}, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating the image policy: %w", err)
+			t.Fatalf("creating the image policy: %v", err)
 		}
-		cleanup(func() { r.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() { r.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	}
 	probe := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "probe"},
@@ -65,14 +70,13 @@ func (c *Cluster) RefuseImages(ctx context.Context, ns, prefix string, cleanup f
 			},
 		},
 	}}
-	deployments := c.Dynamic().Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns)
+	deployments := c.Dynamic().Resource(evalsi.Deployments).Namespace(ns)
 	var last error
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		_, last = deployments.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return apierrors.IsInvalid(last), nil
 	})
 	if err != nil {
-		return fmt.Errorf("the image policy is not in force: a dry run gave %v", last)
+		t.Fatalf("the image policy is not in force: a dry run gave %v", last)
 	}
-	return nil
 }
