@@ -289,10 +289,7 @@ func checkPodAffinityTerm(p pointer, term corev1.PodAffinityTerm, ps *problems) 
 		if sel.s == nil {
 			continue
 		}
-		errs := metav1validation.ValidateLabelSelector(sel.s, metav1validation.LabelSelectorValidationOptions{}, field.NewPath("x"))
-		for _, e := range errs {
-			ps.add(p.at(sel.name), "%s", strings.TrimPrefix(e.Error(), "x."))
-		}
+		checkLabelSelector(p.at(sel.name), sel.s, ps)
 	}
 	for i, ns := range term.Namespaces {
 		ps.addAll(p.at("namespaces").index(i), validation.IsDNS1123Label(ns))
@@ -307,6 +304,14 @@ func checkPodAffinityTerm(p pointer, term corev1.PodAffinityTerm, ps *problems) 
 		if len(keys.list) > 0 && term.LabelSelector == nil {
 			ps.add(p.at(keys.name), "needs labelSelector")
 		}
+	}
+}
+
+// checkLabelSelector applies apimachinery's label selector rules to sel, the field at p.
+func checkLabelSelector(p pointer, sel *metav1.LabelSelector, ps *problems) {
+	// The helper names fields by a path of its own; the problem is named by p instead.
+	for _, e := range metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, field.NewPath("selector")) {
+		ps.add(p, "%s", strings.TrimPrefix(e.Error(), "selector."))
 	}
 }
 

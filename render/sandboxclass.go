@@ -2,12 +2,9 @@ package render
 
 import (
 	"fmt"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -39,10 +36,7 @@ type SandboxClassSpec struct {
 func (spec SandboxClassSpec) check() error {
 	var ps problems
 	if sel := spec.AllowedNamespaces; sel != nil {
-		errs := metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, field.NewPath("x"))
-		for _, e := range errs {
-			ps.add(specPointer.at("allowedNamespaces"), "%s", strings.TrimPrefix(e.Error(), "x."))
-		}
+		checkLabelSelector(specPointer.at("allowedNamespaces"), sel, &ps)
 	}
 	if spec.Rung == RungPod {
 		for field, set := range map[string]bool{"replicas": spec.Replicas != nil, "autoscaling": spec.Autoscaling != nil} {
