@@ -12,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,8 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster"
@@ -49,28 +45,6 @@ func evalsi(resource string) schema.GroupVersionResource {
 }
 
 var deploymentsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-
-// tokenConfig returns a client configuration that authenticates with a token minted by
-// TokenRequest for the service account ns/name, and a kubeconfig file holding it.
-func tokenConfig(t *testing.T, ctx context.Context, ns, name string) (*rest.Config, string) {
-	t.Helper()
-	tr, err := env.Clientset().CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.AnonymousClientConfig(env.Config)
-	cfg.BearerToken = tr.Status.Token
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthority: env.Config.CAFile}
-	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "sa"}
-	kc.CurrentContext = "c"
-	path := filepath.Join(t.TempDir(), name+".kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return cfg, path
-}
 
 // startOperator runs the operator binary as a process until the test ends or stop is called.
 func startOperator(t *testing.T, bin, kubeconfig string, args ...string) (stop func()) {
@@ -155,12 +129,12 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "evals.si/operator").CombinedOutput(); err != nil {
 		t.Fatalf("building the operator: %v\n%s", err, out)
 	}
-	opCfg, opKubeconfig := tokenConfig(t, ctx, "team-a", "evalsi-operator")
+	opCfg, opKubeconfig := clustertest.TokenKubeconfig(t, ctx, env, "team-a", "evalsi-operator")
 	stopOperator := startOperator(t, bin, opKubeconfig, "--namespace=team-a",
 		"--controllers=evalrun,onlineevalpolicy,tracesource,evaluator,checkpointserver",
 		"--leader-elect", "--leader-election-namespace=team-a",
 		"--api-url=http://"+l.Addr().String(), "--api-token-file="+tokenFile, "--run-poll-interval=1s")
-	_, sbKubeconfig := tokenConfig(t, ctx, "evalsi-system", "evalsi-sandboxd")
+	_, sbKubeconfig := clustertest.TokenKubeconfig(t, ctx, env, "evalsi-system", "evalsi-sandboxd")
 	startOperator(t, bin, sbKubeconfig, "--controllers=sandboxclass", "--sandbox-namespace=evalsi-sandbox",
 		"--leader-elect", "--leader-election-namespace=evalsi-system", "--leader-election-id=evalsi-sandboxd")
 
@@ -229,19 +203,8 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	// Uninstalling evalsi with resources present leaves nothing to get stuck: the operator
 	// stops (its Deployment goes), the post-delete hook releases the finalizers.
 	stopOperator()
-	uninstalled := make(chan string, 1)
-	go func() {
-		cmd := exec.Command(helmBin, "uninstall", "evalsi", "-n", "team-a", "--timeout=3m", kc)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			out = append(out, []byte(err.Error())...)
-		}
-		uninstalled <- string(out)
-	}()
-	runHook(t, ctx, bin, "team-a", "evalsi-release-finalizers")
-	if out := <-uninstalled; !strings.Contains(out, "uninstalled") {
-		t.Fatalf("helm uninstall evalsi: %s", out)
-	}
+	(&clustertest.Kubelet{Bin: bin, Jobs: []string{"team-a/evalsi-release-finalizers"}}).Start(t, ctx, env)
+	helm(t, "uninstall", "evalsi", "-n", "team-a", "--timeout=3m", kc)
 	for _, o := range mine {
 		gvr := evalsi(strings.ToLower(o.GetKind()) + "s")
 		if o.GetKind() == "OnlineEvalPolicy" {
@@ -278,38 +241,6 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	helm(t, "uninstall", "evalsi-crds", "-n", "evalsi-system", kc)
 	if _, err := admin.Resource(evalsi("onlineevalpolicies")).Namespace("team-a").Get(ctx, "team-a-toxicity", metav1.GetOptions{}); err != nil {
 		t.Errorf("OnlineEvalPolicy after uninstalling evalsi-crds: %v", err)
-	}
-}
-
-// runHook plays the job controller for a Helm hook Job, which KWOK cannot run: it waits for the
-// Job, runs its container's arguments as a process with a token of the Job's service account,
-// and records the Job as complete when the process succeeded.
-func runHook(t *testing.T, ctx context.Context, bin, ns, name string) {
-	t.Helper()
-	jobs := env.Clientset().BatchV1().Jobs(ns)
-	var job *batchv1.Job
-	clustertest.Eventually(t, ctx, "hook Job "+name, func() error {
-		var err error
-		job, err = jobs.Get(ctx, name, metav1.GetOptions{})
-		return err
-	})
-	spec := job.Spec.Template.Spec
-	_, kubeconfig := tokenConfig(t, ctx, ns, spec.ServiceAccountName)
-	out, err := exec.CommandContext(ctx, bin, append(spec.Containers[0].Args, "--kubeconfig="+kubeconfig)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("hook %v: %v\n%s", spec.Containers[0].Args, err, out)
-	}
-	t.Logf("hook: %s", out)
-	now := metav1.Now()
-	job.Status = batchv1.JobStatus{
-		StartTime: &now, CompletionTime: &now, Succeeded: 1,
-		Conditions: []batchv1.JobCondition{
-			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		},
-	}
-	if _, err := jobs.UpdateStatus(ctx, job, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("completing hook Job: %v", err)
 	}
 }
 

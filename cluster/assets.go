@@ -31,7 +31,9 @@ type Assets struct {
 	KubeAPIServer         string
 	KubeControllerManager string
 	KubeScheduler         string
-	Kwok                  string
+	// Kubectl is the kubectl of the same Kubernetes version, for tests that drive it as users do.
+	Kubectl string
+	Kwok    string
 	// KwokStages are KWOK configuration files holding the node and pod stages.
 	KwokStages []string
 }
@@ -76,6 +78,7 @@ func EnsureAssets(ctx context.Context, progress io.Writer) (Assets, error) {
 		{"kube-apiserver", &a.KubeAPIServer},
 		{"kube-controller-manager", &a.KubeControllerManager},
 		{"kube-scheduler", &a.KubeScheduler},
+		{"kubectl", &a.Kubectl},
 	}
 	for _, c := range k8s {
 		if *c.dst, err = b.kubernetes(ctx, c.name); err != nil {

@@ -46,8 +46,11 @@ type Cluster struct {
 	Kubeconfig string
 	// Dir holds data directories, certificates and component logs.
 	Dir string
+	// Kubectl is the path of kubectl, built from the same Kubernetes version.
+	Kubectl string
 
 	pki       certFiles
+	net       *serviceNetwork
 	procs     []*process
 	ownsDir   bool
 	nodeCount int
@@ -67,7 +70,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: opts.Dir, opts: opts}
+	c := &Cluster{Dir: opts.Dir, Kubectl: assets.Kubectl, opts: opts}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "evalsi-cluster-"); err != nil {
 			return nil, err
@@ -81,6 +84,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}()
 	if c.pki, err = writePKI(c.Dir); err != nil {
 		return nil, fmt.Errorf("writing certificates: %w", err)
+	}
+	if c.net, err = startServiceNetwork(c.Dir); err != nil {
+		return nil, err
 	}
 	etcdURL, err := c.startEtcd(ctx, assets.Etcd)
 	if err != nil {
@@ -115,6 +121,9 @@ func (c *Cluster) Stop() {
 		c.procs[i].stop(10 * time.Second)
 	}
 	c.procs = nil
+	if c.net != nil {
+		c.net.stop()
+	}
 	if c.ownsDir {
 		os.RemoveAll(c.Dir)
 	}
@@ -169,6 +178,10 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 		return err
 	}
 	host := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	egress, err := c.net.writeEgressConfig(c.Dir)
+	if err != nil {
+		return err
+	}
 	p, err := c.start("kube-apiserver", bin,
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
@@ -189,6 +202,8 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 		// The kubernetes Service cannot point at a loopback address.
 		"--endpoint-reconciler-type=none",
 		"--storage-media-type=application/json",
+		// Webhooks and aggregated APIs by Service go through the service network.
+		"--egress-selector-config-file="+egress,
 	)
 	if err != nil {
 		return err

@@ -1,11 +1,13 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -458,5 +460,60 @@ func TestAPIKindsSteadyStateWritesNothing(t *testing.T) {
 	}
 	if r := api.Calls("GetRun") - runReads; r != 0 {
 		t.Errorf("%d reads of an ended run, want 0", r)
+	}
+}
+
+// TestKubectlWaitsForTheRunToEnd drives the real kubectl as a user does: `kubectl wait
+// --for=condition=Complete` blocks while the run is Pending and Running and returns when the
+// reference evalsid ends it; `--for=condition=Failed` does the same for a failed run.
+func TestKubectlWaitsForTheRunToEnd(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{Summary: evalsid.Summary{Total: 1, Passed: 1, Score: 1}})
+	startEngine(t, api.apiConfig(ns))
+	for name, end := range map[string]struct {
+		condition string
+		phase     v1.Phase
+	}{
+		"ends-well": {"Complete", v1.Phase_PHASE_SUCCEEDED},
+		"ends-bad":  {"Failed", v1.Phase_PHASE_FAILED},
+	} {
+		create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", name, runSpec(nil))
+		got := waitPhase(t, ctx, ns, name, "Pending")
+		id, _, _ := unstructured.NestedString(got.Object, "status", "runId")
+
+		wait := exec.CommandContext(ctx, env.Kubectl, "--kubeconfig="+env.Kubeconfig, "-n", ns, "wait",
+			"--for=condition="+end.condition, "evalrun/"+name, "--timeout=2m")
+		var out bytes.Buffer
+		wait.Stdout, wait.Stderr = &out, &out
+		if err := wait.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- wait.Wait() }()
+
+		if err := api.SetPhase(id, v1.Phase_PHASE_RUNNING); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, ctx, ns, name, "Running")
+		select {
+		case err := <-done:
+			t.Fatalf("%s: kubectl wait returned while the run was Running: %v\n%s", name, err, out.String())
+		case <-time.After(time.Second):
+		}
+		if err := api.SetPhase(id, end.phase); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: kubectl wait: %v\n%s", name, err, out.String())
+			}
+			if want := "evalrun.evals.si/" + name + " condition met"; !strings.Contains(out.String(), want) {
+				t.Errorf("%s: kubectl wait printed %q, want %q", name, out.String(), want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: kubectl wait did not return after the run ended", name)
+		}
 	}
 }

@@ -50,3 +50,19 @@ imagePullSecrets:
 priorityClassName: {{ . }}
 {{- end }}
 {{- end }}
+
+{{/* scheduling renders a workload's nodeSelector, tolerations and affinity from its values. */}}
+{{- define "evalsi.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
