@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/rest"
 
 	"evals.si/operator/apiclient/evalsid"
 )
@@ -15,17 +16,25 @@ import (
 func evalsidCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "evalsid",
-		Usage: "serve the reference in-memory evalsid (RunService and MonitorService over Connect)",
+		Usage: "serve the reference in-memory evalsid (RunService, MonitorService and QueueService over Connect)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8090", Usage: "address to serve on"},
-			&cli.StringFlag{Name: "tokens", Required: true, Usage: "file of accepted bearer tokens, one \"TOKEN IDENTITY\" per line"},
+			&cli.StringFlag{Name: "tokens", Usage: "file of accepted bearer tokens, one \"TOKEN IDENTITY\" per line"},
+			&cli.StringFlag{Name: "kubernetes-audience", Usage: "accept the cluster's service-account tokens for this audience (the kubernetes: provider), verified with the API server's issuer discovery"},
+			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig of the cluster whose tokens are accepted (default: in-cluster configuration)"},
 			&cli.DurationFlag{Name: "pending", Value: evalsid.DefaultSchedule.Pending, Usage: "how long runs stay Pending"},
 			&cli.DurationFlag{Name: "running", Value: evalsid.DefaultSchedule.Running, Usage: "how long runs stay Running"},
 		},
 		Action: func(c *cli.Context) error {
-			tokens, err := readTokens(c.String("tokens"))
-			if err != nil {
-				return err
+			if c.String("tokens") == "" && c.String("kubernetes-audience") == "" {
+				return cli.Exit("evalsid: give --tokens, --kubernetes-audience or both, or no call is accepted", exitUsage)
+			}
+			tokens := map[string]string{}
+			if path := c.String("tokens"); path != "" {
+				var err error
+				if tokens, err = readTokens(path); err != nil {
+					return err
+				}
 			}
 			schedule := evalsid.DefaultSchedule
 			schedule.Pending, schedule.Running = c.Duration("pending"), c.Duration("running")
@@ -33,8 +42,20 @@ func evalsidCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			srv := evalsid.New(tokens, schedule)
+			if aud := c.String("kubernetes-audience"); aud != "" {
+				rc, err := kubeConfig(c.String("kubeconfig"))
+				if err != nil {
+					return err
+				}
+				hc, err := rest.HTTPClientFor(rc)
+				if err != nil {
+					return fmt.Errorf("a client of the API server: %w", err)
+				}
+				srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: rc.Host, Client: hc, Audience: aud})
+			}
 			fmt.Fprintf(c.App.ErrWriter, "evalsid serving on %s\n", l.Addr())
-			return evalsid.New(tokens, schedule).Serve(c.Context, l)
+			return srv.Serve(c.Context, l)
 		},
 	}
 }

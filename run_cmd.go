@@ -18,6 +18,7 @@ var renderFlags = []cli.Flag{
 	&cli.StringFlag{Name: "vllm-image", Value: "vllm/vllm-openai:v0.11.0", Usage: "image of CheckpointServers that name none"},
 	&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "namespace that SandboxClass pools run in"},
 	&cli.StringFlag{Name: "api-url", Value: "http://evalsid:8080", Usage: "evalsid's base URL, given to workers and to KEDA's queue-depth trigger"},
+	&cli.StringFlag{Name: "pool-token-audience", Value: render.DefaultTokenAudience, Usage: "audience of the projected service-account tokens pool pods present to evalsid"},
 }
 
 func renderOptions(c *cli.Context) render.Options {
@@ -26,6 +27,7 @@ func renderOptions(c *cli.Context) render.Options {
 		VLLMImage:        c.String("vllm-image"),
 		SandboxNamespace: c.String("sandbox-namespace"),
 		APIURL:           strings.TrimRight(c.String("api-url"), "/"),
+		TokenAudience:    c.String("pool-token-audience"),
 	}
 }
 

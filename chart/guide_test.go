@@ -65,6 +65,11 @@ func TestInstallGuide(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cs := env.Clientset()
+	// Earlier tests' releases go first; the CRDs stay, as on a cluster where they were applied
+	// by hand.
+	for _, r := range [][]string{{"evalsi", "team-a"}, {"evalsi-sandboxd", "evalsi-system"}, {"evalsi-crds", "evalsi-system"}} {
+		helmErr(t, "uninstall", r[0], "-n", r[1], "--ignore-not-found", "--no-hooks", "--wait", "--kubeconfig="+env.Kubeconfig)
+	}
 	before, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -129,6 +129,10 @@ func (c *Cluster) Stop() {
 	}
 }
 
+// ServiceAccountSigningKey is the path of the key the API server signs service-account tokens
+// with (PEM), for tests that forge tokens the cluster could have issued.
+func (c *Cluster) ServiceAccountSigningKey() string { return c.pki.SAKey }
+
 // PIDs returns the process ids of the running components.
 func (c *Cluster) PIDs() []int {
 	var pids []int

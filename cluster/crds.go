@@ -36,13 +36,19 @@ func (c *Cluster) InstallCRDs(ctx context.Context, path string) error {
 	return c.ApplyCRDs(ctx, crds)
 }
 
-// InstallKedaCRDs installs KEDA's ScaledObject CRD, read from KEDA's Go module.
+// InstallKedaCRDs installs KEDA's ScaledObject and TriggerAuthentication CRDs, read from KEDA's
+// Go module.
 func (c *Cluster) InstallKedaCRDs(ctx context.Context) error {
 	dir, err := DownloadModule(ctx, KedaModule, KedaVersion)
 	if err != nil {
 		return err
 	}
-	return c.InstallCRDs(ctx, filepath.Join(dir, "config", "crd", "bases", "keda.sh_scaledobjects.yaml"))
+	for _, crd := range []string{"keda.sh_scaledobjects.yaml", "keda.sh_triggerauthentications.yaml"} {
+		if err := c.InstallCRDs(ctx, filepath.Join(dir, "config", "crd", "bases", crd)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readCRDs decodes every CustomResourceDefinition in a YAML file or a directory of YAML files.

@@ -30,16 +30,20 @@ var (
 
 // Resources of the children the operator renders.
 var (
-	Deployments   = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	Services      = schema.GroupVersionResource{Version: "v1", Resource: "services"}
-	ScaledObjects = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
+	Deployments            = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	Services               = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	ServiceAccounts        = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+	ScaledObjects          = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
+	TriggerAuthentications = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "triggerauthentications"}
 )
 
 // ChildResources maps the kind of a child the operator renders to its resource.
 var ChildResources = map[string]schema.GroupVersionResource{
-	"Deployment":   Deployments,
-	"Service":      Services,
-	"ScaledObject": ScaledObjects,
+	"Deployment":            Deployments,
+	"Service":               Services,
+	"ServiceAccount":        ServiceAccounts,
+	"ScaledObject":          ScaledObjects,
+	"TriggerAuthentication": TriggerAuthentications,
 }
 
 // Labels.
@@ -56,6 +60,14 @@ const (
 	// ManagedBy is the value of LabelManagedBy on children; the operator watches children by it.
 	ManagedBy = "evalsi"
 )
+
+// QueueReaderServiceAccount is the service account, one per namespace with autoscaled pools, that
+// KEDA reads pools' queues in evalsid as; evalsid lets it do nothing else.
+const QueueReaderServiceAccount = "evalsi-queue-reader"
+
+// DefaultTokenAudience is the audience of the service-account tokens evalsid accepts, unless it
+// is configured with another.
+const DefaultTokenAudience = "evalsi"
 
 // Annotations.
 const (

@@ -38,16 +38,19 @@ func (k *kind) childNamespace(cfg Config) string {
 	return cfg.Namespace
 }
 
+// poolChildren are the resources of an Evaluator's or a SandboxClass's children.
+var poolChildren = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.ScaledObjects, evalsi.TriggerAuthentications}
+
 // kinds are every controller the engine can run, in a fixed order.
 var kinds = []*kind{
 	{
 		controller: "evaluator", name: "Evaluator", gvr: evalsi.Evaluators, namespaced: true,
-		children:  []schema.GroupVersionResource{evalsi.Deployments, evalsi.ScaledObjects},
+		children:  poolChildren,
 		reconcile: reconcilePool,
 	},
 	{
 		controller: "sandboxclass", name: "SandboxClass", gvr: evalsi.SandboxClasses,
-		children:        []schema.GroupVersionResource{evalsi.Deployments, evalsi.ScaledObjects},
+		children:        poolChildren,
 		sandboxChildren: true,
 		reconcile:       reconcilePool,
 	},

@@ -13,7 +13,7 @@ import (
 // project bindings last read.
 func (e *Engine) renderOptions() render.Options {
 	opts := e.cfg.Render
-	opts.Autoscaling = e.isServed(evalsi.ScaledObjects)
+	opts.Autoscaling = e.isServed(evalsi.ScaledObjects) && e.isServed(evalsi.TriggerAuthentications)
 	opts.ProjectBindings = e.projectBindings()
 	return opts
 }

@@ -1,12 +1,19 @@
 package render
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/apiclient/evalsiv1/evalsiv1connect"
 )
 
 // Autoscaling scales a pool with KEDA on its queue depth in evalsid.
@@ -65,7 +72,8 @@ func checkReplicas(replicas *int32, a *Autoscaling, ps *problems) {
 }
 
 // scaledObject renders KEDA's ScaledObject for the Deployment named target, scaling on the queue
-// that evalsid serves for queue (a project and a pool name).
+// depth that evalsid serves at queueURL, read with the credentials of the TriggerAuthentication
+// of the same name.
 func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueURL string) *unstructured.Unstructured {
 	spec := map[string]any{
 		"scaleTargetRef":  map[string]any{"name": target},
@@ -98,16 +106,39 @@ func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueU
 		"metadata": map[string]any{
 			"url":           queueURL,
 			"format":        "json",
-			"valueLocation": "depth",
+			"valueLocation": queueDepthField,
 			"targetValue":   strconv.Itoa(int(depth)),
+			"authMode":      "bearer",
 		},
+		"authenticationRef": map[string]any{"name": target},
 	}}
 	return o.object("keda.sh/v1alpha1", "ScaledObject", target, namespace, component, map[string]any{"spec": spec})
 }
 
-// queueURL is evalsid's queue-depth endpoint of one pool.
-func queueURL(api, project, kind, name string) string {
-	return fmt.Sprintf("%s/v1/queues/%s/%s/%s", api, url.PathEscape(project), url.PathEscape(kind), url.PathEscape(name))
+// triggerAuthentication renders the credentials KEDA reads a pool's queue with: a token it mints
+// for the namespace's QueueReaderServiceAccount (the "token" parameter of the bearer auth mode).
+func (o Owner) triggerAuthentication(name, namespace, component string) *unstructured.Unstructured {
+	return o.object("keda.sh/v1alpha1", "TriggerAuthentication", name, namespace, component, map[string]any{"spec": map[string]any{
+		"boundServiceAccountToken": []any{map[string]any{"parameter": "token", "serviceAccountName": QueueReaderServiceAccount}},
+	}})
+}
+
+// queueDepthField is the JSON name of GetQueueDepthResponse.depth, where KEDA reads the value.
+var queueDepthField = (&evalsiv1.GetQueueDepthResponse{}).ProtoReflect().Descriptor().Fields().ByNumber(1).JSONName()
+
+// queueURL is the URL of evalsid's GetQueueDepth call for one pool in Connect's GET form, as
+// apiclient/proto/evalsi/v1/queue.proto defines it: the request as compact JSON in the query.
+func queueURL(api, project string, kind evalsiv1.PoolKind, name string) string {
+	msg, err := protojson.Marshal(&evalsiv1.GetQueueDepthRequest{Project: project, Kind: kind, Name: name})
+	if err != nil {
+		panic(fmt.Sprintf("encoding a queue-depth request: %v", err)) // strings and an enum always encode
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, msg); err != nil {
+		panic(fmt.Sprintf("compacting a queue-depth request: %v", err))
+	}
+	q := url.Values{"connect": {"v1"}, "encoding": {"json"}, "message": {compact.String()}}
+	return strings.TrimSuffix(api, "/") + evalsiv1connect.QueueServiceGetQueueDepthProcedure + "?" + q.Encode()
 }
 
 // seconds parses a duration such as "30s" or "5m" into whole seconds; false when d is not a
@@ -133,20 +164,26 @@ func fixedReplicas(replicas *int32, a *Autoscaling) int32 {
 	}
 }
 
-// pool renders a pool's Deployment and, when autoscaling is set and KEDA is served, the
-// ScaledObject that owns its replicas (the Deployment then has none). It fills in p's
+// pool renders a pool's Deployment, running as the service account sa (rendered too unless the
+// spec named its own), and, when autoscaling is set and KEDA is served, the ScaledObject that owns
+// its replicas (the Deployment then has none) with its TriggerAuthentication. It fills in p's
 // Autoscaled, AutoscalingUnavailable and Replicas.
-func (o Owner) pool(p *Pool, component string, replicas *int32, a *Autoscaling, opts Options, queueURL string, pod map[string]any) []*unstructured.Unstructured {
+func (o Owner) pool(p *Pool, component string, replicas *int32, a *Autoscaling, opts Options, queueURL, sa string, ownSA bool, pod map[string]any) []*unstructured.Unstructured {
+	var objs []*unstructured.Unstructured
+	if ownSA {
+		objs = append(objs, o.serviceAccount(sa, p.Namespace, component))
+	}
 	if a != nil && opts.Autoscaling {
 		p.Autoscaled = true
-		return []*unstructured.Unstructured{
+		return append(objs,
 			o.deployment(p.Deployment, p.Namespace, component, nil, "", pod),
 			o.scaledObject(a, p.Deployment, p.Namespace, component, queueURL),
-		}
+			o.triggerAuthentication(p.Deployment, p.Namespace, component),
+		)
 	}
 	p.AutoscalingUnavailable = a != nil
 	p.Replicas = fixedReplicas(replicas, a)
-	return []*unstructured.Unstructured{o.deployment(p.Deployment, p.Namespace, component, &p.Replicas, "", pod)}
+	return append(objs, o.deployment(p.Deployment, p.Namespace, component, &p.Replicas, "", pod))
 }
 
 // platformImage is a pool's image: the spec's, else the operator's default.

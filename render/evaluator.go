@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/apiclient/evalsiv1"
 )
 
 // EvaluatorSpec is an Evaluator's spec: a pool of evaluation workers.
@@ -66,6 +68,7 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 		{Name: "EVALSI_PROJECT", Value: project},
 		{Name: "EVALSI_EVALUATOR", Value: obj.GetName()},
 		{Name: "EVALSI_SANDBOX_CLASS", Value: spec.SandboxClass},
+		{Name: TokenFileEnv, Value: TokenFile},
 	}
 	if err := spec.check(fixed); err != nil {
 		return nil, Pool{}, err
@@ -92,10 +95,14 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 		"containers":      []any{container},
 		"volumes":         []any{tmp},
 	}
-	setIf(pod, "serviceAccountName", spec.ServiceAccountName)
+	sa := spec.ServiceAccountName
+	if sa == "" {
+		sa = name
+	}
+	signIn(pod, container, sa, opts)
 	spec.Scheduling.apply(pod)
 
 	objs := o.pool(&pool, "evaluator", spec.Replicas, spec.Autoscaling, opts,
-		queueURL(opts.APIURL, project, "evaluators", obj.GetName()), pod)
+		queueURL(opts.APIURL, project, evalsiv1.PoolKind_POOL_KIND_EVALUATOR, obj.GetName()), sa, spec.ServiceAccountName == "", pod)
 	return objs, pool, nil
 }

@@ -26,8 +26,11 @@ type Options struct {
 	SandboxNamespace string
 	// APIURL is evalsid's base URL, given to workers and to KEDA's queue-depth trigger.
 	APIURL string
-	// Autoscaling reports whether KEDA's ScaledObject is served; without it, pools run fixed
-	// replicas.
+	// TokenAudience is the audience of the projected tokens pool pods present to evalsid
+	// (DefaultTokenAudience when empty).
+	TokenAudience string
+	// Autoscaling reports whether KEDA's ScaledObject and TriggerAuthentication are served;
+	// without them, pools run fixed replicas.
 	Autoscaling bool
 	// ProjectBindings are the namespaces a cluster administrator bound to a project other than
 	// their own name (the Namespace's evals.si/project label), by namespace. Nil means they are

@@ -4,9 +4,10 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"evals.si/operator/apiclient/evalsiv1"
 )
 
 // Sandbox rungs: how strongly a trial is isolated.
@@ -86,13 +87,13 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 		"env": envList([]EnvVar{
 			{Name: "EVALSI_API_URL", Value: opts.APIURL},
 			{Name: "EVALSI_SANDBOX_CLASS", Value: obj.GetName()},
+			{Name: TokenFileEnv, Value: TokenFile},
 		}, nil),
 	}
 	setIf(container, "resources", spec.Resources.render())
 	pod := map[string]any{
-		"securityContext":              podSecurity,
-		"containers":                   []any{container},
-		"automountServiceAccountToken": false,
+		"securityContext": podSecurity,
+		"containers":      []any{container},
 	}
 	if spec.Rung == RungLandlock {
 		tmp, mount := tmpVolume()
@@ -103,10 +104,11 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 		pod["hostUsers"] = false
 	}
 	setIf(pod, "runtimeClassName", spec.RuntimeClassName)
+	signIn(pod, container, name, opts)
 	spec.Scheduling.apply(pod)
 
 	objs := o.pool(&pool, "sandbox", spec.Replicas, spec.Autoscaling, opts,
-		queueURL(opts.APIURL, "_cluster", "sandboxclasses", obj.GetName()), pod)
+		queueURL(opts.APIURL, "", evalsiv1.PoolKind_POOL_KIND_SANDBOX, obj.GetName()), name, true, pod)
 	return objs, pool, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	"evals.si/operator/apiclient/evalsiv1/evalsiv1connect"
+	"evals.si/operator/evalsi"
 )
 
 // Server is the reference evalsid.
@@ -28,10 +29,14 @@ type Server struct {
 	byKey    map[string]string // project/idempotency key -> run id
 	policies map[string]*policy
 	sources  map[string]*traceSource
+	queues   map[queueKey]uint32
 	schedule Schedule
 	suites   map[string]bool // nil: any suite
 	nextID   int
 	baseURL  string
+
+	// kubernetes, when set, accepts the service-account tokens of a cluster besides tokens.
+	kubernetes *KubernetesIssuer
 
 	faults faults
 	calls  map[string]int
@@ -78,18 +83,20 @@ func New(tokens map[string]string, schedule Schedule) *Server {
 		byKey:    map[string]string{},
 		policies: map[string]*policy{},
 		sources:  map[string]*traceSource{},
+		queues:   map[queueKey]uint32{},
 		schedule: schedule,
 		calls:    map[string]int{},
 		baseURL:  "https://evals.example",
 	}
 }
 
-// Handler returns the HTTP handler of both services, with authentication and fault injection.
+// Handler returns the HTTP handler of the services, with authentication and fault injection.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	opts := connect.WithInterceptors(s.interceptor())
 	mux.Handle(evalsiv1connect.NewRunServiceHandler(runService{s}, opts))
 	mux.Handle(evalsiv1connect.NewMonitorServiceHandler(monitorService{s}, opts))
+	mux.Handle(evalsiv1connect.NewQueueServiceHandler(queueService{s}, opts))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	return s.faults.wrap(mux)
 }
@@ -138,13 +145,35 @@ func (s *Server) call(ctx context.Context, method string, req connect.AnyRequest
 		return nil, err
 	}
 	token, ok := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
-	s.mu.Lock()
-	identity, known := s.tokens[token]
-	s.mu.Unlock()
-	if !ok || !known {
+	if !ok {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a valid bearer token is required"))
 	}
+	s.mu.Lock()
+	identity, known := s.tokens[token]
+	issuer := s.kubernetes
+	s.mu.Unlock()
+	if !known && issuer != nil {
+		var err error
+		if identity, err = issuer.Verify(ctx, token, time.Now()); err != nil {
+			return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("token refused: %w", err))
+		}
+		known = true
+	}
+	if !known {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a valid bearer token is required"))
+	}
+	if strings.HasSuffix(identity, ":"+evalsi.QueueReaderServiceAccount) && method != "GetQueueDepth" {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s only reads queues", identity))
+	}
 	return next(withIdentity(ctx, identity), req)
+}
+
+// TrustKubernetes makes the server accept, besides its tokens, the service-account tokens that
+// issuer verifies (the "kubernetes:" provider).
+func (s *Server) TrustKubernetes(issuer *KubernetesIssuer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kubernetes = issuer
 }
 
 // Calls returns how many calls of method (such as "GetRun") the server answered.

@@ -1,0 +1,216 @@
+package evalsid_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+
+	"evals.si/operator/apiclient/evalsid"
+	v1 "evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/apiclient/evalsiv1/evalsiv1connect"
+	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/render"
+)
+
+var shared = clustertest.New(cluster.Options{})
+
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
+
+// forge signs claims as an ES256 JWT with key and key id kid.
+func forge(t *testing.T, key *ecdsa.PrivateKey, kid string, claims map[string]any) string {
+	t.Helper()
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	signing := enc(map[string]string{"alg": "ES256", "kid": kid, "typ": "JWT"}) + "." + enc(claims)
+	digest := sha256.Sum256([]byte(signing))
+	r, s, err := ecdsa.Sign(rand.Reader, key, digest[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := make([]byte, 64)
+	r.FillBytes(sig[:32])
+	s.FillBytes(sig[32:])
+	return signing + "." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// TestKubernetesProvider checks evalsid's kubernetes: provider against tokens of the real API
+// server, read as KEDA reads a pool's queue: the GET form of GetQueueDepth at the URL the operator
+// renders into a ScaledObject, with a bearer token.
+func TestKubernetesProvider(t *testing.T) {
+	c := shared.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := c.Clientset()
+	ns := "pools"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sa := range []string{"judge-evaluator", "evalsid"} {
+		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// evalsid reads the issuer discovery as its own service account, which the default RBAC allows.
+	evalsidCfg, _ := clustertest.TokenKubeconfig(t, ctx, c, ns, "evalsid")
+	hc, err := rest.HTTPClientFor(evalsidCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := evalsid.New(map[string]string{"static-token": "static"}, evalsid.DefaultSchedule)
+	srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: c.Config.Host, Client: hc, Audience: "evalsi"})
+	srv.SetQueueDepth("pools", v1.PoolKind_POOL_KIND_EVALUATOR, "judge", 7)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ctx, l)
+
+	// The URL KEDA calls, from the operator's rendering of an autoscaled Evaluator.
+	evaluator := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
+		"metadata": map[string]any{"name": "judge", "namespace": ns, "uid": "u"},
+		"spec":     map[string]any{"autoscaling": map[string]any{"maxReplicas": int64(3)}},
+	}}
+	res, err := render.Object(evaluator, render.Options{DefaultImage: "i", APIURL: "http://" + l.Addr().String(), Autoscaling: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queueURL string
+	for _, o := range res.Objects {
+		if o.GetKind() == "ScaledObject" {
+			triggers, _, _ := unstructured.NestedSlice(o.Object, "spec", "triggers")
+			queueURL, _, _ = unstructured.NestedString(triggers[0].(map[string]any), "metadata", "url")
+		}
+	}
+
+	mint := func(audiences ...string) string {
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "judge-evaluator", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: audiences},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	// Forged tokens need the cluster's key id and issuer, read from a real token.
+	real := mint("evalsi")
+	var header struct{ Kid string }
+	var claims map[string]any
+	parts := strings.Split(real, ".")
+	for i, out := range []any{&header, &claims} {
+		b, _ := base64.RawURLEncoding.DecodeString(parts[i])
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pemKey, err := os.ReadFile(c.ServiceAccountSigningKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemKey)
+	clusterKey, err := x509.ParseECPrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := func(changes map[string]any) map[string]any {
+		out := map[string]any{}
+		for k, v := range claims {
+			out[k] = v
+		}
+		for k, v := range changes {
+			out[k] = v
+		}
+		return out
+	}
+	hourAgo := time.Now().Add(-time.Hour).Unix()
+
+	for name, tc := range map[string]struct {
+		token string
+		// want is the HTTP status, and for 200 the depth read.
+		want  int
+		depth string
+	}{
+		"a pool's token for evalsid's audience":          {token: real, want: 200, depth: "7"},
+		"a static token still works":                     {token: "static-token", want: 200, depth: "7"},
+		"a token for another audience":                   {token: mint("vault"), want: 401},
+		"a token for the API server's audience":          {token: mint(), want: 401},
+		"an expired token signed by the cluster":         {token: forge(t, clusterKey, header.Kid, with(map[string]any{"exp": hourAgo, "iat": hourAgo - 600, "nbf": hourAgo - 600})), want: 401},
+		"a token from another issuer with its own key":   {token: forge(t, otherKey, header.Kid, with(map[string]any{"iss": "https://other.example"})), want: 401},
+		"a token naming another issuer, the cluster key": {token: forge(t, clusterKey, header.Kid, with(map[string]any{"iss": "https://other.example"})), want: 401},
+		"the cluster's claims signed by another key":     {token: forge(t, otherKey, header.Kid, claims), want: 401},
+		"no token": {token: "", want: 401},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, queueURL, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Fatalf("GET %s: %s %s, want %d", queueURL, resp.Status, body, tc.want)
+			}
+			if tc.want != 200 {
+				return
+			}
+			var got map[string]any
+			if err := json.Unmarshal(body, &got); err != nil {
+				t.Fatal(err)
+			}
+			if d := fmt.Sprint(got["depth"]); d != tc.depth {
+				t.Errorf("depth %s in %s, want %s", d, body, tc.depth)
+			}
+		})
+	}
+
+	// A call with the pool's token is made as the pool's service account.
+	runs := evalsiv1connect.NewRunServiceClient(http.DefaultClient, "http://"+l.Addr().String())
+	req := connect.NewRequest(&v1.CreateRunRequest{Project: ns, IdempotencyKey: "k", Spec: &v1.RunSpec{Suite: "smoke",
+		Target: &v1.Target{Endpoint: &v1.EndpointTarget{Url: "http://m:8000/v1", Model: "m"}}}})
+	req.Header().Set("Authorization", "Bearer "+real)
+	if _, err := runs.CreateRun(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := srv.Runs()[0].Creator, "system:serviceaccount:pools:judge-evaluator"; got != want {
+		t.Errorf("creator %q, want %q", got, want)
+	}
+}

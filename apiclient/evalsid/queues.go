@@ -1,0 +1,42 @@
+package evalsid
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+
+	v1 "evals.si/operator/apiclient/evalsiv1"
+)
+
+// queueKey names one pool's queue.
+type queueKey struct {
+	project, name string
+	kind          v1.PoolKind
+}
+
+type queueService struct{ s *Server }
+
+// GetQueueDepth answers the depth that SetQueueDepth last set (0 for a queue never set): the
+// reference server runs no workers, so tests and `dev` say how much work waits.
+func (qs queueService) GetQueueDepth(_ context.Context, req *connect.Request[v1.GetQueueDepthRequest]) (*connect.Response[v1.GetQueueDepthResponse], error) {
+	m := req.Msg
+	if m.Kind == v1.PoolKind_POOL_KIND_UNSPECIFIED || m.Name == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("kind and name are required"))
+	}
+	if m.Kind == v1.PoolKind_POOL_KIND_EVALUATOR && m.Project == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("an evaluator's queue needs its project"))
+	}
+	qs.s.mu.Lock()
+	depth := qs.s.queues[queueKey{project: m.Project, name: m.Name, kind: m.Kind}]
+	qs.s.mu.Unlock()
+	return connect.NewResponse(&v1.GetQueueDepthResponse{Depth: &depth}), nil
+}
+
+// SetQueueDepth sets how many items wait for the pool name of kind in project ("" for a
+// SandboxClass's shared pool).
+func (s *Server) SetQueueDepth(project string, kind v1.PoolKind, name string, depth uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queues[queueKey{project: project, name: name, kind: kind}] = depth
+}

@@ -1,0 +1,71 @@
+package render
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/evalsi"
+)
+
+// How pool pods sign in to evalsid (ADR 0012: workloads sign in with projected tokens). Each pool
+// runs as a service account of its own (or the one its spec names), mounts no Kubernetes API
+// token, and gets a projected service-account token for evalsid's audience, which the kubelet
+// rotates; the platform image reads the file that EVALSI_TOKEN_FILE names on every call. evalsid
+// verifies it against the cluster's service-account issuer and knows the pool as
+// system:serviceaccount:<namespace>:<service account>.
+//
+// KEDA reads a pool's queue as the namespace's QueueReaderServiceAccount, with a token it mints
+// for evalsid's audience (a TriggerAuthentication's boundServiceAccountToken). One account per
+// namespace, not per pool: KEDA mints audience-bound tokens only for service accounts its
+// configuration names one by one (KEDA_SERVICE_ACCOUNT_TOKEN_AUDIENCES), and evalsid can hold
+// that identity to reading queues. The charts create it; the operator does not.
+const (
+	// QueueReaderServiceAccount is the service account KEDA reads queues as, in each namespace
+	// that has autoscaled pools.
+	QueueReaderServiceAccount = evalsi.QueueReaderServiceAccount
+	// TokenDir is where a pool pod's evalsid token is mounted.
+	TokenDir = "/var/run/secrets/evals.si"
+	// TokenFile is the token's path.
+	TokenFile = TokenDir + "/token"
+	// TokenFileEnv is the environment variable that names TokenFile in pool pods.
+	TokenFileEnv = "EVALSI_TOKEN_FILE"
+	// DefaultTokenAudience is the audience evalsid expects when the operator is given none.
+	DefaultTokenAudience = evalsi.DefaultTokenAudience
+	// tokenExpirationSeconds is the projected token's lifetime; the kubelet renews it at 80 %.
+	tokenExpirationSeconds = 3600
+)
+
+// tokenAudience is the audience of pool tokens.
+func tokenAudience(opts Options) string {
+	if opts.TokenAudience != "" {
+		return opts.TokenAudience
+	}
+	return DefaultTokenAudience
+}
+
+// signIn makes pod run as the service account sa with no Kubernetes API token and a projected
+// evalsid token mounted into container (whose fixed environment names it with TokenFileEnv).
+func signIn(pod, container map[string]any, sa string, opts Options) {
+	pod["serviceAccountName"] = sa
+	pod["automountServiceAccountToken"] = false
+	volumes, _ := pod["volumes"].([]any)
+	pod["volumes"] = append(volumes, map[string]any{
+		"name": "evalsi-token",
+		"projected": map[string]any{"sources": []any{map[string]any{
+			"serviceAccountToken": map[string]any{
+				"audience":          tokenAudience(opts),
+				"expirationSeconds": int64(tokenExpirationSeconds),
+				"path":              "token",
+			},
+		}}},
+	})
+	mounts, _ := container["volumeMounts"].([]any)
+	container["volumeMounts"] = append(mounts, map[string]any{"name": "evalsi-token", "mountPath": TokenDir, "readOnly": true})
+}
+
+// serviceAccount renders the service account a pool runs as and KEDA reads its queue as. It
+// carries no token Secret and mounts none by default.
+func (o Owner) serviceAccount(name, namespace, component string) *unstructured.Unstructured {
+	return o.object("v1", "ServiceAccount", name, namespace, component, map[string]any{
+		"automountServiceAccountToken": false,
+	})
+}
