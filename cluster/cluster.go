@@ -276,8 +276,13 @@ func (c *Cluster) startKwok(a Assets) error {
 }
 
 func (c *Cluster) start(name, bin string, args ...string) (*process, error) {
+	return c.startEnv(name, bin, nil, args...)
+}
+
+// startEnv starts a component with env added to the environment.
+func (c *Cluster) startEnv(name, bin string, env []string, args ...string) (*process, error) {
 	fmt.Fprintf(c.opts.Progress, "starting %s\n", name)
-	p, err := startProcess(c.Dir, name, bin, args...)
+	p, err := startProcess(c.Dir, name, bin, env, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -19,10 +19,11 @@ type process struct {
 	err  error
 }
 
-// startProcess starts bin with args, writing its output to dir/name.log. The child is in its own
+// startProcess starts bin with args and env added to this process's environment, writing its
+// output to dir/name.log. The child is in its own
 // process group and is killed by the kernel if this process dies (Pdeathsig), so that a crashed or
 // killed test leaves nothing running.
-func startProcess(dir, name, bin string, args ...string) (*process, error) {
+func startProcess(dir, name, bin string, env []string, args ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -31,6 +32,7 @@ func startProcess(dir, name, bin string, args ...string) (*process, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
