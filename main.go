@@ -63,6 +63,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			validateCommand(),
 			webhookCommand(),
 			releaseFinalizersCommand(),
+			leakedServersCommand(),
 			versionCommand(),
 		},
 		// An unknown command is a usage error, not a help topic.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -108,20 +109,27 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		}
 	}
 
-	// The reference evalsid on loopback, accepting the token the evalsi chart generated.
-	sec, err := env.Clientset().CoreV1().Secrets("team-a").Get(ctx, "evalsid-token", metav1.GetOptions{})
+	// The reference evalsid on loopback, accepting the cluster's tokens for the chart's audience
+	// (as the chart's evalsid does), and the operator's projected token for that audience.
+	hc, err := rest.HTTPClientFor(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	token := string(sec.Data["token"])
-	api := evalsid.New(map[string]string{token: "system:serviceaccount:team-a:evalsi-operator"}, evalsid.DefaultSchedule)
+	api := evalsid.New(nil, evalsid.DefaultSchedule)
+	api.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: env.Config.Host, Client: hc, Audience: "evalsi"})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go api.Serve(ctx, l)
+	tr, err := env.Clientset().CoreV1().ServiceAccounts("team-a").CreateToken(ctx, "evalsi-operator", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"evalsi"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
