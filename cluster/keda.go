@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/pki"
 )
 
@@ -163,7 +164,7 @@ func (c *Cluster) registerKedaWebhooks(ctx context.Context, url string, caPEM []
 			AdmissionReviewVersions: []string{"v1"},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"keda.sh"}, APIVersions: []string{"v1alpha1"}, Resources: []string{resource}},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{evalsi.ScaledObjects.Group}, APIVersions: []string{evalsi.ScaledObjects.Version}, Resources: []string{resource}},
 			}},
 		}
 	}

@@ -84,7 +84,8 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 	container := map[string]any{
 		"name":            "evaluator",
 		"image":           image,
-		"args":            toAnySlice(append([]string{"evaluator", "--pool=" + obj.GetName()}, spec.Args...)),
+		"command":         []any{EvaluatorCommand},
+		"args":            toAnySlice(append([]string{"--pool=" + obj.GetName()}, spec.Args...)),
 		"securityContext": restrictedContainer(),
 		"volumeMounts":    []any{tmpMount},
 		"env":             envList(fixed, spec.Env),

@@ -82,7 +82,8 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 	container := map[string]any{
 		"name":            "sandboxd",
 		"image":           image,
-		"args":            []any{"sandboxd", "--rung=" + spec.Rung, "--class=" + obj.GetName()},
+		"command":         []any{SandboxdCommand},
+		"args":            []any{"--rung=" + spec.Rung, "--class=" + obj.GetName()},
 		"securityContext": containerSecurity,
 		"env": envList([]EnvVar{
 			{Name: "EVALSI_API_URL", Value: opts.APIURL},
