@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -22,6 +24,9 @@ func evalsidCommand() *cli.Command {
 			&cli.StringFlag{Name: "tokens", Usage: "file of accepted bearer tokens, one \"TOKEN IDENTITY\" per line"},
 			&cli.StringFlag{Name: "kubernetes-audience", Usage: "accept the cluster's service-account tokens for this audience (the kubernetes: provider), verified with the API server's issuer discovery"},
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig of the cluster whose tokens are accepted (default: in-cluster configuration)"},
+			&cli.StringFlag{Name: "tls-cert-file", Usage: "serve HTTPS with this certificate"},
+			&cli.StringFlag{Name: "tls-key-file", Usage: "key of --tls-cert-file"},
+			&cli.StringFlag{Name: "client-ca-file", Usage: "require client certificates that this CA bundle verifies (mutual TLS; needs --tls-cert-file)"},
 			&cli.DurationFlag{Name: "pending", Value: evalsid.DefaultSchedule.Pending, Usage: "how long runs stay Pending"},
 			&cli.DurationFlag{Name: "running", Value: evalsid.DefaultSchedule.Running, Usage: "how long runs stay Running"},
 		},
@@ -54,8 +59,19 @@ func evalsidCommand() *cli.Command {
 				}
 				srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: rc.Host, Client: hc, Audience: aud})
 			}
-			fmt.Fprintf(c.App.ErrWriter, "evalsid serving on %s\n", l.Addr())
-			return srv.Serve(c.Context, l)
+			if c.String("tls-cert-file") == "" {
+				if c.String("client-ca-file") != "" {
+					return cli.Exit("evalsid: --client-ca-file needs --tls-cert-file", exitUsage)
+				}
+				fmt.Fprintf(c.App.ErrWriter, "evalsid serving on %s\n", l.Addr())
+				return srv.Serve(c.Context, l)
+			}
+			cfg, err := serverTLS(c.String("tls-cert-file"), c.String("tls-key-file"), c.String("client-ca-file"))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.ErrWriter, "evalsid serving HTTPS on %s (client certificates required: %v)\n", l.Addr(), cfg.ClientCAs != nil)
+			return srv.ServeTLS(c.Context, l, cfg)
 		},
 	}
 }
@@ -85,3 +101,30 @@ func readTokens(path string) (map[string]string, error) {
 
 // devToken is the token the operator of `dev` uses against the reference evalsid.
 const devToken = "dev-operator-token"
+
+// serverTLS loads evalsid's serving certificate and, when caFile is set, the CAs that client
+// certificates must chain to. The certificate is read again on each handshake, so that a renewed
+// Secret (cert-manager's) is served without a restart.
+func serverTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
+		return nil, fmt.Errorf("loading the serving certificate: %w", err)
+	}
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+			return &cert, err
+		},
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the client CA: %w", err)
+		}
+		cfg.ClientCAs = x509.NewCertPool()
+		if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+		}
+	}
+	return cfg, nil
+}

@@ -19,7 +19,7 @@ import (
 // charts and the values files that matter for each (testdata/chart/values/<chart>-<case>.yaml).
 var charts = map[string][]string{
 	"evalsi-crds":     {"default", "cert-manager", "dry-run", "tenants"},
-	"evalsi":          {"default", "external-evalsid", "runs-only", "monitoring", "plain-metrics"},
+	"evalsi":          {"default", "external-evalsid", "runs-only", "monitoring", "plain-metrics", "mtls-secrets", "mtls-cert-manager"},
 	"evalsi-sandboxd": {"default", "custom"},
 }
 

@@ -6,6 +6,7 @@ package evalsid
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -103,11 +104,42 @@ func (s *Server) Handler() http.Handler {
 
 // Serve serves the handler on l (HTTP/1.1 and h2c) until ctx ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	srv.Protocols = protocols
+	return serve(ctx, l, s.Handler(), protocols)
+}
+
+// ServeTLS serves the handler over TLS on l until ctx ends. With cfg.ClientCAs set it is mutual
+// TLS: every call needs a client certificate those CAs signed, besides its bearer token; /healthz
+// needs none, so that a kubelet's probe passes.
+func (s *Server) ServeTLS(ctx context.Context, l net.Listener, cfg *tls.Config) error {
+	cfg = cfg.Clone()
+	h := s.Handler()
+	if cfg.ClientCAs != nil {
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+		h = requireClientCertificate(h)
+	}
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	return serve(ctx, tls.NewListener(l, cfg), h, protocols)
+}
+
+// requireClientCertificate refuses calls without a verified client certificate, except /healthz.
+func requireClientCertificate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+			http.Error(w, "a client certificate is required", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func serve(ctx context.Context, l net.Listener, h http.Handler, protocols *http.Protocols) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, Protocols: protocols}
 	go func() {
 		<-ctx.Done()
 		srv.Close()

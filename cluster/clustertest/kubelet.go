@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -84,8 +85,10 @@ type Kubelet struct {
 // Pod is a workload's pod played by a local process.
 type Pod struct {
 	// Log is the path of the process's output.
-	Log  string
-	cmd  *exec.Cmd
+	Log string
+	// Addrs are the loopback addresses of its container ports, by port name and number.
+	Addrs map[string]string
+	cmd   *exec.Cmd
 	once sync.Once
 	done chan struct{}
 	err  error
@@ -354,7 +357,7 @@ func (k *Kubelet) start(ctx context.Context, namespace, owner string, spec corev
 		logs.Close()
 		return nil, nil, fmt.Errorf("starting %v: %w", args, err)
 	}
-	p := &Pod{Log: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Pod{Log: logPath, Addrs: local, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logs.Close()
@@ -362,6 +365,9 @@ func (k *Kubelet) start(ctx context.Context, namespace, owner string, spec corev
 	}()
 	return p, local, nil
 }
+
+// probeClient is the kubelet's: it does not verify a probe's HTTPS certificate.
+var probeClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 
 // waitReady polls the readiness probe until it answers 200, for at most a minute.
 func waitReady(ctx context.Context, p *Pod, probe *corev1.HTTPGetAction, local map[string]string) error {
@@ -378,7 +384,7 @@ func waitReady(ctx context.Context, p *Pod, probe *corev1.HTTPGetAction, local m
 	var last error
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+probe.Path, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := probeClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -12,7 +12,7 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 
 {{- define "evalsi.apiURL" -}}
 {{- if .Values.api.url }}{{ .Values.api.url }}
-{{- else if .Values.evalsid.enabled }}http://evalsid.{{ .Release.Namespace }}.svc:8080
+{{- else if .Values.evalsid.enabled }}{{ ternary "https" "http" .Values.tls.enabled }}://evalsid.{{ .Release.Namespace }}.svc:{{ include "evalsi.evalsidPort" . }}
 {{- else }}{{ fail "api.url: with evalsid.enabled=false, give the URL of the platform's evalsid" }}
 {{- end }}
 {{- end }}
@@ -65,4 +65,9 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end }}
+
+{{/* evalsidPort is the in-chart evalsid's port: 8443 with TLS, else 8080. */}}
+{{- define "evalsi.evalsidPort" -}}
+{{ ternary 8443 8080 .Values.tls.enabled }}
 {{- end }}
