@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"evals.si/operator/apiclient"
+	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile"
 	"evals.si/operator/render"
 )
@@ -52,6 +53,7 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "api-client-cert", Usage: "client certificate for mutual TLS to evalsid"},
 		&cli.StringFlag{Name: "api-client-key", Usage: "key of --api-client-cert"},
 		&cli.DurationFlag{Name: "api-timeout", Value: 10 * time.Second, Usage: "deadline of each call to evalsid"},
+		&cli.BoolFlag{Name: "require-supported-minor", Value: true, Usage: "refuse to reconcile on a Kubernetes minor other than " + evalsi.KubernetesMinor + " (false: reconcile anyway, with a warning; unsupported)"},
 		&cli.DurationFlag{Name: "run-poll-interval", Value: 10 * time.Second, Usage: "how often a running EvalRun's run is read (with ±20% jitter)"},
 	}
 	return &cli.Command{
@@ -93,8 +95,9 @@ func runCommand() *cli.Command {
 						ClientKey:   c.String("api-client-key"),
 						CallTimeout: c.Duration("api-timeout"),
 					},
-					RunPollInterval: c.Duration("run-poll-interval"),
-					Log:             log,
+					RunPollInterval:       c.Duration("run-poll-interval"),
+					AllowUnsupportedMinor: !c.Bool("require-supported-minor"),
+					Log:                   log,
 				},
 				LeaderElect:             c.Bool("leader-elect"),
 				LeaderElectionNamespace: leNamespace,

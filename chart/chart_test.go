@@ -5,14 +5,17 @@ package chart_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"evals.si/operator/cluster"
+	vocabulary "evals.si/operator/evalsi"
 	"evals.si/operator/internal/golden"
 )
 
@@ -120,6 +123,28 @@ func TestGoldenCharts(t *testing.T) {
 				out := helm(t, args...)
 				golden.Check(t, filepath.Join("..", "testdata", "chart", chart, c+".yaml"), []byte(out))
 			})
+		}
+	}
+}
+
+// Each chart admits exactly the Kubernetes minor the operator supports: helm refuses 1.36 and 1.38.
+func TestChartsAdmitOnlyTheSupportedMinor(t *testing.T) {
+	major, minor, _ := strings.Cut(vocabulary.KubernetesMinor, ".")
+	n, err := strconv.Atoi(minor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for chart := range charts {
+		for v, ok := range map[string]bool{
+			vocabulary.KubernetesMinor + ".0":      true,
+			vocabulary.KubernetesMinor + ".9":      true,
+			fmt.Sprintf("%s.%d.0", major, n+1): false,
+			fmt.Sprintf("%s.%d.5", major, n-1): false,
+		} {
+			_, err := helmErr(t, "template", "x", chart, "--kube-version", v)
+			if (err == nil) != ok {
+				t.Errorf("helm template %s --kube-version %s: err=%v, want admitted=%v", chart, v, err, ok)
+			}
 		}
 	}
 }

@@ -65,6 +65,10 @@ const (
 // KEDA reads pools' queues in evalsid as; evalsid lets it do nothing else.
 const QueueReaderServiceAccount = "evalsi-queue-reader"
 
+// KubernetesMinor is the one Kubernetes minor the operator supports: the one its tests run on
+// (the control plane of package cluster; a test holds them together).
+const KubernetesMinor = "1.37"
+
 // DefaultTokenAudience is the audience of the service-account tokens evalsid accepts, unless it
 // is configured with another.
 const DefaultTokenAudience = "evalsi"

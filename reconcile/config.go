@@ -36,4 +36,7 @@ type Config struct {
 	RunPollInterval time.Duration
 	// Log is the engine's logger.
 	Log *slog.Logger
+	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor
+	// (with a warning); by default the engine refuses to.
+	AllowUnsupportedMinor bool
 }

@@ -119,6 +119,11 @@ func (c *controller) processNext(ctx context.Context) bool {
 // reconcileKey reads the object from the cache, runs the kind's reconcile with a timeout and a
 // panic guard, and writes the status it returned.
 func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outcome, err error) {
+	if c.e.versionRefusal() != "" {
+		// On an unsupported Kubernetes minor nothing is written; discovery checks the version
+		// again, and the objects are looked at once it is supported.
+		return Outcome{RequeueAfter: c.e.cfg.DiscoveryInterval}, nil
+	}
 	cached, exists, err := c.inf.written.GetByKey(key)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("reading %s from the cache: %w", key, err)

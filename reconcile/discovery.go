@@ -24,6 +24,10 @@ func (e *Engine) wanted() []*kind {
 // starts controllers and child informers that became available, and stops child informers of
 // resources that went away. Objects whose children changed availability are reconciled again.
 func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
+	if !e.checkServerVersion() {
+		// Controllers already running see the refusal and write nothing; none starts.
+		return
+	}
 	e.refreshBindings(ctx)
 	want := map[schema.GroupVersionResource]bool{}
 	for _, k := range e.wanted() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,6 +51,10 @@ type Engine struct {
 	// offLogged remembers controllers whose "CRD not served" line was written; only Run's
 	// goroutine uses it.
 	offLogged map[string]bool
+	// refusal is why the engine does not reconcile on this server's Kubernetes version ("" when
+	// it does); lastVersionWhy is the version verdict last logged (Run's goroutine only).
+	refusal        atomic.Value
+	lastVersionWhy string
 }
 
 // New returns an engine for cfg. It makes no request until Run.
@@ -109,8 +114,11 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Kube() kubernetes.Interface { return e.kube }
 
 // Synced reports whether discovery has run and the caches of the running controllers have
-// synced.
+// synced, on a Kubernetes version the engine reconciles on.
 func (e *Engine) Synced() bool {
+	if e.versionRefusal() != "" {
+		return false
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.synced {

@@ -81,7 +81,9 @@ func startEngine(t *testing.T, cfg Config) runningEngine {
 func startEngineNoCleanup(t *testing.T, cfg Config) runningEngine {
 	t.Helper()
 	logs := &syncBuffer{}
-	cfg.Rest = env.Config
+	if cfg.Rest == nil {
+		cfg.Rest = env.Config
+	}
 	if cfg.Render.DefaultImage == "" {
 		cfg.Render = testOptions
 	}

@@ -49,6 +49,10 @@ func RunManager(ctx context.Context, cfg ManagerConfig) error {
 	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		// A replica waiting for leadership is ready: it serves its other endpoints.
+		if why := e.versionRefusal(); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
 		if leading.Load() && !e.Synced() {
 			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
 			return

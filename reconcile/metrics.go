@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/util/workqueue"
+
+	"evals.si/operator/evalsi"
 )
 
 // Metrics are the engine's Prometheus metrics, in a registry of their own.
@@ -21,6 +23,8 @@ type Metrics struct {
 	requests   *prometheus.CounterVec
 	apiCalls   *prometheus.CounterVec
 	queues     queueMetrics
+	// server is 1 for the server's Kubernetes version when its minor is the supported one, else 0.
+	server *prometheus.GaugeVec
 }
 
 // NewMetrics returns the engine's metrics, registered with the Go and process collectors.
@@ -45,10 +49,25 @@ func NewMetrics() *Metrics {
 			Help: "Calls to evalsid by method and result code.",
 		}, []string{"method", "code"}),
 	}
+	m.server = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "evalsi_kubernetes_version_supported",
+		Help: "1 when the API server's Kubernetes minor (label version) is the one the operator supports, else 0.",
+	}, []string{"version", "supported_minor"})
 	m.queues = newQueueMetrics(m.Registry)
-	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls,
+	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls, m.server,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// setServerVersion records the server's version and whether its minor is supported; a version
+// seen before (an upgraded server) is dropped.
+func (m *Metrics) setServerVersion(v string, supported bool) {
+	m.server.Reset()
+	value := 0.0
+	if supported {
+		value = 1
+	}
+	m.server.WithLabelValues(v, evalsi.KubernetesMinor).Set(value)
 }
 
 func (m *Metrics) observeReconcile(controller, result string, d time.Duration) {

@@ -89,9 +89,9 @@ type Pod struct {
 	// Addrs are the loopback addresses of its container ports, by port name and number.
 	Addrs map[string]string
 	cmd   *exec.Cmd
-	once sync.Once
-	done chan struct{}
-	err  error
+	once  sync.Once
+	done  chan struct{}
+	err   error
 }
 
 // Stop interrupts the process and waits for it to end.

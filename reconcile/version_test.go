@@ -1,0 +1,101 @@
+package reconcile
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/rest"
+
+	"evals.si/operator/evalsi"
+)
+
+func TestVersionVerdict(t *testing.T) {
+	for name, tc := range map[string]struct {
+		major, minor   string
+		require        bool
+		supported, run bool
+		why            string
+	}{
+		"the supported minor":                  {"1", "37", true, true, true, ""},
+		"the supported minor with a plus":      {"1", "37+", true, true, true, ""},
+		"a newer minor is refused":             {"1", "38", true, false, false, "not the supported minor 1.37: not reconciling"},
+		"an older minor is refused":            {"1", "36", true, false, false, "not the supported minor 1.37: not reconciling"},
+		"a newer minor, allowed, is warned of": {"1", "38", false, false, true, "reconciling anyway"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			supported, run, why := versionVerdict(&version.Info{Major: tc.major, Minor: tc.minor, GitVersion: "v" + tc.major + "." + tc.minor + ".0"}, tc.require)
+			if supported != tc.supported || run != tc.run || !strings.Contains(why, tc.why) {
+				t.Errorf("versionVerdict = %v, %v, %q; want %v, %v, containing %q", supported, run, why, tc.supported, tc.run, tc.why)
+			}
+		})
+	}
+}
+
+// versionProxy is an API server that says it is gitVersion: a proxy in front of the test control
+// plane that answers /version itself and passes everything else on with the admin identity.
+func versionProxy(t *testing.T, gitVersion, minor string) *rest.Config {
+	t.Helper()
+	target, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport, err := rest.TransportFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }, Transport: transport, FlushInterval: -1}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/version" {
+			json.NewEncoder(w).Encode(version.Info{Major: "1", Minor: minor, GitVersion: gitVersion})
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 200, Burst: 400}
+}
+
+// TestUnsupportedMinor runs the engine against a server that says it is Kubernetes 1.38: it
+// warns, records the version as unsupported in its metrics and writes nothing, until told to run
+// anyway.
+func TestUnsupportedMinor(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "pool", map[string]any{"replicas": int64(1)})
+
+	refused := startEngine(t, Config{Namespace: ns, Rest: versionProxy(t, "v1.38.0", "38")})
+	time.Sleep(2 * time.Second) // several discovery passes
+	if _, err := client(evalsi.Deployments, ns).Get(ctx, "pool-evaluator", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pool's Deployment on an unsupported minor: %v, want none", err)
+	}
+	if w := writes(refused.Engine); w != 0 {
+		t.Errorf("%v writes on an unsupported minor, want 0", w)
+	}
+	if refused.Synced() {
+		t.Error("Synced (and so /readyz) on an unsupported minor")
+	}
+	if !strings.Contains(refused.logs.String(), "Kubernetes v1.38.0 (minor 1.38) is not the supported minor 1.37: not reconciling") {
+		t.Errorf("no refusal in the log:\n%s", refused.logs.String())
+	}
+	if v := testutil.ToFloat64(refused.metrics.server.WithLabelValues("v1.38.0", evalsi.KubernetesMinor)); v != 0 {
+		t.Errorf("evalsi_kubernetes_version_supported{version=v1.38.0} = %v, want 0", v)
+	}
+	refused.stop()
+	refused.wait(t)
+
+	allowed := startEngine(t, Config{Namespace: ns, Rest: versionProxy(t, "v1.38.0", "38"), AllowUnsupportedMinor: true})
+	waitReady(t, ctx, evalsi.Evaluators, ns, "pool", "True", "Available")
+	if !strings.Contains(allowed.logs.String(), "reconciling anyway") {
+		t.Errorf("no warning in the log:\n%s", allowed.logs.String())
+	}
+}
