@@ -136,8 +136,8 @@ func TestChartsAdmitOnlyTheSupportedMinor(t *testing.T) {
 	}
 	for chart := range charts {
 		for v, ok := range map[string]bool{
-			vocabulary.KubernetesMinor + ".0":      true,
-			vocabulary.KubernetesMinor + ".9":      true,
+			vocabulary.KubernetesMinor + ".0":  true,
+			vocabulary.KubernetesMinor + ".9":  true,
 			fmt.Sprintf("%s.%d.0", major, n+1): false,
 			fmt.Sprintf("%s.%d.5", major, n-1): false,
 		} {
