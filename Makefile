@@ -14,7 +14,7 @@ PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_CONNECT := connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
 TOOLS_DIR     := $(CACHE_DIR)/tools/buf-v1.75.0_go-v1.36.12_connect-v1.21.1
 
-.PHONY: dev build docker-build test test-assets fuzz generate generate-check golden lint cluster bench
+.PHONY: dev build docker-build test test-assets fuzz generate generate-check golden lint lint-workflows cluster bench release-dry-run
 
 # A local control plane, the operator and the examples, with a live table of their state.
 dev:
@@ -28,13 +28,24 @@ IMAGE ?= evalsi/platform:$(VERSION)
 docker-build:
 	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 
-test: lint generate-check test-assets fuzz
+test: lint generate-check test-assets lint-workflows fuzz release-dry-run
 	go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # The control plane's binaries and helm, built into the cache with a line of progress each (go test
 # would swallow it); a warm cache makes this a no-op.
 test-assets:
 	go run ./cluster/cmd/evalsi-cluster -build-only
+
+# The release workflow, linted with the pinned actionlint.
+lint-workflows:
+	$$(go run ./cluster/cmd/evalsi-cluster -tool=actionlint) -color=never .github/workflows/*.yml
+
+# A release rehearsed here, nothing published: binaries for each platform with SBOMs, the charts
+# packaged with VERSION, all signed with a throwaway key by the pinned cosign and verified; the
+# notes name the Kubernetes version of the control plane the tests build.
+RELEASE_VERSION ?= $(if $(filter v%,$(VERSION)),$(VERSION),v0.0.0-dryrun)
+release-dry-run:
+	go run ./cmd/evalsi-release dry-run --version $(RELEASE_VERSION) --out $(CACHE_DIR)/release-dry-run/$(RELEASE_VERSION)
 
 # Each fuzz target for a bounded time; a failure leaves its input under testdata/fuzz.
 FUZZ_TIME ?= 15s

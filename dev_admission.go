@@ -115,7 +115,7 @@ func applyDevPolicies(ctx context.Context, c *cluster.Cluster, out io.Writer) er
 	if err := os.CopyFS(dir, chart); err != nil {
 		return fmt.Errorf("writing the evalsi-crds chart: %w", err)
 	}
-	args := []string{"template", "evalsi-crds", dir, "--kube-version", kubernetesMinor + ".0"}
+	args := []string{"template", "evalsi-crds", dir, "--kube-version", evalsi.KubernetesMinor + ".0"}
 	for _, t := range devPolicies {
 		args = append(args, "--show-only", t)
 	}

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"evals.si/operator/evalsi"
 )
 
 // Set by the Makefile through -ldflags.
@@ -18,9 +20,6 @@ var (
 	version = "dev"
 	commit  = "unknown"
 )
-
-// kubernetesMinor is the one Kubernetes minor that this operator supports and is tested against.
-const kubernetesMinor = "1.37"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -53,7 +52,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:    "evalsi-operator",
 		Usage:   "the Kubernetes operator of the Evals.si evaluation platform",
-		Version: fmt.Sprintf("%s (commit %s, Kubernetes %s)", version, commit, kubernetesMinor),
+		Version: fmt.Sprintf("%s (commit %s, Kubernetes %s)", version, commit, evalsi.KubernetesMinor),
 		Reader:  stdin, Writer: stdout, ErrWriter: stderr,
 		Commands: []*cli.Command{
 			runCommand(),
@@ -87,7 +86,7 @@ func versionCommand() *cli.Command {
 		Name:  "version",
 		Usage: "print the version, the commit and the supported Kubernetes minor",
 		Action: func(c *cli.Context) error {
-			_, err := fmt.Fprintf(c.App.Writer, "evalsi-operator %s (commit %s, Kubernetes %s)\n", version, commit, kubernetesMinor)
+			_, err := fmt.Fprintf(c.App.Writer, "evalsi-operator %s (commit %s, Kubernetes %s)\n", version, commit, evalsi.KubernetesMinor)
 			return err
 		},
 	}

@@ -16,7 +16,7 @@ import (
 // renderFlags are the operator settings that rendering depends on, shared by run and render.
 var renderFlags = []cli.Flag{
 	&cli.StringFlag{Name: "default-image", Value: "evalsi/platform:latest", Usage: "platform image of Evaluators and SandboxClasses that name none"},
-	&cli.StringFlag{Name: "vllm-image", Value: "vllm/vllm-openai:v0.11.0", Usage: "image of CheckpointServers that name none"},
+	&cli.StringFlag{Name: "vllm-image", Value: render.DefaultVLLMImage, Usage: "image of CheckpointServers that name none"},
 	&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "namespace that SandboxClass pools run in"},
 	&cli.StringFlag{Name: "api-url", Value: "http://evalsid:8080", Usage: "evalsid's base URL, given to workers and to KEDA's queue-depth trigger"},
 	&cli.StringFlag{Name: "pool-token-audience", Value: render.DefaultTokenAudience, Usage: "audience of the projected service-account tokens pool pods present to evalsid"},

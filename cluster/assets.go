@@ -15,14 +15,16 @@ import (
 	"syscall"
 )
 
-// Versions of the control plane that the tests and `make dev` run. Kubernetes 1.37 is the one
-// supported minor.
+// Versions of the control plane that the tests and `make dev` run, and of the tools the tests and
+// the release use. Kubernetes 1.37 is the one supported minor.
 const (
 	KubernetesVersion = "v1.37.2"
 	StagingVersion    = "v0.37.2"
 	EtcdVersion       = "v3.7.3"
 	KwokVersion       = "v0.8.0"
 	HelmVersion       = "v3.22.0"
+	CosignVersion     = "v3.1.3"
+	ActionlintVersion = "v1.7.12"
 )
 
 // Assets are the paths of the control-plane binaries and KWOK's stage files.
@@ -96,11 +98,27 @@ func EnsureAssets(ctx context.Context, progress io.Writer) (Assets, error) {
 
 // Helm returns the helm binary, built from the Go module proxy into the cache on first use.
 func Helm(ctx context.Context, progress io.Writer) (string, error) {
+	return installTool(ctx, progress, "helm", "helm.sh/helm/v3/cmd/helm", HelmVersion)
+}
+
+// Cosign returns the cosign binary that signs and verifies releases, built from the Go module
+// proxy into the cache on first use.
+func Cosign(ctx context.Context, progress io.Writer) (string, error) {
+	return installTool(ctx, progress, "cosign", "github.com/sigstore/cosign/v3/cmd/cosign", CosignVersion)
+}
+
+// Actionlint returns the linter of the release workflow, built into the cache on first use.
+func Actionlint(ctx context.Context, progress io.Writer) (string, error) {
+	return installTool(ctx, progress, "actionlint", "github.com/rhysd/actionlint/cmd/actionlint", ActionlintVersion)
+}
+
+// installTool go-installs pkg@version into the cache directory name-version, once.
+func installTool(ctx context.Context, progress io.Writer, name, pkg, version string) (string, error) {
 	cache, err := CacheDir()
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(cache, "helm-"+HelmVersion)
+	dir := filepath.Join(cache, name+"-"+version)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -110,14 +128,14 @@ func Helm(ctx context.Context, progress io.Writer) (string, error) {
 	}
 	defer unlock()
 	b := builder{cache: cache, progress: progress}
-	if p, ok := b.existing(dir, "helm"); ok {
+	if p, ok := b.existing(dir, name); ok {
 		return p, nil
 	}
-	fmt.Fprintf(progress, "building helm %s, first run only\n", HelmVersion)
-	if err := b.goCmdEnv(ctx, dir, []string{"GOBIN=" + dir}, "install", "helm.sh/helm/v3/cmd/helm@"+HelmVersion); err != nil {
+	fmt.Fprintf(progress, "building %s %s, first run only\n", name, version)
+	if err := b.goCmdEnv(ctx, dir, []string{"GOBIN=" + dir}, "install", pkg+"@"+version); err != nil {
 		return "", err
 	}
-	return filepath.Join(dir, "helm"), nil
+	return filepath.Join(dir, name), nil
 }
 
 // lockFile takes an exclusive flock on path and returns its release.

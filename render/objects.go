@@ -16,6 +16,10 @@ import (
 	"evals.si/operator/schemas"
 )
 
+// DefaultVLLMImage is the image of CheckpointServers that name none, unless the operator is told
+// another (--vllm-image); its arguments are what the golden files check.
+const DefaultVLLMImage = "vllm/vllm-openai:v0.11.0"
+
 // Options are the operator-wide settings that rendering depends on.
 type Options struct {
 	// DefaultImage is the platform image, used by Evaluators and SandboxClasses without an image.

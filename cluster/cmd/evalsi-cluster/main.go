@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,11 +22,21 @@ func main() {
 	gpus := flag.String("gpus", "", "nvidia.com/gpu capacity of each node (empty: none)")
 	crds := flag.String("crds", "chart/evalsi-crds/files/crds", "directory of CRDs to install (empty: none)")
 	keda := flag.Bool("keda", true, "install KEDA's ScaledObject CRD")
-	buildOnly := flag.Bool("build-only", false, "build the control plane's binaries and helm into the cache, then exit")
+	buildOnly := flag.Bool("build-only", false, "build the control plane's binaries and the tools into the cache, then exit")
+	tool := flag.String("tool", "", "print the path of a tool (helm, cosign, actionlint), building it first if the cache lacks it, then exit")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *tool != "" {
+		path, err := toolPath(ctx, *tool)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "evalsi-cluster:", err)
+			os.Exit(1)
+		}
+		fmt.Println(path)
+		return
+	}
 	if *buildOnly {
 		if err := buildAll(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "evalsi-cluster:", err)
@@ -63,12 +74,26 @@ func buildAll(ctx context.Context) error {
 	if _, err := cluster.EnsureAssets(ctx, os.Stderr); err != nil {
 		return err
 	}
-	if _, err := cluster.Helm(ctx, os.Stderr); err != nil {
-		return err
+	for _, t := range []string{"helm", "cosign", "actionlint"} {
+		if _, err := toolPath(ctx, t); err != nil {
+			return err
+		}
 	}
 	if _, _, err := cluster.Keda(ctx, os.Stderr); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "control plane binaries ready in %s\n", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// toolPath returns the path of a tool the tests or the release use, building it if needed.
+func toolPath(ctx context.Context, name string) (string, error) {
+	tools := map[string]func(context.Context, io.Writer) (string, error){
+		"helm": cluster.Helm, "cosign": cluster.Cosign, "actionlint": cluster.Actionlint,
+	}
+	get, ok := tools[name]
+	if !ok {
+		return "", fmt.Errorf("unknown tool %q (helm, cosign, actionlint)", name)
+	}
+	return get(ctx, os.Stderr)
 }
