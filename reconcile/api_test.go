@@ -517,3 +517,34 @@ func TestKubectlWaitsForTheRunToEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectsWaitingOnEvalsidRecoverAtOnce takes evalsid away long enough for the objects' own
+// backoff to grow past 15 s, then brings it back: the first answer (a waiting object retried as a
+// canary every 2 s) puts every waiting object back on its queue, so all converge within a few
+// seconds instead of one by one as their backoffs expire.
+func TestObjectsWaitingOnEvalsidRecoverAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	needCluster(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{})
+	api.SetDown(true)
+	startEngine(t, api.apiConfig(ns))
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	for _, n := range names {
+		create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", n, runSpec(nil))
+	}
+	// Long enough for the per-object backoff (5 ms doubling) to pass 15 s.
+	time.Sleep(25 * time.Second)
+	api.SetDown(false)
+	back := time.Now()
+	for _, n := range names {
+		waitPhase(t, ctx, ns, n, "Pending")
+	}
+	if took := time.Since(back); took > 8*time.Second {
+		t.Errorf("the runs converged %s after evalsid came back, want within a few seconds (their own backoff was past 15 s)", took.Round(100*time.Millisecond))
+	}
+	if n := api.Calls("CreateRun"); n != len(names) {
+		t.Errorf("%d CreateRun calls answered, want %d (one per run)", n, len(names))
+	}
+}

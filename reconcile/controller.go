@@ -85,6 +85,7 @@ func (c *controller) processNext(ctx context.Context) bool {
 
 	start := time.Now()
 	outcome, err := c.reconcileKey(ctx, key)
+	c.e.waiters.note(c, key, err)
 	result := "success"
 	switch {
 	case err == nil:

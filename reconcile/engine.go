@@ -55,6 +55,8 @@ type Engine struct {
 	// it does); lastVersionWhy is the version verdict last logged (Run's goroutine only).
 	refusal        atomic.Value
 	lastVersionWhy string
+	// waiters are the objects waiting for evalsid to come back.
+	waiters apiWaiters
 }
 
 // New returns an engine for cfg. It makes no request until Run.
@@ -93,21 +95,24 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
 	}
-	var api *apiclient.Client
-	if cfg.API.URL != "" {
-		opts := cfg.API
-		opts.Observe = m.observeAPICall
-		if api, err = apiclient.New(opts); err != nil {
-			return nil, fmt.Errorf("creating the evalsid client: %w", err)
-		}
-	}
-	return &Engine{
-		cfg: cfg, client: client, kube: kube, metrics: m, log: cfg.Log, api: api,
+	e := &Engine{
+		cfg: cfg, client: client, kube: kube, metrics: m, log: cfg.Log,
 		served:      map[schema.GroupVersionResource]bool{},
 		informers:   map[informerKey]*informer{},
 		controllers: map[string]*controller{},
 		offLogged:   map[string]bool{},
-	}, nil
+	}
+	if cfg.API.URL != "" {
+		opts := cfg.API
+		opts.Observe = func(method, code string) {
+			m.observeAPICall(method, code)
+			e.waiters.observe(code)
+		}
+		if e.api, err = apiclient.New(opts); err != nil {
+			return nil, fmt.Errorf("creating the evalsid client: %w", err)
+		}
+	}
+	return e, nil
 }
 
 // Kube returns the engine's typed client (for leader election and events).
@@ -145,6 +150,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.stopInformers()
 		wg.Wait()
 	}()
+	if e.api != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.waiters.runCanary(ctx)
+		}()
+	}
 	t := time.NewTicker(e.cfg.DiscoveryInterval)
 	defer t.Stop()
 	for {
