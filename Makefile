@@ -38,7 +38,7 @@ test-assets:
 
 # The release workflow, linted with the pinned actionlint.
 lint-workflows:
-	$$(go run ./cluster/cmd/evalsi-cluster -tool=actionlint) -color=never .github/workflows/*.yml
+	$$(go run ./cluster/cmd/evalsi-cluster -tool=actionlint) -no-color .github/workflows/*.yml
 
 # A release rehearsed here, nothing published: binaries for each platform with SBOMs, the charts
 # packaged with VERSION, all signed with a throwaway key by the pinned cosign and verified; the

@@ -122,7 +122,7 @@ func installTool(ctx context.Context, progress io.Writer, name, pkg, version str
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	unlock, err := lockFile(filepath.Join(cache, ".lock"))
+	unlock, err := lockFile(filepath.Join(dir, ".lock")) // its own: tools build side by side
 	if err != nil {
 		return "", err
 	}

@@ -46,7 +46,7 @@ func Keda(ctx context.Context, progress io.Writer) (operator, webhooks string, e
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", err
 	}
-	unlock, err := lockFile(filepath.Join(cache, ".lock"))
+	unlock, err := lockFile(filepath.Join(dir, ".lock")) // its own: it builds beside the control plane
 	if err != nil {
 		return "", "", err
 	}
