@@ -23,10 +23,10 @@ func TestDockerfile(t *testing.T) {
 	final := "FROM " + stages[len(stages)-1]
 	for name, re := range map[string]*regexp.Regexp{
 		"a Debian slim base (a shell and apt for RUN steps)": regexp.MustCompile(`(?m)^FROM debian:[a-z]+-slim$`),
-		"the non-root user 65532":                              regexp.MustCompile(`(?m)^USER 65532:65532$`),
-		"the binary at a fixed path as the entrypoint":         regexp.MustCompile(`(?m)^ENTRYPOINT \["/usr/local/bin/evalsi-operator"\]$`),
-		"the binary copied to that path":                       regexp.MustCompile(`(?m)^COPY --from=build /out/evalsi-operator /usr/local/bin/evalsi-operator$`),
-		"the user created with a home and no shell login":      regexp.MustCompile(`useradd --uid 65532`),
+		"the non-root user 65532":                            regexp.MustCompile(`(?m)^USER 65532:65532$`),
+		"the binary at a fixed path as the entrypoint":       regexp.MustCompile(`(?m)^ENTRYPOINT \["/usr/local/bin/evalsi-operator"\]$`),
+		"the binary copied to that path":                     regexp.MustCompile(`(?m)^COPY --from=build /out/evalsi-operator /usr/local/bin/evalsi-operator$`),
+		"the user created with a home and no shell login":    regexp.MustCompile(`useradd --uid 65532`),
 	} {
 		if !re.MatchString(final) {
 			t.Errorf("the final stage lacks %s", name)
