@@ -45,6 +45,7 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "leader-election-id", Value: "evalsi-operator", Usage: "name of the leader Lease"},
 		&cli.StringFlag{Name: "metrics-bind-address", Value: ":8080", Usage: "address of /metrics (0 disables)"},
 		&cli.BoolFlag{Name: "metrics-secure", Usage: "serve /metrics over HTTPS to bearer tokens allowed to get /metrics (TokenReview and SubjectAccessReview)"},
+		&cli.StringFlag{Name: "pprof-bind-address", Value: "0", Usage: "address of Go's profiles, /debug/pprof/ (0 disables; bind to loopback, they are not authenticated)"},
 		&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (0 disables)"},
 		&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API"},
 		&cli.IntFlag{Name: "kube-api-burst", Value: 400, Usage: "burst of requests to the Kubernetes API"},
@@ -104,6 +105,7 @@ func runCommand() *cli.Command {
 				LeaderElectionName:      c.String("leader-election-id"),
 				HealthAddr:              c.String("health-probe-bind-address"),
 				MetricsAddr:             c.String("metrics-bind-address"),
+				PprofAddr:               c.String("pprof-bind-address"),
 				MetricsSecure:           c.Bool("metrics-secure"),
 			})
 		},

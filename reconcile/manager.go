@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,9 @@ type ManagerConfig struct {
 	// HealthAddr serves /healthz and /readyz; MetricsAddr serves /metrics. Empty or "0" is off.
 	HealthAddr  string
 	MetricsAddr string
+	// PprofAddr serves Go's profiles under /debug/pprof/, for profiling the operator under load;
+	// empty or "0" (the default) is off. Bind it to loopback: profiles are not authenticated.
+	PprofAddr string
 	// MetricsSecure serves /metrics over HTTPS to tokens allowed to get /metrics.
 	MetricsSecure bool
 }
@@ -69,11 +73,17 @@ func RunManager(ctx context.Context, cfg ManagerConfig) error {
 		}
 	}
 	metrics.Handle("/metrics", metricsHandler)
+	profiles := http.NewServeMux()
+	profiles.HandleFunc("/debug/pprof/", pprof.Index)
+	profiles.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	profiles.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	profiles.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	profiles.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	for _, s := range []struct {
 		name, addr string
 		h          http.Handler
 		tls        *tls.Config
-	}{{"health", cfg.HealthAddr, health, nil}, {"metrics", cfg.MetricsAddr, metrics, metricsTLS}} {
+	}{{"health", cfg.HealthAddr, health, nil}, {"metrics", cfg.MetricsAddr, metrics, metricsTLS}, {"pprof", cfg.PprofAddr, profiles, nil}} {
 		if s.addr == "" || s.addr == "0" {
 			continue
 		}

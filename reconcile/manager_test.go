@@ -34,7 +34,7 @@ func freeAddr(t *testing.T) string {
 func TestManagerLeadsServesHealthAndMetrics(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
-	health, metrics := freeAddr(t), freeAddr(t)
+	health, metrics, profiles := freeAddr(t), freeAddr(t), freeAddr(t)
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -42,7 +42,7 @@ func TestManagerLeadsServesHealthAndMetrics(t *testing.T) {
 			Engine: Config{Rest: env.Config, Namespace: ns, Render: testOptions,
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
 			LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator",
-			HealthAddr: health, MetricsAddr: metrics,
+			HealthAddr: health, MetricsAddr: metrics, PprofAddr: profiles,
 		})
 	}()
 	defer func() {
@@ -67,6 +67,8 @@ func TestManagerLeadsServesHealthAndMetrics(t *testing.T) {
 		{"http://" + metrics + "/metrics", `evalsi_reconcile_total{controller="evaluator",result="success"}`},
 		{"http://" + metrics + "/metrics", `evalsi_workqueue_depth{name="evaluator"}`},
 		{"http://" + metrics + "/metrics", `evalsi_kube_requests_total{code="201",resource="deployments",verb="PATCH"}`},
+		{"http://" + metrics + "/metrics", `evalsi_kubernetes_version_supported{supported_minor="1.37",version="v1.37.`},
+		{"http://" + profiles + "/debug/pprof/", "goroutine"},
 	} {
 		clustertest.Eventually(t, ctx, c.url, func() error {
 			resp, err := http.Get(c.url)
