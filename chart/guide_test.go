@@ -81,10 +81,7 @@ func TestInstallGuide(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bin := filepath.Join(t.TempDir(), "evalsi-operator")
-	if out, err := exec.Command("go", "build", "-o", bin, "evals.si/operator").CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
-	}
+	bin := clustertest.Operator(t)
 	kubelet := &clustertest.Kubelet{
 		Bin: bin,
 		Deployments: []string{"evalsi-system/evalsi-webhook", "team-a/evalsid", "team-a/evalsi-operator",

@@ -133,10 +133,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bin := filepath.Join(t.TempDir(), "evalsi-operator")
-	if out, err := exec.Command("go", "build", "-o", bin, "evals.si/operator").CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
-	}
+	bin := clustertest.Operator(t)
 	opCfg, opKubeconfig := clustertest.TokenKubeconfig(t, ctx, env, "team-a", "evalsi-operator")
 	stopOperator := startOperator(t, bin, opKubeconfig, "--namespace=team-a",
 		"--controllers=evalrun,onlineevalpolicy,tracesource,evaluator,checkpointserver",

@@ -7,8 +7,6 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -68,10 +66,7 @@ func TestMutualTLSWithSecrets(t *testing.T) {
 	t.Cleanup(func() {
 		helmErr(t, "uninstall", "evalsi-mtls", "-n", ns, "--no-hooks", "--kubeconfig="+env.Kubeconfig)
 	})
-	bin := filepath.Join(t.TempDir(), "evalsi-operator")
-	if out, err := exec.Command("go", "build", "-o", bin, "evals.si/operator").CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
-	}
+	bin := clustertest.Operator(t)
 	kubelet := &clustertest.Kubelet{Bin: bin, Deployments: []string{ns + "/evalsid", ns + "/evalsi-operator"}}
 	kubelet.Start(t, ctx, env)
 	kubelet.Settle(t, ctx)

@@ -73,24 +73,32 @@ func EnsureAssets(ctx context.Context, progress io.Writer) (Assets, error) {
 
 	b := builder{cache: cache, progress: progress, kubebuilder: os.Getenv("KUBEBUILDER_ASSETS")}
 	var a Assets
-	k8s := []struct {
-		name string
-		dst  *string
-	}{
-		{"kube-apiserver", &a.KubeAPIServer},
-		{"kube-controller-manager", &a.KubeControllerManager},
-		{"kube-scheduler", &a.KubeScheduler},
-		{"kubectl", &a.Kubectl},
-	}
-	for _, c := range k8s {
-		if *c.dst, err = b.kubernetes(ctx, c.name); err != nil {
-			return Assets{}, err
+	// Three independent builds side by side: each leaves cores idle while it downloads and links.
+	errs := make(chan error, 3)
+	go func() {
+		paths, err := b.kubernetes(ctx, "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+		if err == nil {
+			a.KubeAPIServer, a.KubeControllerManager, a.KubeScheduler, a.Kubectl = paths[0], paths[1], paths[2], paths[3]
+		}
+		errs <- err
+	}()
+	go func() {
+		var err error
+		a.Etcd, err = b.etcd(ctx)
+		errs <- err
+	}()
+	go func() {
+		var err error
+		a.Kwok, a.KwokStages, err = b.kwok(ctx)
+		errs <- err
+	}()
+	var failed []error
+	for range 3 {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
 		}
 	}
-	if a.Etcd, err = b.etcd(ctx); err != nil {
-		return Assets{}, err
-	}
-	if a.Kwok, a.KwokStages, err = b.kwok(ctx); err != nil {
+	if err := errors.Join(failed...); err != nil {
 		return Assets{}, err
 	}
 	return a, nil
@@ -132,7 +140,7 @@ func installTool(ctx context.Context, progress io.Writer, name, pkg, version str
 		return p, nil
 	}
 	fmt.Fprintf(progress, "building %s %s, first run only\n", name, version)
-	if err := b.goCmdEnv(ctx, dir, []string{"GOBIN=" + dir}, "install", pkg+"@"+version); err != nil {
+	if err := b.goCmdEnv(ctx, dir, []string{"GOBIN=" + dir}, "install", "-ldflags=-s -w", pkg+"@"+version); err != nil {
 		return "", err
 	}
 	return filepath.Join(dir, name), nil
@@ -174,29 +182,51 @@ func (b builder) existing(dir, name string) (string, bool) {
 	return "", false
 }
 
-// kubernetes builds one of the Kubernetes commands from k8s.io/kubernetes, with the staging
-// modules replaced by their published versions (the kubernetes module zip omits staging/).
-func (b builder) kubernetes(ctx context.Context, name string) (string, error) {
+// kubernetes builds the Kubernetes commands names from k8s.io/kubernetes, with the staging
+// modules replaced by their published versions (the kubernetes module zip omits staging/), in one
+// go build (they share most packages, and their links run side by side), and returns their paths.
+func (b builder) kubernetes(ctx context.Context, names ...string) ([]string, error) {
 	dir := filepath.Join(b.cache, "kubernetes-"+KubernetesVersion)
-	if p, ok := b.existing(dir, name); ok {
-		return p, nil
+	paths := make([]string, len(names))
+	var missing []string
+	for i, name := range names {
+		if p, ok := b.existing(dir, name); ok {
+			paths[i] = p
+			continue
+		}
+		paths[i] = filepath.Join(dir, name)
+		missing = append(missing, name)
+	}
+	if len(missing) == 0 {
+		return paths, nil
 	}
 	src := filepath.Join(dir, "src")
 	if err := b.writeKubernetesModule(ctx, src); err != nil {
-		return "", err
+		return nil, err
 	}
 	minor := strings.Split(strings.TrimPrefix(KubernetesVersion, "v"), ".")[1]
 	var ld []string
 	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
 		ld = append(ld, "-X", pkg+".gitVersion="+KubernetesVersion, "-X", pkg+".gitMajor=1", "-X", pkg+".gitMinor="+minor)
 	}
-	fmt.Fprintf(b.progress, "building %s %s, first run only\n", name, KubernetesVersion)
-	out := filepath.Join(dir, name)
-	err := b.goCmd(ctx, src, "build", "-mod=mod", "-ldflags", strings.Join(ld, " "), "-o", out+".tmp", "k8s.io/kubernetes/cmd/"+name)
-	if err != nil {
-		return "", err
+	tmp := filepath.Join(dir, ".build")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, err
 	}
-	return out, os.Rename(out+".tmp", out)
+	args := []string{"build", "-mod=mod", "-ldflags", "-s -w " + strings.Join(ld, " "), "-o", tmp + string(filepath.Separator)}
+	for _, name := range missing {
+		fmt.Fprintf(b.progress, "building %s %s, first run only\n", name, KubernetesVersion)
+		args = append(args, "k8s.io/kubernetes/cmd/"+name)
+	}
+	if err := b.goCmd(ctx, src, args...); err != nil {
+		return nil, err
+	}
+	for _, name := range missing {
+		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
+			return nil, err
+		}
+	}
+	return paths, nil
 }
 
 // writeKubernetesModule writes a module that requires k8s.io/kubernetes and replaces every
@@ -245,7 +275,7 @@ func (b builder) etcd(ctx context.Context) (string, error) {
 	}
 	fmt.Fprintf(b.progress, "building etcd %s, first run only\n", EtcdVersion)
 	out := filepath.Join(dir, "etcd")
-	if err := b.goCmd(ctx, src, "build", "-mod=mod", "-o", out+".tmp", "go.etcd.io/etcd/server/v3"); err != nil {
+	if err := b.goCmd(ctx, src, "build", "-mod=mod", "-ldflags=-s -w", "-o", out+".tmp", "go.etcd.io/etcd/server/v3"); err != nil {
 		return "", err
 	}
 	return out, os.Rename(out+".tmp", out)
@@ -266,7 +296,7 @@ func (b builder) kwok(ctx context.Context) (string, []string, error) {
 	}
 	fmt.Fprintf(b.progress, "building kwok %s, first run only\n", KwokVersion)
 	env := []string{"GOBIN=" + dir}
-	if err := b.goCmdEnv(ctx, dir, env, "install", "sigs.k8s.io/kwok/cmd/kwok@"+KwokVersion); err != nil {
+	if err := b.goCmdEnv(ctx, dir, env, "install", "-ldflags=-s -w", "sigs.k8s.io/kwok/cmd/kwok@"+KwokVersion); err != nil {
 		return "", nil, err
 	}
 	return filepath.Join(dir, "kwok"), stages, nil

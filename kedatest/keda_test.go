@@ -101,10 +101,7 @@ func TestKEDAScalesAPoolFromZeroAndBack(t *testing.T) {
 
 	// The operator as a process, its metrics on loopback.
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "evalsi-operator")
-	if out, err := exec.Command("go", "build", "-o", bin, "evals.si/operator").CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
-	}
+	bin := clustertest.Operator(t)
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte("operator-token"), 0o600); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
@@ -46,10 +47,7 @@ func BenchmarkConverge500Evaluators(b *testing.B) {
 	if err := env.InstallKedaCRDs(ctx); err != nil {
 		b.Fatal(err)
 	}
-	bin := filepath.Join(b.TempDir(), "evalsi-operator")
-	if out, err := exec.Command("go", "build", "-o", bin, "evals.si/operator").CombinedOutput(); err != nil {
-		b.Fatalf("building the operator: %v\n%s", err, out)
-	}
+	bin := clustertest.Operator(b)
 	for range b.N {
 		floor := benchFloor(b, ctx)
 		work := floor.evaluators + floor.children + floor.statuses

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -128,10 +127,7 @@ spec:
 
 	// A server made without an owner is listed as leaked; a fresh one is not, until it is old.
 	kubectl("apiVersion: evals.si/v1alpha1\nkind: CheckpointServer\nmetadata:\n  name: step-1200\n  labels: {app.kubernetes.io/managed-by: evalsi}\nspec: {model: m}\n", "apply", "-f", "-")
-	bin := filepath.Join(t.TempDir(), "evalsi-operator")
-	if out, err := exec.Command("go", "build", "-o", bin, "evals.si/operator").CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
-	}
+	bin := clustertest.Operator(t)
 	leaked := func(olderThan string) string {
 		out, err := exec.CommandContext(ctx, bin, "leaked-servers", "--kubeconfig="+env.Kubeconfig, "-n", ns, "--older-than="+olderThan).CombinedOutput()
 		if err != nil {
