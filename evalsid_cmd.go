@@ -23,7 +23,7 @@ func evalsidCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8090", Usage: "address to serve on"},
 			&cli.StringFlag{Name: "tokens", Usage: "file of accepted bearer tokens, one \"TOKEN IDENTITY\" per line"},
 			&cli.StringFlag{Name: "kubernetes-audience", Usage: "accept the cluster's service-account tokens for this audience (the kubernetes: provider), verified with the API server's issuer discovery"},
-			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig of the cluster whose tokens are accepted (default: in-cluster configuration)"},
+			kubeconfigFlag("of the cluster whose tokens are accepted"),
 			&cli.StringFlag{Name: "tls-cert-file", Usage: "serve HTTPS with this certificate"},
 			&cli.StringFlag{Name: "tls-key-file", Usage: "key of --tls-cert-file"},
 			&cli.StringFlag{Name: "client-ca-file", Usage: "require client certificates that this CA bundle verifies (mutual TLS; needs --tls-cert-file)"},

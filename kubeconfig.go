@@ -3,9 +3,21 @@ package main
 import (
 	"fmt"
 
+	"github.com/urfave/cli/v2"
+
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
+
+// kubeconfigFlag is the --kubeconfig flag of the commands that talk to a cluster (also read from
+// KUBECONFIG); what is the usage's note on what the cluster is for, or "".
+func kubeconfigFlag(what string) cli.Flag {
+	usage := "kubeconfig file (default: in-cluster configuration)"
+	if what != "" {
+		usage += ", " + what
+	}
+	return &cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: usage}
+}
 
 // kubeConfig loads a kubeconfig file, or the in-cluster configuration when path is empty.
 func kubeConfig(path string) (*rest.Config, error) {

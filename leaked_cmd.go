@@ -33,7 +33,7 @@ Example:
   evalsi-operator leaked-servers --older-than=6h
   evalsi-operator leaked-servers -n team-a`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig file (default: in-cluster configuration)"},
+			kubeconfigFlag(""),
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "look in this namespace only (default: all)"},
 			&cli.DurationFlag{Name: "older-than", Value: 24 * time.Hour, Usage: "age from which a server without an owner counts as leaked"},
 		},

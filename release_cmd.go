@@ -21,7 +21,7 @@ func releaseFinalizersCommand() *cli.Command {
 		Name:  "release-finalizers",
 		Usage: "remove the operator's finalizers from every evals.si object in a namespace (the evalsi chart runs it when it is uninstalled)",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig file (default: in-cluster configuration)"},
+			kubeconfigFlag(""),
 			&cli.StringFlag{Name: "namespace", Required: true, Usage: "the namespace of the uninstalled operator"},
 			&cli.StringSliceFlag{Name: "controllers", Usage: "the controllers whose finalizers to remove (default: all)"},
 			&cli.StringFlag{Name: "leader-election-id", Value: "evalsi-operator", Usage: "the operator's Lease, waited on until no replica holds it"},

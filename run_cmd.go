@@ -34,7 +34,7 @@ func renderOptions(c *cli.Context) render.Options {
 
 func runCommand() *cli.Command {
 	flags := []cli.Flag{
-		&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig file (default: in-cluster configuration)"},
+		kubeconfigFlag(""),
 		&cli.StringFlag{Name: "namespace", Usage: "watch and write only this namespace (default: all)"},
 		&cli.StringSliceFlag{Name: "controllers", Usage: "controllers to run (default: all): " + strings.Join(reconcile.ControllerNames(), ", ")},
 		&cli.IntFlag{Name: "workers", Value: 16, Usage: "concurrent reconciles per controller"},

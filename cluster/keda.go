@@ -73,7 +73,7 @@ func Keda(ctx context.Context, progress io.Writer) (operator, webhooks string, e
 			return "", "", err
 		}
 	}
-	fmt.Fprintf(progress, "building KEDA %s (operator and admission webhooks), first run only: about 20 minutes on 2 cores\n", KedaVersion)
+	fmt.Fprintf(progress, "building KEDA %s (operator and admission webhooks), first run only\n", KedaVersion)
 	// One go build for both: they share most packages, and their links run side by side.
 	tmp := filepath.Join(dir, ".build")
 	if err := os.MkdirAll(tmp, 0o755); err != nil {

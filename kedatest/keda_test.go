@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,7 @@ func deploymentWrites(t *testing.T, metricsURL string) float64 {
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["resource"] == "deployments" && labels["verb"] != "GET" && labels["verb"] != "LIST" && labels["verb"] != "WATCH" {
+		if labels["resource"] == "deployments" && slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE"}, labels["verb"]) {
 			n += counterValue(m)
 		}
 	}

@@ -6,17 +6,6 @@ import (
 	"evals.si/operator/evalsi"
 )
 
-// The programs pool pods run, by name on the platform image's PATH (docs/image.md): the
-// platform's worker programs, which the platform image adds to this repository's image. The
-// operator sets them as the container's command, so the image's entrypoint (evalsi-operator)
-// does not matter to pools.
-const (
-	// EvaluatorCommand runs an Evaluator's pool: `evaluator --pool=<name> [spec.args]`.
-	EvaluatorCommand = "evaluator"
-	// SandboxdCommand runs a SandboxClass's pool: `sandboxd --rung=<rung> --class=<name>`.
-	SandboxdCommand = "sandboxd"
-)
-
 // How pool pods sign in to evalsid (ADR 0012: workloads sign in with projected tokens). Each pool
 // runs as a service account of its own (or the one its spec names), mounts no Kubernetes API
 // token, and gets a projected service-account token for evalsid's audience, which the kubelet

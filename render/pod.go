@@ -2,6 +2,17 @@ package render
 
 import "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+// The programs pool pods run, by name on the platform image's PATH (docs/image.md): the
+// platform's worker programs, which the platform image adds to this repository's image. The
+// operator sets them as the container's command, so the image's entrypoint (evalsi-operator)
+// does not matter to pools.
+const (
+	// EvaluatorCommand runs an Evaluator's pool: `evaluator --pool=<name> [spec.args]`.
+	EvaluatorCommand = "evaluator"
+	// SandboxdCommand runs a SandboxClass's pool: `sandboxd --rung=<rung> --class=<name>`.
+	SandboxdCommand = "sandboxd"
+)
+
 // Scheduling is where a pool's pods may run, passed through to the pod spec as written.
 type Scheduling struct {
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
@@ -12,6 +23,7 @@ type Scheduling struct {
 // apply sets the scheduling fields on a pod spec.
 func (s Scheduling) apply(pod map[string]any) {
 	setIf(pod, "nodeSelector", s.NodeSelector)
+
 	if len(s.Tolerations) > 0 {
 		ts := make([]any, len(s.Tolerations))
 		for i, t := range s.Tolerations {

@@ -41,7 +41,10 @@ type Options struct {
 	Identity string
 }
 
-var semver = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
+var (
+	semver = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
+	digest = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+)
 
 // Build writes the release's binaries, SBOMs, chart packages and notes into opts.Out and returns
 // the paths of what is signed: binaries and chart packages.
@@ -49,7 +52,7 @@ func Build(ctx context.Context, opts Options) ([]string, error) {
 	if !semver.MatchString(opts.Version) {
 		return nil, fmt.Errorf("version %q is not vMAJOR.MINOR.PATCH", opts.Version)
 	}
-	if opts.ImageDigest != "" && !regexp.MustCompile(`^sha256:[a-f0-9]{64}$`).MatchString(opts.ImageDigest) {
+	if opts.ImageDigest != "" && !digest.MatchString(opts.ImageDigest) {
 		return nil, fmt.Errorf("image digest %q is not sha256:<64 hex digits>", opts.ImageDigest)
 	}
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {

@@ -73,7 +73,7 @@ func main() {
 // downloads modules and links.
 func buildAll(ctx context.Context) error {
 	start := time.Now()
-	fmt.Fprintln(os.Stderr, "test binaries: building what the cache lacks (a cold machine takes about 30 minutes: KEDA and cosign are most of it)")
+	fmt.Fprintln(os.Stderr, "test binaries: building what the cache lacks (a cold machine: see README.md)")
 	builds := map[string]func() error{
 		"control plane": func() error { _, err := cluster.EnsureAssets(ctx, os.Stderr); return err },
 		"KEDA":          func() error { _, _, err := cluster.Keda(ctx, os.Stderr); return err },
