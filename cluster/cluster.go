@@ -36,6 +36,9 @@ type Options struct {
 	Progress io.Writer
 	// Dir holds the data and logs; a new temporary directory when empty, removed by Stop.
 	Dir string
+	// AuditPolicy, when set, is an audit policy (YAML) the API server logs requests by, as JSON
+	// lines in AuditLog (benchmarks count what a client wrote from it).
+	AuditPolicy string
 }
 
 // Cluster is a running control plane.
@@ -48,6 +51,8 @@ type Cluster struct {
 	Dir string
 	// Kubectl is the path of kubectl, built from the same Kubernetes version.
 	Kubectl string
+	// AuditLog is the API server's audit log when Options.AuditPolicy is set, else "".
+	AuditLog string
 
 	pki       certFiles
 	net       *serviceNetwork
@@ -186,7 +191,19 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 	if err != nil {
 		return err
 	}
-	p, err := c.start("kube-apiserver", bin,
+	var audit []string
+	if c.opts.AuditPolicy != "" {
+		policy := filepath.Join(c.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(c.opts.AuditPolicy), 0o600); err != nil {
+			return err
+		}
+		c.AuditLog = filepath.Join(c.Dir, "audit.log")
+		// Blocking mode writes each event as its request completes, so a reader that notes the
+		// log's size at a moment counts exactly the requests completed before it.
+		audit = []string{"--audit-policy-file=" + policy, "--audit-log-path=" + c.AuditLog,
+			"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0"}
+	}
+	p, err := c.start("kube-apiserver", bin, append([]string{
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(ports[0]),
@@ -208,7 +225,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 		"--storage-media-type=application/json",
 		// Webhooks and aggregated APIs by Service go through the service network.
 		"--egress-selector-config-file="+egress,
-	)
+	}, audit...)...)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,251 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"evals.si/operator/cluster/clustertest"
+)
+
+// contender is a program that does the Evaluator controller's job: the operator or the peer.
+type contender struct {
+	name string
+	// args are the program and its arguments with kubeconfig, for namespace ns, with its
+	// metrics and profiles on the given loopback addresses.
+	args func(kubeconfig, ns, metrics, pprof string) []string
+	// reconciles is the metric that counts its reconciles of Evaluators.
+	reconciles string
+}
+
+// contenders returns the operator and the peer, each run as a user runs it: the defaults of
+// its flags, the same rendering settings, the benchmark's service account.
+func contenders(b *testing.B) []contender {
+	op := clustertest.Operator(b)
+	peer := buildPeer(b)
+	return []contender{{
+		name: "evalsi-operator",
+		args: func(kubeconfig, ns, metrics, pprof string) []string {
+			return []string{op, "run", "--kubeconfig=" + kubeconfig, "--namespace=" + ns,
+				"--controllers=evaluator", "--leader-elect=false", "--log-level=warn",
+				"--metrics-bind-address=" + metrics, "--pprof-bind-address=" + pprof, "--health-probe-bind-address=0",
+				"--default-image=" + image, "--api-url=" + apiURL}
+		},
+		reconciles: "evalsi_reconcile_total",
+	}, {
+		name: "controller-runtime peer",
+		args: func(kubeconfig, ns, metrics, pprof string) []string {
+			return []string{peer, "--kubeconfig=" + kubeconfig, "--namespace=" + ns,
+				"--metrics-bind-address=" + metrics, "--pprof-bind-address=" + pprof,
+				"--default-image=" + image, "--api-url=" + apiURL}
+		},
+		reconciles: "controller_runtime_reconcile_total",
+	}}
+}
+
+var peerBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildPeer builds bench/peer (its own module) into a temporary directory, once.
+func buildPeer(b testing.TB) string {
+	peerBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "evalsi-peer-bin-")
+		if err != nil {
+			peerBuild.err = err
+			return
+		}
+		peerBuild.path = filepath.Join(dir, "peer")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", peerBuild.path, ".")
+		cmd.Dir = "peer"
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			peerBuild.err = fmt.Errorf("building the peer: %v\n%s", err, out)
+		}
+	})
+	if peerBuild.err != nil {
+		b.Fatal(peerBuild.err)
+	}
+	return peerBuild.path
+}
+
+// process is a running contender.
+type process struct {
+	c              contender
+	cmd            *exec.Cmd
+	metrics, pprof string
+	log            string
+	done           chan error
+	stopped        sync.Once
+}
+
+// start runs c for namespace ns as the benchmark's service account and waits until its metrics
+// answer.
+func start(b testing.TB, ctx context.Context, c contender, ns string) *process {
+	addrs, err := freeAddrs(2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, kubeconfig := clustertest.TokenKubeconfig(b, ctx, env, controllerNamespace, controllerAccount)
+	args := c.args(kubeconfig, ns, addrs[0], addrs[1])
+	p := &process{c: c, metrics: addrs[0], pprof: addrs[1], log: filepath.Join(b.TempDir(), "log"), done: make(chan error, 1)}
+	logs, err := os.Create(p.log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.cmd = exec.Command(args[0], args[1:]...)
+	p.cmd.Stdout, p.cmd.Stderr = logs, logs
+	if err := p.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait(); logs.Close() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := p.scrape(); err == nil {
+			return p
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			p.stop()
+			b.Fatalf("%s did not serve its metrics: %s", c.name, p.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop ends the process with SIGTERM (SIGKILL after 30 s) and waits for it.
+func (p *process) stop() {
+	p.stopped.Do(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+}
+
+// logs returns the end of the process's log.
+func (p *process) logs() string {
+	out, _ := os.ReadFile(p.log)
+	if len(out) > 4000 {
+		out = out[len(out)-4000:]
+	}
+	return string(out)
+}
+
+// cpu returns the CPU time (user and system) the process has used, from /proc.
+func (p *process) cpu() time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which ends with the last ")": utime and stime are
+	// the 14th and 15th fields of the line, in clock ticks (100 per second on Linux).
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// peakRSS returns the process's peak resident set (VmHWM) in bytes.
+func (p *process) peakRSS() float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// heapAllocRE finds the heap in use in a heap profile's text form, which the profile writes
+// after the garbage collection that ?gc=1 asks for.
+var heapAllocRE = regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)`)
+
+// liveHeap returns the bytes of live heap right after a garbage collection.
+func (p *process) liveHeap() (float64, error) {
+	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	m := heapAllocRE.FindSubmatch(body)
+	if m == nil {
+		return 0, fmt.Errorf("no HeapAlloc in the heap profile of %s", p.c.name)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// reconciles returns how many reconciles of Evaluators the process has finished.
+func (p *process) reconciles() (float64, error) {
+	families, err := p.scrape()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	if f := families[p.c.reconciles]; f != nil {
+		for _, m := range f.GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total, nil
+}
+
+// scrape reads the process's metrics.
+func (p *process) scrape() (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// freeAddrs returns n free loopback addresses.
+func freeAddrs(n int) ([]string, error) {
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}

@@ -1,0 +1,179 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"evals.si/operator/evalsi"
+)
+
+// roundResult is what one round of one contender measured.
+type roundResult struct {
+	converge, ready time.Duration // from the first create until converged, until every pool is Ready
+	cpuConverge     time.Duration // the contender's CPU time until converged
+	peakRSS         float64       // bytes
+	liveHeap        float64       // bytes, at steady state, right after a garbage collection
+	reconciles      float64       // reconciles of Evaluators until Ready
+	// writes by resource until converged, until Ready (from the start) and in the idle window
+	writesConverge, writesReady, writesIdle writeCount
+	// restart: from the new process's start until it had reconciled every Evaluator once, and
+	// the writes from its start until a few seconds after that
+	restart       time.Duration
+	writesRestart writeCount
+}
+
+func (r roundResult) String() string {
+	return fmt.Sprintf("converged %.2fs (CPU %.2fs, writes %d: %s), Ready %.2fs (writes %d, reconciles %.0f), idle writes %d, peak RSS %.0f MiB, live heap %.1f MiB, restart %.2fs (writes %d)",
+		r.converge.Seconds(), r.cpuConverge.Seconds(), r.writesConverge.total(), r.writesConverge, r.ready.Seconds(),
+		r.writesReady.total(), r.reconciles, r.writesIdle.total(), r.peakRSS/(1<<20), r.liveHeap/(1<<20),
+		r.restart.Seconds(), r.writesRestart.total())
+}
+
+// runRound runs contender c against n new Evaluators in a new namespace: create them all at once,
+// wait until converged and until Ready, watch them idle, read its memory, restart it. It returns
+// the measures and the namespace, left in place for the comparison of outputs.
+func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (roundResult, string) {
+	ns := fmt.Sprintf("bench-%d-%d-%s", n, round, map[string]string{"evalsi-operator": "op", "controller-runtime peer": "peer"}[c.name])
+	createNamespace(b, ctx, ns)
+	p := start(b, ctx, c, ns)
+	defer func() { p.stop() }()
+	w := watchNamespace(b, ctx, ns)
+	time.Sleep(time.Second) // let the contender list its (empty) caches
+
+	var res roundResult
+	from, cpu0, t0 := mark(), p.cpu(), time.Now()
+	client := benchClient(b).Resource(evalsi.Evaluators).Namespace(ns)
+	if err := parallel(n, creators, func(i int) error {
+		_, err := client.Create(ctx, evaluator(ns, i), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		b.Fatalf("creating Evaluators: %v", err)
+	}
+	wait(b, ctx, p, "converged", func() bool { return w.converged(n) })
+	res.converge, res.cpuConverge = time.Since(t0), p.cpu()-cpu0
+	converged := mark()
+	wait(b, ctx, p, "Ready", func() bool { return w.ready(n) })
+	res.ready = time.Since(t0)
+	ready := mark()
+	// A Ready pool's Deployment still gets status writes by the controller-manager for a moment,
+	// and each is an event for the contender: the idle window starts once they are done.
+	time.Sleep(5 * time.Second)
+	var err error
+	if res.reconciles, err = p.reconciles(); err != nil {
+		b.Fatal(err)
+	}
+	idleFrom := mark()
+	time.Sleep(*idle)
+	idleTo := mark()
+	if res.liveHeap, err = p.liveHeap(); err != nil {
+		b.Fatal(err)
+	}
+	res.peakRSS = p.peakRSS()
+	for _, span := range []struct {
+		to  auditMark
+		out *writeCount
+	}{{converged, &res.writesConverge}, {ready, &res.writesReady}} {
+		if *span.out, err = writes(from, span.to); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if res.writesIdle, err = writes(idleFrom, idleTo); err != nil {
+		b.Fatal(err)
+	}
+
+	// Restart: a new process over converged objects.
+	p.stop()
+	restartFrom, t1 := mark(), time.Now()
+	p = start(b, ctx, c, ns)
+	wait(b, ctx, p, "every Evaluator reconciled after the restart", func() bool {
+		r, err := p.reconciles()
+		return err == nil && r >= float64(n)
+	})
+	res.restart = time.Since(t1)
+	time.Sleep(5 * time.Second)
+	if res.writesRestart, err = writes(restartFrom, mark()); err != nil {
+		b.Fatal(err)
+	}
+	return res, ns
+}
+
+// wait polls done every 50 ms until it holds; the round fails after 10 minutes or when the
+// contender exits.
+func wait(b *testing.B, ctx context.Context, p *process, what string, done func() bool) {
+	deadline := time.Now().Add(10 * time.Minute)
+	for !done() {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			b.Fatalf("%s exited before %s: %v\n%s", p.c.name, what, err, p.logs())
+		case <-ctx.Done():
+			b.Fatalf("%s: not %s: %v", p.c.name, what, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: not %s after 10 minutes\n%s", p.c.name, what, p.logs())
+		}
+	}
+}
+
+var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+func createNamespace(b testing.TB, ctx context.Context, name string) {
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name}}}
+	if _, err := env.Dynamic().Resource(namespaces).Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// deleteNamespace deletes a round's namespace and waits until it is gone, so that the next
+// round does not share the machine with its garbage collection.
+func deleteNamespace(b testing.TB, ctx context.Context, name string) {
+	c := env.Dynamic().Resource(namespaces)
+	if err := c.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		_, err := c.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			b.Fatalf("namespace %s not gone after 10 minutes: %v", name, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// parallel runs f for 0..n-1 on workers goroutines and returns the first error.
+func parallel(n, workers int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	next := make(chan int)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					once.Do(func() { first = err })
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}

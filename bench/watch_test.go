@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"evals.si/operator/evalsi"
+)
+
+// childKinds are the children of an autoscaled Evaluator.
+var childKinds = []schema.GroupVersionResource{evalsi.Deployments, evalsi.ServiceAccounts, evalsi.ScaledObjects, evalsi.TriggerAuthentications}
+
+// namespaceWatch follows a round's Evaluators and their children with informers, so that
+// measuring convergence costs the API server a watch rather than repeated lists.
+type namespaceWatch struct {
+	evaluators cache.SharedIndexInformer
+	children   []cache.SharedIndexInformer
+}
+
+func watchNamespace(b testing.TB, ctx context.Context, ns string) *namespaceWatch {
+	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(env.Dynamic(), 0, ns, nil)
+	children := dynamicinformer.NewFilteredDynamicSharedInformerFactory(env.Dynamic(), 0, ns, func(o *metav1.ListOptions) {
+		o.LabelSelector = evalsi.LabelManagedBy + "=" + evalsi.ManagedBy
+	})
+	w := &namespaceWatch{evaluators: f.ForResource(evalsi.Evaluators).Informer()}
+	for _, gvr := range childKinds {
+		w.children = append(w.children, children.ForResource(gvr).Informer())
+	}
+	f.Start(ctx.Done())
+	children.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	children.WaitForCacheSync(ctx.Done())
+	return w
+}
+
+// converged reports whether all n Evaluators have every child and a status of their current
+// generation.
+func (w *namespaceWatch) converged(n int) bool {
+	for _, inf := range w.children {
+		if len(inf.GetStore().ListKeys()) != n {
+			return false
+		}
+	}
+	return w.every(n, func(ev *unstructured.Unstructured) bool {
+		g, found, _ := unstructured.NestedInt64(ev.Object, "status", "observedGeneration")
+		return found && g == ev.GetGeneration()
+	})
+}
+
+// ready reports whether all n Evaluators are Ready for their current generation.
+func (w *namespaceWatch) ready(n int) bool {
+	return w.converged(n) && w.every(n, func(ev *unstructured.Unstructured) bool {
+		conds, _, _ := unstructured.NestedSlice(ev.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == evalsi.ConditionReady {
+				return m["status"] == "True"
+			}
+		}
+		return false
+	})
+}
+
+func (w *namespaceWatch) every(n int, ok func(*unstructured.Unstructured) bool) bool {
+	evs := w.evaluators.GetStore().List()
+	if len(evs) != n {
+		return false
+	}
+	for _, o := range evs {
+		if !ok(o.(*unstructured.Unstructured)) {
+			return false
+		}
+	}
+	return true
+}
+
+// compareOutputs returns the difference between what the contenders made in namespaces a and
+// b: each Evaluator's status and each child's labels, annotations, owners and spec, with the
+// namespace, UIDs, versions and times masked. Empty means the same.
+func compareOutputs(t testing.TB, ctx context.Context, a, b string) string {
+	return cmp.Diff(outputs(t, ctx, a), outputs(t, ctx, b))
+}
+
+// outputs lists the comparable form of every Evaluator and child in ns, by kind and name.
+func outputs(t testing.TB, ctx context.Context, ns string) map[string]any {
+	out := map[string]any{}
+	for _, gvr := range append([]schema.GroupVersionResource{evalsi.Evaluators}, childKinds...) {
+		list, err := env.Dynamic().Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range list.Items {
+			if gvr == evalsi.ServiceAccounts && o.GetLabels()[evalsi.LabelManagedBy] != evalsi.ManagedBy {
+				continue // the namespace's default account
+			}
+			out[o.GetKind()+"/"+o.GetName()] = comparable(&o, ns)
+		}
+	}
+	return out
+}
+
+// comparable keeps what a contender decides of obj, with what the API server or the round
+// chose (namespace, UIDs, versions, times) masked.
+func comparable(obj *unstructured.Unstructured, ns string) any {
+	refs := obj.GetOwnerReferences()
+	for i := range refs {
+		refs[i].UID = ""
+	}
+	annotations := obj.GetAnnotations()
+	if _, ok := annotations[evalsi.AnnotationSpecHash]; ok {
+		annotations[evalsi.AnnotationSpecHash] = "(a hash of the rendering, which holds the namespace)"
+	}
+	kept := map[string]any{"labels": obj.GetLabels(), "annotations": annotations, "owners": refs}
+	if obj.GetKind() == "Evaluator" {
+		status, _, _ := unstructured.NestedMap(obj.Object, "status")
+		conds, _, _ := unstructured.NestedSlice(status, "conditions")
+		for _, c := range conds {
+			delete(c.(map[string]any), "lastTransitionTime")
+		}
+		if conds != nil {
+			status["conditions"] = conds
+		}
+		kept["status"] = status
+	} else {
+		for k, v := range obj.Object {
+			if k != "metadata" && k != "status" {
+				kept[k] = v
+			}
+		}
+	}
+	raw, _ := json.Marshal(kept)
+	var masked any
+	_ = json.Unmarshal([]byte(strings.ReplaceAll(string(raw), ns, "NAMESPACE")), &masked)
+	return masked
+}
