@@ -57,12 +57,11 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 			return nil, errCacheNotSynced
 		}
 		informers[gvr.Resource] = inf
-		objs, err := inf.written.ByIndex(ownerIndex, string(owner.GetUID()))
+		objs, err := inf.ownedBy(string(owner.GetUID()))
 		if err != nil {
 			return nil, fmt.Errorf("listing children: %w", err)
 		}
-		for _, o := range objs {
-			u := o.(*unstructured.Unstructured)
+		for _, u := range objs {
 			live[childKey(u.GetKind(), u.GetNamespace(), u.GetName())] = u
 		}
 	}

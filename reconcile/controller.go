@@ -125,15 +125,15 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 		// again, and the objects are looked at once it is supported.
 		return Outcome{RequeueAfter: c.e.cfg.DiscoveryInterval}, nil
 	}
-	cached, exists, err := c.inf.written.GetByKey(key)
+	cached, err := c.inf.get(key)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("reading %s from the cache: %w", key, err)
 	}
-	if !exists {
+	if cached == nil {
 		// Deleted: children go with their owner (garbage collection); nothing to do.
 		return Outcome{}, nil
 	}
-	obj := cached.(*unstructured.Unstructured).DeepCopy()
+	obj := cached.DeepCopy()
 	ctx, cancel := context.WithTimeout(ctx, c.e.cfg.ReconcileTimeout)
 	defer cancel()
 	defer func() {

@@ -74,7 +74,7 @@ func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
 			}
 			if served[gvr] {
 				e.log.Info("child resource served, watching it", "controller", k.controller, "resource", gvr.String())
-				e.ensureInformer(ctx, gvr, k.childNamespace(e.cfg), true)
+				e.ensureInformer(ctx, gvr, k.childNamespace(e.cfg), true, e.enqueueOwner)
 			} else {
 				e.log.Warn("child resource no longer served", "controller", k.controller, "resource", gvr.String())
 				e.stopInformer(informerKey{gvr, k.childNamespace(e.cfg)})

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"evals.si/operator/apiclient"
@@ -176,16 +175,10 @@ func (e *Engine) startController(ctx context.Context, k *kind, wg *sync.WaitGrou
 	if !k.namespaced {
 		ns = ""
 	}
-	inf := e.ensureInformer(ctx, k.gvr, ns, false)
-	inf.shared.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueue(obj) },
-		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
-		DeleteFunc: func(obj any) { c.enqueue(obj) },
-	})
-	c.inf = inf
+	c.inf = e.ensureInformer(ctx, k.gvr, ns, false, c.enqueue)
 	for _, gvr := range k.children {
 		if e.isServed(gvr) {
-			e.ensureInformer(ctx, gvr, k.childNamespace(e.cfg), true)
+			e.ensureInformer(ctx, gvr, k.childNamespace(e.cfg), true, e.enqueueOwner)
 		}
 	}
 	// Published only once built: Synced (behind /readyz) reads c.inf of every published controller.

@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"evals.si/operator/evalsi"
 )
@@ -25,24 +23,70 @@ type informerKey struct {
 type informer struct {
 	shared cache.SharedIndexInformer
 	stop   chan struct{}
+	// child says that the informer holds children: a child the operator created is read before
+	// the informer shows it; an owner missing from the informer is gone, whatever status the
+	// operator last wrote for it.
+	child bool
 	// written holds objects the operator just wrote, until the informer has seen them, so that
 	// a reconcile right after a write neither writes again nor conflicts with it.
-	written cache.MutationCache
+	written *recentWrites
 }
 
 // remember keeps obj, just written by the operator, until the informer shows it or a newer version.
 func (i *informer) remember(obj *unstructured.Unstructured) {
 	dropManagedFields(obj)
-	i.written.Mutation(obj)
+	i.written.remember(obj)
+}
+
+// get returns the object of key: the informer's, or the operator's newer write of it.
+func (i *informer) get(key string) (*unstructured.Unstructured, error) {
+	o, exists, err := i.shared.GetStore().GetByKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		if !i.child {
+			return nil, nil
+		}
+		return i.written.newer(key, nil), nil
+	}
+	return i.written.newer(key, o.(*unstructured.Unstructured)), nil
+}
+
+// ownedBy returns the children whose controller owner has the UID owner, each the informer's or
+// the operator's newer write of it, with those written but not shown yet.
+func (i *informer) ownedBy(owner string) ([]*unstructured.Unstructured, error) {
+	objs, err := i.shared.GetIndexer().ByIndex(ownerIndex, owner)
+	if err != nil {
+		return nil, err
+	}
+	written := i.written.ownedBy(owner)
+	out := make([]*unstructured.Unstructured, 0, len(objs)+len(written))
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		key := u.GetNamespace() + "/" + u.GetName()
+		if w, ok := written[key]; ok {
+			delete(written, key)
+			if versionOf(w) > versionOf(u) {
+				u = w
+			}
+		}
+		out = append(out, u)
+	}
+	for _, w := range written {
+		out = append(out, w)
+	}
+	return out, nil
 }
 
 // ownerIndex indexes children by the UID of their controller owner.
 const ownerIndex = "owner"
 
-// ensureInformer starts (once) an informer of gvr in namespace. Child informers select by the
-// managed-by label, index by controller owner and route events to the owner's controller. Every
-// informer drops managedFields before objects enter its cache.
-func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, child bool) *informer {
+// ensureInformer starts (once) an informer of gvr in namespace whose events go to enqueue. Child
+// informers select by the managed-by label and index by controller owner; their events go to the
+// owner's controller (enqueueOwner). Every informer drops managedFields before objects enter its
+// cache.
+func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, child bool, enqueue func(obj any)) *informer {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := informerKey{gvr, namespace}
@@ -60,35 +104,32 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	gi := dynamicinformer.NewFilteredDynamicInformer(e.client, gvr, namespace, e.cfg.Resync, indexers, tweak)
 	inf := gi.Informer()
 	inf.SetTransform(dropManagedFields)
-	i := &informer{shared: inf, stop: make(chan struct{})}
-	// A child the operator created is there before the informer shows it (IncludeAdds); an owner
-	// missing from the informer is gone, whatever status the operator last wrote for it.
-	i.written = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.GetStore(), cache.MutationCacheOptions{
-		Indexer: inf.GetIndexer(), TTL: time.Minute, IncludeAdds: child, MaxCacheSize: 10000,
-	})
+	i := &informer{shared: inf, stop: make(chan struct{}), child: child, written: newRecentWrites()}
+	// One handler, so that an event is known for the operator's own write coming back (an echo,
+	// which tells a reconcile nothing new) before it is routed: echoes enqueue nothing.
 	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			i.written.OnAddOrUpdate(obj.(*unstructured.Unstructured))
-			if child {
-				e.enqueueOwner(obj)
+			if !i.written.seen(obj.(*unstructured.Unstructured)) {
+				enqueue(obj)
 			}
 		},
 		UpdateFunc: func(old, obj any) {
-			i.written.OnAddOrUpdate(obj.(*unstructured.Unstructured))
-			if child && old.(*unstructured.Unstructured).GetResourceVersion() != obj.(*unstructured.Unstructured).GetResourceVersion() {
-				e.enqueueOwner(obj)
+			u := obj.(*unstructured.Unstructured)
+			resync := old.(*unstructured.Unstructured).GetResourceVersion() == u.GetResourceVersion()
+			// A resync reconciles owners again; it tells a child's owner nothing.
+			if echo := i.written.seen(u); echo || resync && child {
+				return
 			}
+			enqueue(obj)
 		},
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
 			if u, ok := obj.(*unstructured.Unstructured); ok {
-				i.written.OnDelete(u)
+				i.written.seen(u)
 			}
-			if child {
-				e.enqueueOwner(obj)
-			}
+			enqueue(obj)
 		},
 	})
 	e.informers[key] = i
