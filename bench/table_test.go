@@ -91,4 +91,3 @@ func spread(rounds []roundResult, n int, f figure) (float64, string) {
 	}
 	return med, fmt.Sprintf(f.format+" ("+f.format+"-"+f.format+")", med, vs[0], vs[len(vs)-1])
 }
-

@@ -204,14 +204,14 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 			"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0"}
 	}
 	p, err := c.start("kube-apiserver", bin, append([]string{
-		"--etcd-servers="+etcdURL,
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[0]),
-		"--tls-cert-file="+c.pki.ServingCert, "--tls-private-key-file="+c.pki.ServingKey,
-		"--client-ca-file="+c.pki.CACert,
+		"--secure-port=" + strconv.Itoa(ports[0]),
+		"--tls-cert-file=" + c.pki.ServingCert, "--tls-private-key-file=" + c.pki.ServingKey,
+		"--client-ca-file=" + c.pki.CACert,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+c.pki.SAPub,
-		"--service-account-signing-key-file="+c.pki.SAKey,
+		"--service-account-key-file=" + c.pki.SAPub,
+		"--service-account-signing-key-file=" + c.pki.SAKey,
 		"--api-audiences=https://kubernetes.default.svc",
 		"--authorization-mode=Node,RBAC",
 		"--service-cluster-ip-range=10.0.0.0/24",
@@ -224,7 +224,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 		"--endpoint-reconciler-type=none",
 		"--storage-media-type=application/json",
 		// Webhooks and aggregated APIs by Service go through the service network.
-		"--egress-selector-config-file="+egress,
+		"--egress-selector-config-file=" + egress,
 	}, audit...)...)
 	if err != nil {
 		return err
