@@ -150,6 +150,54 @@ func TestEvalRunFollowsTheServerThenStopsPolling(t *testing.T) {
 	}
 }
 
+// Running EvalRuns are read together, a BatchGetRuns call per poll interval instead of a GetRun
+// per run and interval; when the batches fail, each EvalRun still follows its run on its own.
+func TestRunningEvalRunsAreReadInBatches(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	api := startEvalsid(t, evalsid.Schedule{}) // runs stay Pending until SetPhase moves them
+	cfg := api.apiConfig(ns)
+	startEngine(t, cfg)
+	const n = 20
+	var ids []string
+	for i := range n {
+		create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", fmt.Sprintf("run-%02d", i), runSpec(nil))
+	}
+	for i := range n {
+		got := waitPhase(t, ctx, ns, fmt.Sprintf("run-%02d", i), "Pending")
+		id, _, _ := unstructured.NestedString(got.Object, "status", "runId")
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if err := api.SetPhase(id, v1.Phase_PHASE_RUNNING); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		waitPhase(t, ctx, ns, fmt.Sprintf("run-%02d", i), "Running")
+	}
+
+	gets, batches := api.Calls("GetRun"), api.Calls("BatchGetRuns")
+	const intervals = 10
+	time.Sleep(intervals * cfg.RunPollInterval)
+	gets, batches = api.Calls("GetRun")-gets, api.Calls("BatchGetRuns")-batches
+	// One by one, the runs would have been read n*intervals (200) times.
+	if gets > n/2 || batches < intervals/2 || batches > intervals+1 {
+		t.Errorf("over %d poll intervals: %d GetRun and %d BatchGetRuns calls, want few GetRun and about one batch per interval", intervals, gets, batches)
+	}
+
+	// Batches refused: the run's end still arrives, read by the EvalRun's own fallback.
+	api.Refuse("BatchGetRuns", connect.CodeUnavailable)
+	gets = api.Calls("GetRun")
+	if err := api.SetPhase(ids[0], v1.Phase_PHASE_SUCCEEDED); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ctx, ns, "run-00", "Succeeded")
+	if api.Calls("GetRun") == gets {
+		t.Error("the run's end arrived with no GetRun while batches were refused")
+	}
+}
+
 func TestEvalRunSurvivesACrashBetweenCreateAndStatus(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")

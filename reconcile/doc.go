@@ -26,9 +26,17 @@
 // Children are written with server-side apply under one field manager (apply.go), and only when
 // they are stale: a child whose spec-hash annotation matches the rendering and whose fields hold
 // what the rendering sets is left alone, so steady state makes no write at all, for any number
-// of resyncs. Writes enter the informer's cache at once (client-go's MutationCache), so a
-// reconcile right after a write neither repeats nor conflicts with it. Nothing is kept in memory
-// that matters across reconciles: a restart recomputes everything from the objects.
+// of resyncs. Writes are read at once, before the informer shows them (recentWrites, written.go),
+// so a reconcile right after a write neither repeats nor conflicts with it; the informer event
+// that brings the operator's own write back (the very version written) queues nothing, so a
+// status write does not reconcile its object again. Nothing is kept in memory that matters
+// across reconciles: a restart recomputes everything from the objects.
+//
+// Running EvalRuns are followed without an event from evalsid: every poll interval the run
+// follower (runfollower.go) reads all their runs in batches, one call per project and 500 runs,
+// and queues the EvalRuns whose run changed; each running EvalRun also comes back on its own a
+// few intervals later and reads its run itself if the follower had nothing fresh, so a failed
+// batch delays an update and never loses it.
 //
 // # Why not controller-runtime
 //

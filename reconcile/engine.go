@@ -56,6 +56,8 @@ type Engine struct {
 	lastVersionWhy string
 	// waiters are the objects waiting for evalsid to come back.
 	waiters apiWaiters
+	// runs are the running EvalRuns' runs, read in batches.
+	runs runFollower
 }
 
 // New returns an engine for cfg. It makes no request until Run.
@@ -154,6 +156,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			e.waiters.runCanary(ctx)
+		}()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.followRuns(ctx)
 		}()
 	}
 	t := time.NewTicker(e.cfg.DiscoveryInterval)

@@ -77,6 +77,8 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 		}
 		run = resp.Msg.Run
 		e.recorder.Eventf(obj, corev1.EventTypeNormal, "Created", "created run %s in project %s", run.Id, project)
+	} else if followed, ok := e.runs.fresh(project, runID, e.cfg.RunPollInterval); ok {
+		run = followed
 	} else {
 		resp, err := e.api.Runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: project, Id: runID}))
 		if connect.CodeOf(err) == connect.CodeNotFound {
@@ -92,8 +94,9 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 	if evalsi.TerminalPhase(st.Fields["phase"].(string)) {
 		return Outcome{Status: st}, nil
 	}
-	// Poll: the server sends no events. Jitter spreads many runs' polls apart.
-	return Outcome{Status: st, RequeueAfter: jitter(e.cfg.RunPollInterval)}, nil
+	// The server sends no events: the follower reads every running run each poll interval and
+	// queues the EvalRuns whose run changed; this requeue is the fallback when it could not.
+	return Outcome{Status: st, RequeueAfter: e.runFallback()}, nil
 }
 
 // resolveTarget fills in the endpoint of a target that names a CheckpointServer. While the

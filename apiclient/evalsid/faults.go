@@ -17,6 +17,21 @@ type faults struct {
 	failCode connect.Code
 	latency  time.Duration
 	down     bool
+	// refused are methods that fail with a code on every call.
+	refused map[string]connect.Code
+}
+
+func (f *faults) refuse(method string, code connect.Code) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refused == nil {
+		f.refused = map[string]connect.Code{}
+	}
+	if code == 0 {
+		delete(f.refused, method)
+		return
+	}
+	f.refused[method] = code
 }
 
 func (f *faults) failNext(n int, code connect.Code) {
@@ -37,10 +52,13 @@ func (f *faults) setDown(down bool) {
 	f.down = down
 }
 
-// take returns the injected error for this call, if any.
-func (f *faults) take() error {
+// take returns the injected error for this call of method, if any.
+func (f *faults) take(method string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if code, ok := f.refused[method]; ok {
+		return connect.NewError(code, errors.New("injected failure of "+method))
+	}
 	if f.failN == 0 {
 		return nil
 	}

@@ -181,6 +181,33 @@ func (rs runService) GetRun(_ context.Context, req *connect.Request[v1.GetRunReq
 	return connect.NewResponse(&v1.GetRunResponse{Run: s.current(r, time.Now())}), nil
 }
 
+// maxBatch is the most ids BatchGetRuns takes in one call.
+const maxBatch = 1000
+
+func (rs runService) BatchGetRuns(_ context.Context, req *connect.Request[v1.BatchGetRunsRequest]) (*connect.Response[v1.BatchGetRunsResponse], error) {
+	m := req.Msg
+	switch {
+	case m.Project == "":
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("project: required"))
+	case len(m.Ids) > maxBatch:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("ids: %d ids, at most %d per call", len(m.Ids), maxBatch))
+	}
+	s := rs.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	out := &v1.BatchGetRunsResponse{}
+	for _, id := range m.Ids {
+		r, err := s.find(m.Project, id, "")
+		if err != nil {
+			out.Missing = append(out.Missing, id)
+			continue
+		}
+		out.Runs = append(out.Runs, s.current(r, now))
+	}
+	return connect.NewResponse(out), nil
+}
+
 func (rs runService) CancelRun(_ context.Context, req *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error) {
 	s := rs.s
 	s.mu.Lock()

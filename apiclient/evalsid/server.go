@@ -173,7 +173,7 @@ func (s *Server) interceptor() connect.UnaryInterceptorFunc {
 }
 
 func (s *Server) call(ctx context.Context, method string, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
-	if err := s.faults.take(); err != nil {
+	if err := s.faults.take(method); err != nil {
 		return nil, err
 	}
 	token, ok := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
@@ -241,6 +241,10 @@ func (s *Server) FailNext(n int, code connect.Code) { s.faults.failNext(n, code)
 
 // SetLatency delays every call by d.
 func (s *Server) SetLatency(d time.Duration) { s.faults.setLatency(d) }
+
+// Refuse makes every call of method (such as "BatchGetRuns") fail with code; code 0 answers
+// them again.
+func (s *Server) Refuse(method string, code connect.Code) { s.faults.refuse(method, code) }
 
 // SetDown makes the server stop answering (connections are closed) or answer again.
 func (s *Server) SetDown(down bool) { s.faults.setDown(down) }

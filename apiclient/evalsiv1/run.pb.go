@@ -756,6 +756,112 @@ func (x *GetRunResponse) GetRun() *Run {
 	return nil
 }
 
+type BatchGetRunsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Ids           []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchGetRunsRequest) Reset() {
+	*x = BatchGetRunsRequest{}
+	mi := &file_evalsi_v1_run_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchGetRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchGetRunsRequest) ProtoMessage() {}
+
+func (x *BatchGetRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_evalsi_v1_run_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchGetRunsRequest.ProtoReflect.Descriptor instead.
+func (*BatchGetRunsRequest) Descriptor() ([]byte, []int) {
+	return file_evalsi_v1_run_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BatchGetRunsRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *BatchGetRunsRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type BatchGetRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs found, in no particular order.
+	Runs []*Run `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// The ids asked for that the project has no run for.
+	Missing       []string `protobuf:"bytes,2,rep,name=missing,proto3" json:"missing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchGetRunsResponse) Reset() {
+	*x = BatchGetRunsResponse{}
+	mi := &file_evalsi_v1_run_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchGetRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchGetRunsResponse) ProtoMessage() {}
+
+func (x *BatchGetRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_evalsi_v1_run_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchGetRunsResponse.ProtoReflect.Descriptor instead.
+func (*BatchGetRunsResponse) Descriptor() ([]byte, []int) {
+	return file_evalsi_v1_run_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BatchGetRunsResponse) GetRuns() []*Run {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *BatchGetRunsResponse) GetMissing() []string {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
 type CancelRunRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -766,7 +872,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_evalsi_v1_run_proto_msgTypes[9]
+	mi := &file_evalsi_v1_run_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +884,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_evalsi_v1_run_proto_msgTypes[9]
+	mi := &file_evalsi_v1_run_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +897,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_evalsi_v1_run_proto_rawDescGZIP(), []int{9}
+	return file_evalsi_v1_run_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelRunRequest) GetProject() string {
@@ -817,7 +923,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_evalsi_v1_run_proto_msgTypes[10]
+	mi := &file_evalsi_v1_run_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +935,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_evalsi_v1_run_proto_msgTypes[10]
+	mi := &file_evalsi_v1_run_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +948,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_evalsi_v1_run_proto_rawDescGZIP(), []int{10}
+	return file_evalsi_v1_run_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -919,7 +1025,13 @@ const file_evalsi_v1_run_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12'\n" +
 	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"2\n" +
 	"\x0eGetRunResponse\x12 \n" +
-	"\x03run\x18\x01 \x01(\v2\x0e.evalsi.v1.RunR\x03run\"<\n" +
+	"\x03run\x18\x01 \x01(\v2\x0e.evalsi.v1.RunR\x03run\"A\n" +
+	"\x13BatchGetRunsRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\"T\n" +
+	"\x14BatchGetRunsResponse\x12\"\n" +
+	"\x04runs\x18\x01 \x03(\v2\x0e.evalsi.v1.RunR\x04runs\x12\x18\n" +
+	"\amissing\x18\x02 \x03(\tR\amissing\"<\n" +
 	"\x10CancelRunRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"5\n" +
@@ -931,11 +1043,12 @@ const file_evalsi_v1_run_proto_rawDesc = "" +
 	"\rPHASE_RUNNING\x10\x02\x12\x13\n" +
 	"\x0fPHASE_SUCCEEDED\x10\x03\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x04\x12\x13\n" +
-	"\x0fPHASE_CANCELLED\x10\x052\xdb\x01\n" +
+	"\x0fPHASE_CANCELLED\x10\x052\xb1\x02\n" +
 	"\n" +
 	"RunService\x12F\n" +
 	"\tCreateRun\x12\x1b.evalsi.v1.CreateRunRequest\x1a\x1c.evalsi.v1.CreateRunResponse\x12=\n" +
-	"\x06GetRun\x12\x18.evalsi.v1.GetRunRequest\x1a\x19.evalsi.v1.GetRunResponse\x12F\n" +
+	"\x06GetRun\x12\x18.evalsi.v1.GetRunRequest\x1a\x19.evalsi.v1.GetRunResponse\x12T\n" +
+	"\fBatchGetRuns\x12\x1e.evalsi.v1.BatchGetRunsRequest\x1a\x1f.evalsi.v1.BatchGetRunsResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\tCancelRun\x12\x1b.evalsi.v1.CancelRunRequest\x1a\x1c.evalsi.v1.CancelRunResponseB/Z-evals.si/operator/apiclient/evalsiv1;evalsiv1b\x06proto3"
 
 var (
@@ -951,7 +1064,7 @@ func file_evalsi_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_evalsi_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_evalsi_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_evalsi_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_evalsi_v1_run_proto_goTypes = []any{
 	(Phase)(0),                    // 0: evalsi.v1.Phase
 	(*RunSpec)(nil),               // 1: evalsi.v1.RunSpec
@@ -963,37 +1076,42 @@ var file_evalsi_v1_run_proto_goTypes = []any{
 	(*CreateRunResponse)(nil),     // 7: evalsi.v1.CreateRunResponse
 	(*GetRunRequest)(nil),         // 8: evalsi.v1.GetRunRequest
 	(*GetRunResponse)(nil),        // 9: evalsi.v1.GetRunResponse
-	(*CancelRunRequest)(nil),      // 10: evalsi.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),     // 11: evalsi.v1.CancelRunResponse
-	nil,                           // 12: evalsi.v1.RunSpec.ParametersEntry
-	nil,                           // 13: evalsi.v1.RunSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*BatchGetRunsRequest)(nil),   // 10: evalsi.v1.BatchGetRunsRequest
+	(*BatchGetRunsResponse)(nil),  // 11: evalsi.v1.BatchGetRunsResponse
+	(*CancelRunRequest)(nil),      // 12: evalsi.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),     // 13: evalsi.v1.CancelRunResponse
+	nil,                           // 14: evalsi.v1.RunSpec.ParametersEntry
+	nil,                           // 15: evalsi.v1.RunSpec.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_evalsi_v1_run_proto_depIdxs = []int32{
 	2,  // 0: evalsi.v1.RunSpec.target:type_name -> evalsi.v1.Target
-	12, // 1: evalsi.v1.RunSpec.parameters:type_name -> evalsi.v1.RunSpec.ParametersEntry
-	13, // 2: evalsi.v1.RunSpec.labels:type_name -> evalsi.v1.RunSpec.LabelsEntry
+	14, // 1: evalsi.v1.RunSpec.parameters:type_name -> evalsi.v1.RunSpec.ParametersEntry
+	15, // 2: evalsi.v1.RunSpec.labels:type_name -> evalsi.v1.RunSpec.LabelsEntry
 	3,  // 3: evalsi.v1.Target.endpoint:type_name -> evalsi.v1.EndpointTarget
 	1,  // 4: evalsi.v1.Run.spec:type_name -> evalsi.v1.RunSpec
 	0,  // 5: evalsi.v1.Run.phase:type_name -> evalsi.v1.Phase
-	14, // 6: evalsi.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	14, // 7: evalsi.v1.Run.completed_at:type_name -> google.protobuf.Timestamp
+	16, // 6: evalsi.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	16, // 7: evalsi.v1.Run.completed_at:type_name -> google.protobuf.Timestamp
 	4,  // 8: evalsi.v1.Run.summary:type_name -> evalsi.v1.Summary
 	1,  // 9: evalsi.v1.CreateRunRequest.spec:type_name -> evalsi.v1.RunSpec
 	5,  // 10: evalsi.v1.CreateRunResponse.run:type_name -> evalsi.v1.Run
 	5,  // 11: evalsi.v1.GetRunResponse.run:type_name -> evalsi.v1.Run
-	5,  // 12: evalsi.v1.CancelRunResponse.run:type_name -> evalsi.v1.Run
-	6,  // 13: evalsi.v1.RunService.CreateRun:input_type -> evalsi.v1.CreateRunRequest
-	8,  // 14: evalsi.v1.RunService.GetRun:input_type -> evalsi.v1.GetRunRequest
-	10, // 15: evalsi.v1.RunService.CancelRun:input_type -> evalsi.v1.CancelRunRequest
-	7,  // 16: evalsi.v1.RunService.CreateRun:output_type -> evalsi.v1.CreateRunResponse
-	9,  // 17: evalsi.v1.RunService.GetRun:output_type -> evalsi.v1.GetRunResponse
-	11, // 18: evalsi.v1.RunService.CancelRun:output_type -> evalsi.v1.CancelRunResponse
-	16, // [16:19] is the sub-list for method output_type
-	13, // [13:16] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	5,  // 12: evalsi.v1.BatchGetRunsResponse.runs:type_name -> evalsi.v1.Run
+	5,  // 13: evalsi.v1.CancelRunResponse.run:type_name -> evalsi.v1.Run
+	6,  // 14: evalsi.v1.RunService.CreateRun:input_type -> evalsi.v1.CreateRunRequest
+	8,  // 15: evalsi.v1.RunService.GetRun:input_type -> evalsi.v1.GetRunRequest
+	10, // 16: evalsi.v1.RunService.BatchGetRuns:input_type -> evalsi.v1.BatchGetRunsRequest
+	12, // 17: evalsi.v1.RunService.CancelRun:input_type -> evalsi.v1.CancelRunRequest
+	7,  // 18: evalsi.v1.RunService.CreateRun:output_type -> evalsi.v1.CreateRunResponse
+	9,  // 19: evalsi.v1.RunService.GetRun:output_type -> evalsi.v1.GetRunResponse
+	11, // 20: evalsi.v1.RunService.BatchGetRuns:output_type -> evalsi.v1.BatchGetRunsResponse
+	13, // 21: evalsi.v1.RunService.CancelRun:output_type -> evalsi.v1.CancelRunResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_evalsi_v1_run_proto_init() }
@@ -1007,7 +1125,7 @@ func file_evalsi_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_evalsi_v1_run_proto_rawDesc), len(file_evalsi_v1_run_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,8 @@ const (
 	RunServiceCreateRunProcedure = "/evalsi.v1.RunService/CreateRun"
 	// RunServiceGetRunProcedure is the fully-qualified name of the RunService's GetRun RPC.
 	RunServiceGetRunProcedure = "/evalsi.v1.RunService/GetRun"
+	// RunServiceBatchGetRunsProcedure is the fully-qualified name of the RunService's BatchGetRuns RPC.
+	RunServiceBatchGetRunsProcedure = "/evalsi.v1.RunService/BatchGetRuns"
 	// RunServiceCancelRunProcedure is the fully-qualified name of the RunService's CancelRun RPC.
 	RunServiceCancelRunProcedure = "/evalsi.v1.RunService/CancelRun"
 )
@@ -48,6 +50,10 @@ type RunServiceClient interface {
 	CreateRun(context.Context, *connect.Request[evalsiv1.CreateRunRequest]) (*connect.Response[evalsiv1.CreateRunResponse], error)
 	// GetRun returns a run by id, or by the idempotency key it was created with.
 	GetRun(context.Context, *connect.Request[evalsiv1.GetRunRequest]) (*connect.Response[evalsiv1.GetRunResponse], error)
+	// BatchGetRuns returns many runs of a project in one call, for a follower of many runs (the
+	// operator reads every running run it follows this way each poll). Ids the project has no run
+	// for are listed in missing, not an error. At most 1000 ids per call.
+	BatchGetRuns(context.Context, *connect.Request[evalsiv1.BatchGetRunsRequest]) (*connect.Response[evalsiv1.BatchGetRunsResponse], error)
 	// CancelRun stops a run that is not yet terminal; its results so far are kept.
 	CancelRun(context.Context, *connect.Request[evalsiv1.CancelRunRequest]) (*connect.Response[evalsiv1.CancelRunResponse], error)
 }
@@ -75,6 +81,13 @@ func NewRunServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(runServiceMethods.ByName("GetRun")),
 			connect.WithClientOptions(opts...),
 		),
+		batchGetRuns: connect.NewClient[evalsiv1.BatchGetRunsRequest, evalsiv1.BatchGetRunsResponse](
+			httpClient,
+			baseURL+RunServiceBatchGetRunsProcedure,
+			connect.WithSchema(runServiceMethods.ByName("BatchGetRuns")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		cancelRun: connect.NewClient[evalsiv1.CancelRunRequest, evalsiv1.CancelRunResponse](
 			httpClient,
 			baseURL+RunServiceCancelRunProcedure,
@@ -86,9 +99,10 @@ func NewRunServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 
 // runServiceClient implements RunServiceClient.
 type runServiceClient struct {
-	createRun *connect.Client[evalsiv1.CreateRunRequest, evalsiv1.CreateRunResponse]
-	getRun    *connect.Client[evalsiv1.GetRunRequest, evalsiv1.GetRunResponse]
-	cancelRun *connect.Client[evalsiv1.CancelRunRequest, evalsiv1.CancelRunResponse]
+	createRun    *connect.Client[evalsiv1.CreateRunRequest, evalsiv1.CreateRunResponse]
+	getRun       *connect.Client[evalsiv1.GetRunRequest, evalsiv1.GetRunResponse]
+	batchGetRuns *connect.Client[evalsiv1.BatchGetRunsRequest, evalsiv1.BatchGetRunsResponse]
+	cancelRun    *connect.Client[evalsiv1.CancelRunRequest, evalsiv1.CancelRunResponse]
 }
 
 // CreateRun calls evalsi.v1.RunService.CreateRun.
@@ -99,6 +113,11 @@ func (c *runServiceClient) CreateRun(ctx context.Context, req *connect.Request[e
 // GetRun calls evalsi.v1.RunService.GetRun.
 func (c *runServiceClient) GetRun(ctx context.Context, req *connect.Request[evalsiv1.GetRunRequest]) (*connect.Response[evalsiv1.GetRunResponse], error) {
 	return c.getRun.CallUnary(ctx, req)
+}
+
+// BatchGetRuns calls evalsi.v1.RunService.BatchGetRuns.
+func (c *runServiceClient) BatchGetRuns(ctx context.Context, req *connect.Request[evalsiv1.BatchGetRunsRequest]) (*connect.Response[evalsiv1.BatchGetRunsResponse], error) {
+	return c.batchGetRuns.CallUnary(ctx, req)
 }
 
 // CancelRun calls evalsi.v1.RunService.CancelRun.
@@ -113,6 +132,10 @@ type RunServiceHandler interface {
 	CreateRun(context.Context, *connect.Request[evalsiv1.CreateRunRequest]) (*connect.Response[evalsiv1.CreateRunResponse], error)
 	// GetRun returns a run by id, or by the idempotency key it was created with.
 	GetRun(context.Context, *connect.Request[evalsiv1.GetRunRequest]) (*connect.Response[evalsiv1.GetRunResponse], error)
+	// BatchGetRuns returns many runs of a project in one call, for a follower of many runs (the
+	// operator reads every running run it follows this way each poll). Ids the project has no run
+	// for are listed in missing, not an error. At most 1000 ids per call.
+	BatchGetRuns(context.Context, *connect.Request[evalsiv1.BatchGetRunsRequest]) (*connect.Response[evalsiv1.BatchGetRunsResponse], error)
 	// CancelRun stops a run that is not yet terminal; its results so far are kept.
 	CancelRun(context.Context, *connect.Request[evalsiv1.CancelRunRequest]) (*connect.Response[evalsiv1.CancelRunResponse], error)
 }
@@ -136,6 +159,13 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(runServiceMethods.ByName("GetRun")),
 		connect.WithHandlerOptions(opts...),
 	)
+	runServiceBatchGetRunsHandler := connect.NewUnaryHandler(
+		RunServiceBatchGetRunsProcedure,
+		svc.BatchGetRuns,
+		connect.WithSchema(runServiceMethods.ByName("BatchGetRuns")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	runServiceCancelRunHandler := connect.NewUnaryHandler(
 		RunServiceCancelRunProcedure,
 		svc.CancelRun,
@@ -148,6 +178,8 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 			runServiceCreateRunHandler.ServeHTTP(w, r)
 		case RunServiceGetRunProcedure:
 			runServiceGetRunHandler.ServeHTTP(w, r)
+		case RunServiceBatchGetRunsProcedure:
+			runServiceBatchGetRunsHandler.ServeHTTP(w, r)
 		case RunServiceCancelRunProcedure:
 			runServiceCancelRunHandler.ServeHTTP(w, r)
 		default:
@@ -165,6 +197,10 @@ func (UnimplementedRunServiceHandler) CreateRun(context.Context, *connect.Reques
 
 func (UnimplementedRunServiceHandler) GetRun(context.Context, *connect.Request[evalsiv1.GetRunRequest]) (*connect.Response[evalsiv1.GetRunResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("evalsi.v1.RunService.GetRun is not implemented"))
+}
+
+func (UnimplementedRunServiceHandler) BatchGetRuns(context.Context, *connect.Request[evalsiv1.BatchGetRunsRequest]) (*connect.Response[evalsiv1.BatchGetRunsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("evalsi.v1.RunService.BatchGetRuns is not implemented"))
 }
 
 func (UnimplementedRunServiceHandler) CancelRun(context.Context, *connect.Request[evalsiv1.CancelRunRequest]) (*connect.Response[evalsiv1.CancelRunResponse], error) {
