@@ -106,18 +106,8 @@ func start(b testing.TB, ctx context.Context, c contender, ns string) *process {
 		b.Fatal(err)
 	}
 	_, kubeconfig := clustertest.TokenKubeconfig(b, ctx, env, controllerNamespace, controllerAccount)
-	args := c.args(kubeconfig, ns, addrs[0], addrs[1])
-	p := &process{c: c, metrics: addrs[0], pprof: addrs[1], log: filepath.Join(b.TempDir(), "log"), done: make(chan error, 1)}
-	logs, err := os.Create(p.log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.cmd = exec.Command(args[0], args[1:]...)
-	p.cmd.Stdout, p.cmd.Stderr = logs, logs
-	if err := p.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait(); logs.Close() }()
+	p := launch(b, c, c.args(kubeconfig, ns, addrs[0], addrs[1]))
+	p.metrics, p.pprof = addrs[0], addrs[1]
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := p.scrape(); err == nil {
@@ -129,6 +119,22 @@ func start(b testing.TB, ctx context.Context, c contender, ns string) *process {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// launch starts args as c, its output in a log file.
+func launch(b testing.TB, c contender, args []string) *process {
+	p := &process{c: c, log: filepath.Join(b.TempDir(), "log"), done: make(chan error, 1)}
+	logs, err := os.Create(p.log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.cmd = exec.Command(args[0], args[1:]...)
+	p.cmd.Stdout, p.cmd.Stderr = logs, logs
+	if err := p.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait(); logs.Close() }()
+	return p
 }
 
 // stop ends the process with SIGTERM (SIGKILL after 30 s) and waits for it.

@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+
+	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
+)
+
+var (
+	runningRuns = flag.Int("runs", 2000, "running EvalRuns of BenchmarkRunningEvalRuns")
+	runsWindow  = flag.Duration("runs-window", time.Minute, "how long BenchmarkRunningEvalRuns measures the running EvalRuns")
+	operatorBin = flag.String("operator", "", "an evalsi-operator binary to measure instead of this tree's (another build, to compare)")
+)
+
+// BenchmarkRunningEvalRuns measures what following running EvalRuns costs: with -runs EvalRuns
+// whose runs stay Running on the reference evalsid, the operator's CPU per second and the calls
+// per second evalsid receives, over -runs-window, at the operator's defaults (a 10 s poll).
+func BenchmarkRunningEvalRuns(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	setup(b, ctx)
+	op := *operatorBin
+	if op == "" {
+		op = clustertest.Operator(b)
+	}
+	for range b.N {
+		ns := fmt.Sprintf("bench-runs-%d", time.Now().UnixNano())
+		createNamespace(b, ctx, ns)
+		api, apiAddr, apiToken := startEvalsid(b, ctx, op)
+		defer api.stop()
+		c := contender{name: "evalsi-operator", reconciles: "evalsi_reconcile_total", args: func(kubeconfig, ns, metrics, pprof string) []string {
+			return []string{op, "run", "--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--controllers=evalrun",
+				"--leader-elect=false", "--log-level=warn", "--metrics-bind-address=" + metrics, "--pprof-bind-address=" + pprof,
+				"--health-probe-bind-address=0", "--api-url=http://" + apiAddr, "--api-token-file=" + apiToken}
+		}}
+		p := start(b, ctx, c, ns)
+		defer p.stop()
+
+		f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(env.Dynamic(), 0, ns, nil)
+		runs := f.ForResource(evalsi.EvalRuns).Informer()
+		f.Start(ctx.Done())
+		f.WaitForCacheSync(ctx.Done())
+		client := benchClient(b).Resource(evalsi.EvalRuns).Namespace(ns)
+		if err := parallel(*runningRuns, creators, func(i int) error {
+			_, err := client.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
+				"metadata": map[string]any{"name": fmt.Sprintf("run-%04d", i)},
+				"spec": map[string]any{"suite": "smoke", "trials": int64(1),
+					"target": map[string]any{"endpoint": map[string]any{"url": "http://model:8000/v1", "model": "m"}}},
+			}}, metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			b.Fatalf("creating EvalRuns: %v", err)
+		}
+		wait(b, ctx, p, "every run Running", func() bool {
+			objs := runs.GetStore().List()
+			if len(objs) != *runningRuns {
+				return false
+			}
+			for _, o := range objs {
+				if phase, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "status", "phase"); phase != evalsi.PhaseRunning {
+					return false
+				}
+			}
+			return true
+		})
+		time.Sleep(15 * time.Second) // past the first poll of every run
+		calls := func() float64 {
+			families, err := p.scrape()
+			if err != nil {
+				b.Fatal(err)
+			}
+			var n float64
+			if f := families["evalsi_api_calls_total"]; f != nil {
+				for _, m := range f.GetMetric() {
+					n += m.GetCounter().GetValue()
+				}
+			}
+			return n
+		}
+		cpu0, calls0, writes0, t0 := p.cpu(), calls(), mark(), time.Now()
+		time.Sleep(*runsWindow)
+		cpu, n, elapsed := p.cpu()-cpu0, calls()-calls0, time.Since(t0).Seconds()
+		w, err := writes(writes0, mark())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(cpu.Seconds()/elapsed*1000, "cpu-ms/s")
+		b.ReportMetric(n/elapsed, "evalsid-calls/s")
+		fmt.Printf("%d running EvalRuns over %.0fs: operator CPU %.1f ms/s (%.3f ms per run per second), evalsid calls %.2f/s (%.4f per run per second), Kubernetes writes %d (%s)\n",
+			*runningRuns, elapsed, cpu.Seconds()/elapsed*1000, cpu.Seconds()/elapsed*1000/float64(*runningRuns),
+			n/elapsed, n/elapsed/float64(*runningRuns), w.total(), w)
+	}
+}
+
+// startEvalsid runs the reference evalsid of binary op on a free loopback address, with runs that
+// become Running after a second and stay so. It returns the process, its address and the file of
+// the token it accepts.
+func startEvalsid(b *testing.B, ctx context.Context, op string) (p *process, addr, tokenFile string) {
+	addrs, err := freeAddrs(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	tokens, tokenFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "token")
+	if err := os.WriteFile(tokens, []byte("bench-token system:serviceaccount:evalsi:evalsi-operator\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte("bench-token\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	p = launch(b, contender{name: "evalsid"}, []string{op, "evalsid", "--listen=" + addrs[0], "--tokens=" + tokens, "--pending=1s", "--running=0"})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addrs[0] + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return p, addrs[0], tokenFile
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			p.stop()
+			b.Fatalf("evalsid did not answer: %v\n%s", err, p.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
