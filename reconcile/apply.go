@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 
 	"evals.si/operator/evalsi"
@@ -29,13 +26,13 @@ var errCacheNotSynced = errors.New("the children's cache has not synced yet")
 // applying it, so that dropping the field from the operator's apply does not reset it to 1.
 const replicasHandoverManager = "evalsi-operator-replicas-handover"
 
-// children maps a child's "Kind/namespace/name" to the live object.
-type children map[string]*unstructured.Unstructured
+// children maps a child's "Kind/namespace/name" to what the cache holds of it.
+type children map[string]*cachedChild
 
 func childKey(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
 
 // get returns the live child of kind in namespace called name, or nil.
-func (c children) get(kind, namespace, name string) *unstructured.Unstructured {
+func (c children) get(kind, namespace, name string) *cachedChild {
 	return c[childKey(kind, namespace, name)]
 }
 
@@ -61,8 +58,8 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 		if err != nil {
 			return nil, fmt.Errorf("listing children: %w", err)
 		}
-		for _, u := range objs {
-			live[childKey(u.GetKind(), u.GetNamespace(), u.GetName())] = u
+		for _, c := range objs {
+			live[childKey(c.Kind, c.Namespace, c.Name)] = c
 		}
 	}
 
@@ -84,12 +81,13 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 			return nil, Terminal(evalsi.ReasonInvalidSpec, errors.New(msg))
 		}
 		e.log.Debug("applying child", "owner", owner.GetName(), "child", key, "why", why)
-		obj, err := e.apply(ctx, want, cur)
+		written, err := e.apply(ctx, want, cur)
 		if err != nil {
 			return nil, err
 		}
+		obj := newCachedChild(written)
 		if inf := informers[evalsi.ChildResources[want.GetKind()].Resource]; inf != nil {
-			inf.remember(obj)
+			inf.written.remember(obj)
 		}
 		if cur != nil {
 			// Creating children is what a new object is for; an event says when one had to
@@ -105,78 +103,29 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 		if err := e.deleteChild(ctx, stale); err != nil {
 			return nil, err
 		}
-		e.recorder.Eventf(owner, corev1.EventTypeNormal, "Deleted", "deleted %s %s: no longer desired", stale.GetKind(), stale.GetName())
+		e.recorder.Eventf(owner, corev1.EventTypeNormal, "Deleted", "deleted %s %s: no longer desired", stale.Kind, stale.Name)
 	}
 	return out, nil
 }
 
 // staleness says why live is not the applied form of want, or "" when it is: the rendering
-// changed (spec hash), or a field that want sets holds another value in live (drift). Fields
-// others add or the API server defaults are not compared.
-func staleness(want, live *unstructured.Unstructured) string {
+// changed (spec hash), or a field that want sets is no longer the operator's (drift: another
+// writer changed it). Fields others add or the API server defaults are not compared.
+func staleness(want *unstructured.Unstructured, live *cachedChild) string {
 	if live == nil {
 		return "missing"
 	}
-	if want.GetAnnotations()[evalsi.AnnotationSpecHash] != live.GetAnnotations()[evalsi.AnnotationSpecHash] {
+	if want.GetAnnotations()[evalsi.AnnotationSpecHash] != live.Annotations[evalsi.AnnotationSpecHash] {
 		return "rendering changed"
 	}
-	if path := firstDrift(live.Object, want.Object, ""); path != "" {
+	if path := live.unowned(want); path != "" {
 		return "drifted at " + path
 	}
 	return ""
 }
 
-// firstDrift returns the first path at which live does not hold want's value, or "". Lists must
-// have the same length with each element covered; empty values in want match absent ones;
-// numbers compare by value.
-func firstDrift(live, want any, path string) string {
-	switch w := want.(type) {
-	case map[string]any:
-		l, ok := live.(map[string]any)
-		if !ok {
-			if live == nil && len(w) == 0 {
-				return ""
-			}
-			return path
-		}
-		for _, k := range slices.Sorted(maps.Keys(w)) {
-			if p := firstDrift(l[k], w[k], path+"."+k); p != "" {
-				return p
-			}
-		}
-		return ""
-	case []any:
-		l, ok := live.([]any)
-		if !ok {
-			if live == nil && len(w) == 0 {
-				return ""
-			}
-			return path
-		}
-		if len(l) != len(w) {
-			return path
-		}
-		for i := range w {
-			if p := firstDrift(l[i], w[i], fmt.Sprintf("%s[%d]", path, i)); p != "" {
-				return p
-			}
-		}
-		return ""
-	case int64, float64, int32, int:
-		lf, lok := number(live)
-		wf, _ := number(w)
-		if lok && lf == wf {
-			return ""
-		}
-		return path
-	default:
-		if live == want {
-			return ""
-		}
-		return path
-	}
-}
-
+// number returns v as a float64 when it is a JSON number (int64 or float64 in unstructured
+// content).
 func number(v any) (float64, bool) {
 	switch n := v.(type) {
 	case int64:
@@ -195,7 +144,7 @@ func number(v any) (float64, bool) {
 // conflicting fields. A Deployment rendered without spec.replicas (a ScaledObject owns scaling)
 // first hands its replicas to a separate manager, if the operator owned them; cur is the cached
 // live object, nil when there is none.
-func (e *Engine) apply(ctx context.Context, want, cur *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur *cachedChild) (*unstructured.Unstructured, error) {
 	gvr, ok := evalsi.ChildResources[want.GetKind()]
 	if !ok {
 		return nil, fmt.Errorf("no resource known for kind %s", want.GetKind())
@@ -278,17 +227,17 @@ func ownsReplicas(deploy *unstructured.Unstructured) (bool, error) {
 }
 
 // deleteChild deletes a child that is no longer desired, if it is still the object seen.
-func (e *Engine) deleteChild(ctx context.Context, child *unstructured.Unstructured) error {
-	gvr := evalsi.ChildResources[child.GetKind()]
+func (e *Engine) deleteChild(ctx context.Context, child *cachedChild) error {
+	gvr := evalsi.ChildResources[child.Kind]
 	if gvr == (schema.GroupVersionResource{}) {
-		return fmt.Errorf("no resource known for kind %s", child.GetKind())
+		return fmt.Errorf("no resource known for kind %s", child.Kind)
 	}
-	uid := types.UID(child.GetUID())
-	err := e.client.Resource(gvr).Namespace(child.GetNamespace()).Delete(ctx, child.GetName(), metav1.DeleteOptions{
+	uid := child.UID
+	err := e.client.Resource(gvr).Namespace(child.Namespace).Delete(ctx, child.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid},
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting %s %s/%s: %w", child.GetKind(), child.GetNamespace(), child.GetName(), err)
+		return fmt.Errorf("deleting %s %s/%s: %w", child.Kind, child.Namespace, child.Name, err)
 	}
 	return nil
 }

@@ -125,7 +125,7 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 		// again, and the objects are looked at once it is supported.
 		return Outcome{RequeueAfter: c.e.cfg.DiscoveryInterval}, nil
 	}
-	cached, err := c.inf.get(key)
+	cached, err := c.inf.owner(key)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("reading %s from the cache: %w", key, err)
 	}
@@ -158,7 +158,7 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 			return outcome, errors.Join(err, serr)
 		}
 		if written != nil {
-			c.inf.remember(written)
+			c.inf.rememberOwner(written)
 		}
 	}
 	return outcome, err

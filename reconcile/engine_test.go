@@ -57,7 +57,7 @@ type runningEngine struct {
 }
 
 // wait waits until the engine's Run returned.
-func (r runningEngine) wait(t *testing.T) {
+func (r runningEngine) wait(t testing.TB) {
 	t.Helper()
 	select {
 	case <-r.done:
@@ -67,7 +67,7 @@ func (r runningEngine) wait(t *testing.T) {
 }
 
 // startEngine runs an engine (no leader election) until the test ends.
-func startEngine(t *testing.T, cfg Config) runningEngine {
+func startEngine(t testing.TB, cfg Config) runningEngine {
 	t.Helper()
 	r := startEngineNoCleanup(t, cfg)
 	t.Cleanup(func() {
@@ -78,7 +78,7 @@ func startEngine(t *testing.T, cfg Config) runningEngine {
 }
 
 // startEngineNoCleanup runs an engine that the test stops itself.
-func startEngineNoCleanup(t *testing.T, cfg Config) runningEngine {
+func startEngineNoCleanup(t testing.TB, cfg Config) runningEngine {
 	t.Helper()
 	logs := &syncBuffer{}
 	if cfg.Rest == nil {
@@ -106,7 +106,7 @@ func startEngineNoCleanup(t *testing.T, cfg Config) runningEngine {
 	return runningEngine{Engine: e, logs: logs, stop: cancel, done: done}
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

@@ -23,58 +23,49 @@ type informerKey struct {
 type informer struct {
 	shared cache.SharedIndexInformer
 	stop   chan struct{}
-	// child says that the informer holds children: a child the operator created is read before
-	// the informer shows it; an owner missing from the informer is gone, whatever status the
-	// operator last wrote for it.
-	child bool
 	// written holds objects the operator just wrote, until the informer has seen them, so that
 	// a reconcile right after a write neither writes again nor conflicts with it.
 	written *recentWrites
 }
 
-// remember keeps obj, just written by the operator, until the informer shows it or a newer version.
-func (i *informer) remember(obj *unstructured.Unstructured) {
-	dropManagedFields(obj)
+// rememberOwner keeps an owner's status write until the informer shows it or a newer version.
+func (i *informer) rememberOwner(obj *unstructured.Unstructured) {
+	pruneOwner(obj)
 	i.written.remember(obj)
 }
 
-// get returns the object of key: the informer's, or the operator's newer write of it.
-func (i *informer) get(key string) (*unstructured.Unstructured, error) {
+// owner returns the owner of key: the informer's, or the operator's newer write of it; nil
+// when the informer does not have it (deleted, whatever status was last written).
+func (i *informer) owner(key string) (*unstructured.Unstructured, error) {
 	o, exists, err := i.shared.GetStore().GetByKey(key)
-	if err != nil {
+	if err != nil || !exists {
 		return nil, err
 	}
-	if !exists {
-		if !i.child {
-			return nil, nil
-		}
-		return i.written.newer(key, nil), nil
-	}
-	return i.written.newer(key, o.(*unstructured.Unstructured)), nil
+	return i.written.newer(key, o.(*unstructured.Unstructured)).(*unstructured.Unstructured), nil
 }
 
 // ownedBy returns the children whose controller owner has the UID owner, each the informer's or
 // the operator's newer write of it, with those written but not shown yet.
-func (i *informer) ownedBy(owner string) ([]*unstructured.Unstructured, error) {
+func (i *informer) ownedBy(owner string) ([]*cachedChild, error) {
 	objs, err := i.shared.GetIndexer().ByIndex(ownerIndex, owner)
 	if err != nil {
 		return nil, err
 	}
 	written := i.written.ownedBy(owner)
-	out := make([]*unstructured.Unstructured, 0, len(objs)+len(written))
+	out := make([]*cachedChild, 0, len(objs)+len(written))
 	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
-		key := u.GetNamespace() + "/" + u.GetName()
+		c := o.(*cachedChild)
+		key := c.Namespace + "/" + c.Name
 		if w, ok := written[key]; ok {
 			delete(written, key)
-			if versionOf(w) > versionOf(u) {
-				u = w
+			if versionOf(w) > versionOf(c) {
+				c = w.(*cachedChild)
 			}
 		}
-		out = append(out, u)
+		out = append(out, c)
 	}
 	for _, w := range written {
-		out = append(out, w)
+		out = append(out, w.(*cachedChild))
 	}
 	return out, nil
 }
@@ -103,21 +94,25 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	}
 	gi := dynamicinformer.NewFilteredDynamicInformer(e.client, gvr, namespace, e.cfg.Resync, indexers, tweak)
 	inf := gi.Informer()
-	inf.SetTransform(dropManagedFields)
-	i := &informer{shared: inf, stop: make(chan struct{}), child: child, written: newRecentWrites()}
+	inf.SetTransform(cacheTransform(child))
+	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
 	// which tells a reconcile nothing new) before it is routed: echoes enqueue nothing.
 	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if !i.written.seen(obj.(*unstructured.Unstructured)) {
+			if o, err := meta.Accessor(obj); err == nil && !i.written.seen(o) {
 				enqueue(obj)
 			}
 		},
 		UpdateFunc: func(old, obj any) {
-			u := obj.(*unstructured.Unstructured)
-			resync := old.(*unstructured.Unstructured).GetResourceVersion() == u.GetResourceVersion()
+			o, err := meta.Accessor(obj)
+			before, err2 := meta.Accessor(old)
+			if err != nil || err2 != nil {
+				return
+			}
+			resync := before.GetResourceVersion() == o.GetResourceVersion()
 			// A resync reconciles owners again; it tells a child's owner nothing.
-			if echo := i.written.seen(u); echo || resync && child {
+			if echo := i.written.seen(o); echo || resync && child {
 				return
 			}
 			enqueue(obj)
@@ -126,8 +121,8 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				i.written.seen(u)
+			if o, err := meta.Accessor(obj); err == nil {
+				i.written.seen(o)
 			}
 			enqueue(obj)
 		},
@@ -180,8 +175,8 @@ func (e *Engine) enqueueOwner(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	child, ok := obj.(*unstructured.Unstructured)
-	if !ok {
+	child, err := meta.Accessor(obj)
+	if err != nil {
 		return
 	}
 	ref := metav1.GetControllerOfNoCopy(child)
@@ -217,10 +212,38 @@ func indexByOwner(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// dropManagedFields keeps managedFields out of the cache: they are large and never read there.
-func dropManagedFields(obj any) (any, error) {
-	if o, err := meta.Accessor(obj); err == nil {
-		o.SetManagedFields(nil)
+// The informers keep only what the engine reads (cacheTransform): a cached object is never
+// written back, so nothing it lacks can reach the API server. Owners are handed to render and
+// their status is written from them, so they keep everything but managedFields and kubectl's copy
+// of the last applied object; children are kept as a cachedChild.
+
+// lastAppliedAnnotation is kubectl apply's copy of the whole object, as large as the object.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// cacheTransform returns the transform of an informer's objects (child: of a child informer).
+func cacheTransform(child bool) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		if child {
+			return newCachedChild(u), nil
+		}
+		pruneOwner(u)
+		return u, nil
 	}
-	return obj, nil
+}
+
+// pruneOwner drops from an owner what the engine never reads: managedFields and kubectl's
+// last-applied copy.
+func pruneOwner(u *unstructured.Unstructured) {
+	meta, _ := u.Object["metadata"].(map[string]any)
+	delete(meta, "managedFields")
+	if annotations, _ := meta["annotations"].(map[string]any); annotations != nil {
+		delete(annotations, lastAppliedAnnotation)
+		if len(annotations) == 0 {
+			delete(meta, "annotations")
+		}
+	}
 }

@@ -28,6 +28,7 @@ import (
 // garbage collector takes the server it still owned with its children; and `leaked-servers`
 // lists a server made the old way, without an owner.
 func TestCheckpointWatcherFlow(t *testing.T) {
+	bin := clustertest.Operator(t) // built before the test's clock starts: a cold build is slow
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{})
@@ -127,7 +128,6 @@ spec:
 
 	// A server made without an owner is listed as leaked; a fresh one is not, until it is old.
 	kubectl("apiVersion: evals.si/v1alpha1\nkind: CheckpointServer\nmetadata:\n  name: step-1200\n  labels: {app.kubernetes.io/managed-by: evalsi}\nspec: {model: m}\n", "apply", "-f", "-")
-	bin := clustertest.Operator(t)
 	leaked := func(olderThan string) string {
 		out, err := exec.CommandContext(ctx, bin, "leaked-servers", "--kubeconfig="+env.Kubeconfig, "-n", ns, "--older-than="+olderThan).CombinedOutput()
 		if err != nil {

@@ -247,7 +247,7 @@ func TestCheckpointServer(t *testing.T) {
 	}
 	for _, want := range rendered.Objects {
 		live := getObj(t, ctx, evalsi.ChildResources[want.GetKind()], ns, want.GetName())
-		if why := staleness(want, live); why != "" {
+		if why := staleness(want, newCachedChild(live)); why != "" {
 			t.Errorf("%s %s is not as rendered: %s", want.GetKind(), want.GetName(), why)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -29,7 +28,7 @@ type recentWrites struct {
 }
 
 type recentWrite struct {
-	obj     *unstructured.Unstructured
+	obj     metav1.Object
 	version uint64
 	owner   string // the controller owner's UID, "" for none
 	expires time.Time
@@ -40,7 +39,7 @@ func newRecentWrites() *recentWrites {
 }
 
 // remember keeps obj, just written, unless a newer version of it is remembered already.
-func (w *recentWrites) remember(obj *unstructured.Unstructured) {
+func (w *recentWrites) remember(obj metav1.Object) {
 	key, err := cache.MetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return
@@ -75,7 +74,7 @@ func (w *recentWrites) remember(obj *unstructured.Unstructured) {
 // seen forgets the write of obj's key once the informer shows obj at the same or a newer version
 // (a delete included). It reports whether obj is the operator's own write coming back: the very
 // version remembered, which tells a reconcile nothing it did not know when it wrote it.
-func (w *recentWrites) seen(obj *unstructured.Unstructured) (echo bool) {
+func (w *recentWrites) seen(obj metav1.Object) (echo bool) {
 	key, err := cache.MetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return false
@@ -93,23 +92,22 @@ func (w *recentWrites) seen(obj *unstructured.Unstructured) (echo bool) {
 	return r.version == v && v != 0
 }
 
-// newer returns the remembered write of key when it is newer than cached (nil: not in the
-// cache), else cached.
-func (w *recentWrites) newer(key string, cached *unstructured.Unstructured) *unstructured.Unstructured {
+// newer returns the remembered write of key when it is newer than cached, else cached.
+func (w *recentWrites) newer(key string, cached metav1.Object) metav1.Object {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r, ok := w.live(key)
-	if !ok || cached != nil && r.version <= versionOf(cached) {
+	if !ok || r.version <= versionOf(cached) {
 		return cached
 	}
 	return r.obj
 }
 
 // ownedBy returns the remembered writes whose controller owner has the UID owner, by key.
-func (w *recentWrites) ownedBy(owner string) map[string]*unstructured.Unstructured {
+func (w *recentWrites) ownedBy(owner string) map[string]metav1.Object {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := map[string]*unstructured.Unstructured{}
+	out := map[string]metav1.Object{}
 	for key := range w.byOwner[owner] {
 		if r, ok := w.live(key); ok {
 			out[key] = r.obj
@@ -141,7 +139,7 @@ func (w *recentWrites) drop(key string, r recentWrite) {
 
 // versionOf reads an object's resourceVersion as the number etcd gives it (0 when it is not one):
 // only versions of one object are compared.
-func versionOf(obj *unstructured.Unstructured) uint64 {
+func versionOf(obj metav1.Object) uint64 {
 	v, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
 	return v
 }

@@ -1,0 +1,238 @@
+package reconcile
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unique"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/evalsi"
+)
+
+// cachedChild is what the engine keeps of a child in its caches, under a kilobyte where the
+// object is many: its identity, owners and spec hash; the fields the operator's apply set (its
+// managed-fields entry), which the drift check holds the rendering to; and of a Deployment the
+// replicas and counts its rollout is read from. It is never written back: every apply sends the
+// rendering.
+type cachedChild struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	// owned is the FieldsV1 JSON of the operator's apply with the controller owner's UID replaced
+	// by ownerPlaceholder, interned: children rendered alike share one copy. hasOwned is false
+	// when the operator never applied this child (or another manager took every field).
+	owned    unique.Handle[string]
+	hasOwned bool
+	// replicas and rollout are a Deployment's spec.replicas (nil when unset) and the status
+	// counts rolloutOf reads; nil for other kinds.
+	replicas *int64
+	rollout  map[string]any
+}
+
+// rolloutStatus are the Deployment status fields a rollout is read from.
+var rolloutStatus = []string{"observedGeneration", "replicas", "readyReplicas", "updatedReplicas", "availableReplicas"}
+
+// ownerPlaceholder stands for the controller owner's UID in an interned field set.
+const ownerPlaceholder = "<controller-owner-uid>"
+
+// newCachedChild keeps of obj, a child as the API server returned it, what the engine reads.
+func newCachedChild(obj *unstructured.Unstructured) *cachedChild {
+	c := &cachedChild{TypeMeta: metav1.TypeMeta{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind()}}
+	c.Name, c.Namespace, c.UID = obj.GetName(), obj.GetNamespace(), obj.GetUID()
+	c.ResourceVersion, c.Generation = obj.GetResourceVersion(), obj.GetGeneration()
+	c.OwnerReferences, c.DeletionTimestamp = obj.GetOwnerReferences(), obj.GetDeletionTimestamp()
+	if h, ok := obj.GetAnnotations()[evalsi.AnnotationSpecHash]; ok {
+		c.Annotations = map[string]string{evalsi.AnnotationSpecHash: h}
+	}
+	entries, _, _ := unstructured.NestedSlice(obj.Object, "metadata", "managedFields")
+	for _, e := range entries {
+		m, _ := e.(map[string]any)
+		if m["manager"] != FieldManager || m["operation"] != string(metav1.ManagedFieldsOperationApply) || m["subresource"] != nil && m["subresource"] != "" {
+			continue
+		}
+		raw, err := json.Marshal(m["fieldsV1"])
+		if err != nil {
+			continue
+		}
+		owned := string(raw)
+		if ref := metav1.GetControllerOfNoCopy(c); ref != nil {
+			owned = strings.ReplaceAll(owned, string(ref.UID), ownerPlaceholder)
+		}
+		c.owned, c.hasOwned = unique.Make(owned), true
+	}
+	if c.Kind == "Deployment" {
+		if r, found, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas"); found {
+			c.replicas = &r
+		}
+		status, _, _ := unstructured.NestedMap(obj.Object, "status")
+		c.rollout = map[string]any{}
+		for _, f := range rolloutStatus {
+			if v, ok := status[f]; ok {
+				c.rollout[f] = v
+			}
+		}
+	}
+	return c
+}
+
+// deployment returns a cached Deployment in the shape rolloutOf reads, or nil for nil.
+func (c *cachedChild) deployment() *unstructured.Unstructured {
+	if c == nil {
+		return nil
+	}
+	d := &unstructured.Unstructured{Object: map[string]any{"status": c.rollout}}
+	d.SetName(c.Name)
+	d.SetGeneration(c.Generation)
+	if c.replicas != nil {
+		d.Object["spec"] = map[string]any{"replicas": *c.replicas}
+	}
+	return d
+}
+
+// unowned returns the first field that want sets and the operator's apply no longer owns (another
+// writer changed it, which moves its ownership to that writer), or "" when it owns them all.
+// Server-side apply keeps a field's value while its owner does, so ownership is the drift check:
+// it needs no copy of the values, and a value the API server normalizes is not drift.
+func (c *cachedChild) unowned(want *unstructured.Unstructured) string {
+	if !c.hasOwned {
+		return "."
+	}
+	owned := c.owned.Value()
+	if ref := metav1.GetControllerOfNoCopy(c); ref != nil {
+		owned = strings.ReplaceAll(owned, ownerPlaceholder, string(ref.UID))
+	}
+	var fields map[string]any
+	if err := json.Unmarshal([]byte(owned), &fields); err != nil {
+		return "."
+	}
+	for _, k := range slices.Sorted(maps.Keys(want.Object)) {
+		v := want.Object[k]
+		switch k {
+		case "apiVersion", "kind":
+			continue
+		case "metadata":
+			// Name and namespace identify the object; field sets do not list them.
+			meta, _ := v.(map[string]any)
+			v = map[string]any{}
+			for mk, mv := range meta {
+				if mk != "name" && mk != "namespace" {
+					v.(map[string]any)[mk] = mv
+				}
+			}
+		}
+		if p := uncovered(fields, k, v, ""); p != "" {
+			return p
+		}
+	}
+	return ""
+}
+
+// uncovered returns the path of the first field under key (with value v) that the field set fs
+// (a FieldsV1 object) does not hold, or "". Empty values are not compared (an apply of an empty
+// list or map may leave no field); a field set entry with nothing under it holds its whole
+// value (an atomic list or map). List elements are found by their keys ("k:{...}", matched on the
+// key fields the element has), their value ("v:...") or their index ("i:N").
+func uncovered(fs map[string]any, key string, v any, path string) string {
+	path += "." + key
+	if empty(v) {
+		return ""
+	}
+	sub, ok := fs["f:"+key].(map[string]any)
+	if !ok {
+		return path
+	}
+	return uncoveredValue(sub, v, path)
+}
+
+func uncoveredValue(fs map[string]any, v any, path string) string {
+	if len(fs) == 0 || len(fs) == 1 && fs["."] != nil {
+		return "" // the whole value is owned
+	}
+	switch w := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(w)) {
+			if p := uncovered(fs, k, w[k], path); p != "" {
+				return p
+			}
+		}
+	case []any:
+		for i, el := range w {
+			sub := elementFields(fs, el, i)
+			if sub == nil {
+				return fmt.Sprintf("%s[%d]", path, i)
+			}
+			if p := uncoveredValue(sub, el, fmt.Sprintf("%s[%d]", path, i)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// elementFields returns the field set of list element el (the i-th), or nil when fs has none.
+func elementFields(fs map[string]any, el any, i int) map[string]any {
+	raw, _ := json.Marshal(el)
+	if sub, ok := fs["v:"+string(raw)].(map[string]any); ok {
+		return sub
+	}
+	if sub, ok := fs[fmt.Sprintf("i:%d", i)].(map[string]any); ok {
+		return sub
+	}
+	m, isMap := el.(map[string]any)
+	if !isMap {
+		return nil
+	}
+	for k, sub := range fs {
+		keyJSON, ok := strings.CutPrefix(k, "k:")
+		if !ok {
+			continue
+		}
+		var keyFields map[string]any
+		if json.Unmarshal([]byte(keyJSON), &keyFields) != nil {
+			continue
+		}
+		if keyMatches(keyFields, m) {
+			s, _ := sub.(map[string]any)
+			return s
+		}
+	}
+	return nil
+}
+
+// keyMatches reports whether element m has the values of keyFields, for the key fields it sets
+// (a key field the API server defaulted, such as a port's protocol, is not in the rendering).
+func keyMatches(keyFields, m map[string]any) bool {
+	matched := 0
+	for f, kv := range keyFields {
+		ev, ok := m[f]
+		if !ok {
+			continue
+		}
+		if en, ok := number(ev); ok {
+			if kn, _ := number(kv); kn != en {
+				return false
+			}
+		} else if ev != kv {
+			return false
+		}
+		matched++
+	}
+	return matched > 0
+}
+
+// empty reports whether v is nil or an empty map or list.
+func empty(v any) bool {
+	switch w := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		return len(w) == 0
+	case []any:
+		return len(w) == 0
+	}
+	return false
+}
