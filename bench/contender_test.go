@@ -242,6 +242,34 @@ func (p *process) scrape() (map[string]*dto.MetricFamily, error) {
 	return parser.TextToMetricFamilies(resp.Body)
 }
 
+// profile records, when -profiles names a directory, a CPU profile of the process's next
+// -profile-seconds into name.pprof there; the channel closes when it is written.
+func profile(b testing.TB, p *process, name string) <-chan struct{} {
+	done := make(chan struct{})
+	if *profiles == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprof, *profileSeconds))
+		if err != nil {
+			b.Errorf("profiling %s: %v", p.c.name, err)
+			return
+		}
+		defer resp.Body.Close()
+		out, err := os.Create(filepath.Join(*profiles, name+".pprof"))
+		if err == nil {
+			_, err = io.Copy(out, resp.Body)
+			out.Close()
+		}
+		if err != nil {
+			b.Errorf("profiling %s: %v", p.c.name, err)
+		}
+	}()
+	return done
+}
+
 // freeAddrs returns n free loopback addresses.
 func freeAddrs(n int) ([]string, error) {
 	var out []string

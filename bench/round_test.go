@@ -49,6 +49,8 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 	time.Sleep(time.Second) // let the contender list its (empty) caches
 
 	var res roundResult
+	profiled := profile(b, p, fmt.Sprintf("%s-%d-%d", map[string]string{"evalsi-operator": "operator", "controller-runtime peer": "peer"}[c.name], n, round))
+	defer func() { <-profiled }()
 	from, cpu0, t0 := mark(), p.cpu(), time.Now()
 	client := benchClient(b).Resource(evalsi.Evaluators).Namespace(ns)
 	if err := parallel(n, creators, func(i int) error {
