@@ -70,11 +70,12 @@ generate-check: generate
 	@test -z "$$(git status --porcelain -- apiclient/evalsiv1)" || { echo "generated files are not committed"; exit 1; }
 
 # gofmt, and go vet built as a release and the tests' operator binaries are (-trimpath, no cgo),
-# so that the packages it compiles are shared with them.
+# so that the packages it compiles are shared with them; the benchmark's peer is its own module.
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^testdata/')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	CGO_ENABLED=0 go vet -trimpath ./...
+	cd bench/peer && CGO_ENABLED=0 go vet -trimpath ./...
 
 # A control plane in the foreground with the CRDs installed; Ctrl-C stops it.
 cluster:
