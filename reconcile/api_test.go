@@ -31,7 +31,7 @@ type testEvalsid struct {
 	URL, TokenFile string
 }
 
-func startEvalsid(t *testing.T, schedule evalsid.Schedule) testEvalsid {
+func startEvalsid(t testing.TB, schedule evalsid.Schedule) testEvalsid {
 	t.Helper()
 	srv := evalsid.New(map[string]string{"operator-token-1": "system:serviceaccount:evalsi:evalsi-operator"}, schedule)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -79,7 +79,7 @@ func phaseOf(obj *unstructured.Unstructured) string {
 	return p
 }
 
-func waitPhase(t *testing.T, ctx context.Context, ns, name, phase string) *unstructured.Unstructured {
+func waitPhase(t testing.TB, ctx context.Context, ns, name, phase string) *unstructured.Unstructured {
 	t.Helper()
 	var got *unstructured.Unstructured
 	clustertest.Eventually(t, ctx, "phase "+phase, func() error {

@@ -164,7 +164,7 @@ func newNamespace(t testing.TB, ctx context.Context, name string) string {
 }
 
 // create makes an evals.si object from YAML-ish nested maps.
-func create(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, ns, kind, name string, spec map[string]any) *unstructured.Unstructured {
+func create(t testing.TB, ctx context.Context, gvr schema.GroupVersionResource, ns, kind, name string, spec map[string]any) *unstructured.Unstructured {
 	t.Helper()
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "evals.si/v1alpha1", "kind": kind,
@@ -222,7 +222,7 @@ func waitReady(t *testing.T, ctx context.Context, gvr schema.GroupVersionResourc
 	return got
 }
 
-func getObj(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, ns, name string) *unstructured.Unstructured {
+func getObj(t testing.TB, ctx context.Context, gvr schema.GroupVersionResource, ns, name string) *unstructured.Unstructured {
 	t.Helper()
 	got, err := client(gvr, ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
