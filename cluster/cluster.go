@@ -258,6 +258,9 @@ func (c *Cluster) startControllers(a Assets) error {
 		"--leader-elect=false",
 		"--controllers=garbagecollector,deployment,replicaset,namespace,clusterrole-aggregation,serviceaccount",
 		"--concurrent-gc-syncs=5",
+		// At its default of 20 requests a second, rolling out many Deployments (a benchmark's
+		// thousands of pools) is paced by the controller-manager, not by what is measured.
+		"--kube-api-qps=200", "--kube-api-burst=400",
 		"--root-ca-file="+c.pki.CACert,
 	)
 	if err != nil {

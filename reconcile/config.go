@@ -12,7 +12,8 @@ import (
 
 // Config configures an engine.
 type Config struct {
-	// Rest is the client configuration; the engine wraps its transport to count requests.
+	// Rest is the client configuration; the engine wraps its transport to count requests, and
+	// its QPS and Burst are each resource's budget (limitPerResource).
 	Rest *rest.Config
 	// Namespace restricts every informer to one namespace; empty watches all.
 	Namespace string

@@ -87,6 +87,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	m := NewMetrics()
 	rc := rest.CopyConfig(cfg.Rest)
+	limitPerResource(rc)
 	rc.Wrap(m.countRequests)
 	client, err := dynamic.NewForConfig(rc)
 	if err != nil {
