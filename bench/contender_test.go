@@ -38,7 +38,10 @@ type contender struct {
 // contenders returns the operator and the peer, each run as a user runs it: the defaults of
 // its flags, the same rendering settings, the benchmark's service account.
 func contenders(b *testing.B) []contender {
-	op := clustertest.Operator(b)
+	op := *operatorBin
+	if op == "" {
+		op = clustertest.Operator(b)
+	}
 	peer := buildPeer(b)
 	return []contender{{
 		name: "evalsi-operator",

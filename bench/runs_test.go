@@ -21,7 +21,7 @@ import (
 var (
 	runningRuns = flag.Int("runs", 2000, "running EvalRuns of BenchmarkRunningEvalRuns")
 	runsWindow  = flag.Duration("runs-window", time.Minute, "how long BenchmarkRunningEvalRuns measures the running EvalRuns")
-	operatorBin = flag.String("operator", "", "an evalsi-operator binary to measure instead of this tree's (another build, to compare)")
+	operatorBin = flag.String("operator", "", "an evalsi-operator binary to run instead of this tree's (another build, to compare)")
 )
 
 // BenchmarkRunningEvalRuns measures what following running EvalRuns costs: with -runs EvalRuns
