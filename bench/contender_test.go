@@ -28,6 +28,8 @@ import (
 // contender is a program that does the Evaluator controller's job: the operator or the peer.
 type contender struct {
 	name string
+	// short names its rounds' namespaces and profiles.
+	short string
 	// args are the program and its arguments with kubeconfig, for namespace ns, with its
 	// metrics and profiles on the given loopback addresses.
 	args func(kubeconfig, ns, metrics, pprof string) []string
@@ -42,9 +44,9 @@ func contenders(b *testing.B) []contender {
 	if op == "" {
 		op = clustertest.Operator(b)
 	}
-	peer := buildPeer(b)
+	peer := clustertest.Binary(b, "peer", "evals.si/operator/bench/peer")
 	return []contender{{
-		name: "evalsi-operator",
+		name: "evalsi-operator", short: "operator",
 		args: func(kubeconfig, ns, metrics, pprof string) []string {
 			return []string{op, "run", "--kubeconfig=" + kubeconfig, "--namespace=" + ns,
 				"--controllers=evaluator", "--leader-elect=false", "--log-level=warn",
@@ -53,7 +55,7 @@ func contenders(b *testing.B) []contender {
 		},
 		reconciles: "evalsi_reconcile_total",
 	}, {
-		name: "controller-runtime peer",
+		name: "controller-runtime peer", short: "peer",
 		args: func(kubeconfig, ns, metrics, pprof string) []string {
 			return []string{peer, "--kubeconfig=" + kubeconfig, "--namespace=" + ns,
 				"--metrics-bind-address=" + metrics, "--pprof-bind-address=" + pprof,
@@ -61,34 +63,6 @@ func contenders(b *testing.B) []contender {
 		},
 		reconciles: "controller_runtime_reconcile_total",
 	}}
-}
-
-var peerBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// buildPeer builds bench/peer (its own module) into a temporary directory, once.
-func buildPeer(b testing.TB) string {
-	peerBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "evalsi-peer-bin-")
-		if err != nil {
-			peerBuild.err = err
-			return
-		}
-		peerBuild.path = filepath.Join(dir, "peer")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", peerBuild.path, ".")
-		cmd.Dir = "peer"
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			peerBuild.err = fmt.Errorf("building the peer: %v\n%s", err, out)
-		}
-	})
-	if peerBuild.err != nil {
-		b.Fatal(peerBuild.err)
-	}
-	return peerBuild.path
 }
 
 // process is a running contender.

@@ -41,7 +41,7 @@ func (r roundResult) String() string {
 // wait until converged and until Ready, watch them idle, read its memory, restart it. It returns
 // the measures and the namespace, left in place for the comparison of outputs.
 func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (roundResult, string) {
-	ns := fmt.Sprintf("bench-%d-%d-%s", n, round, map[string]string{"evalsi-operator": "op", "controller-runtime peer": "peer"}[c.name])
+	ns := fmt.Sprintf("bench-%d-%d-%s", n, round, c.short)
 	createNamespace(b, ctx, ns)
 	p := start(b, ctx, c, ns)
 	defer func() { p.stop() }()
@@ -49,7 +49,7 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 	time.Sleep(time.Second) // let the contender list its (empty) caches
 
 	var res roundResult
-	profiled := profile(b, p, fmt.Sprintf("%s-%d-%d", map[string]string{"evalsi-operator": "operator", "controller-runtime peer": "peer"}[c.name], n, round))
+	profiled := profile(b, p, fmt.Sprintf("%s-%d-%d", c.short, n, round))
 	defer func() { <-profiled }()
 	from, cpu0, t0 := mark(), p.cpu(), time.Now()
 	client := benchClient(b).Resource(evalsi.Evaluators).Namespace(ns)

@@ -157,7 +157,7 @@ func TestRunningEvalRunsAreReadInBatches(t *testing.T) {
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{}) // runs stay Pending until SetPhase moves them
 	cfg := api.apiConfig(ns)
-	startEngine(t, cfg)
+	e := startEngine(t, cfg)
 	const n = 20
 	var ids []string
 	for i := range n {
@@ -177,13 +177,21 @@ func TestRunningEvalRunsAreReadInBatches(t *testing.T) {
 		waitPhase(t, ctx, ns, fmt.Sprintf("run-%02d", i), "Running")
 	}
 
-	gets, batches := api.Calls("GetRun"), api.Calls("BatchGetRuns")
+	reconciles := func() float64 {
+		return e.metrics.reconcileCount("evalrun", "success") + e.metrics.reconcileCount("evalrun", "requeue")
+	}
+	gets, batches, before := api.Calls("GetRun"), api.Calls("BatchGetRuns"), reconciles()
 	const intervals = 10
 	time.Sleep(intervals * cfg.RunPollInterval)
 	gets, batches = api.Calls("GetRun")-gets, api.Calls("BatchGetRuns")-batches
 	// One by one, the runs would have been read n*intervals (200) times.
 	if gets > n/2 || batches < intervals/2 || batches > intervals+1 {
 		t.Errorf("over %d poll intervals: %d GetRun and %d BatchGetRuns calls, want few GetRun and about one batch per interval", intervals, gets, batches)
+	}
+	// Unchanged runs queue nothing: each EvalRun comes back only at its fallback (every three
+	// intervals, about 67 reconciles), not at every sweep (200).
+	if r := reconciles() - before; r > n*intervals/2 {
+		t.Errorf("%.0f reconciles of unchanged running EvalRuns over %d poll intervals, want at most %d", r, intervals, n*intervals/2)
 	}
 
 	// Batches refused: the run's end still arrives, read by the EvalRun's own fallback.

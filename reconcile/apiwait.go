@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -76,20 +75,6 @@ func (w *apiWaiters) retryOne() {
 		for key := range keys {
 			c.queue.Add(key)
 			return
-		}
-	}
-}
-
-// runCanary retries one waiting object every canaryInterval until ctx ends.
-func (w *apiWaiters) runCanary(ctx context.Context) {
-	t := time.NewTicker(canaryInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.retryOne()
 		}
 	}
 }

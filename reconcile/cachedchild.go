@@ -109,26 +109,17 @@ func (c *cachedChild) unowned(want *unstructured.Unstructured) string {
 	if err := json.Unmarshal([]byte(owned), &fields); err != nil {
 		return "."
 	}
-	for _, k := range slices.Sorted(maps.Keys(want.Object)) {
-		v := want.Object[k]
-		switch k {
-		case "apiVersion", "kind":
-			continue
-		case "metadata":
-			// Name and namespace identify the object; field sets do not list them.
-			meta, _ := v.(map[string]any)
-			v = map[string]any{}
-			for mk, mv := range meta {
-				if mk != "name" && mk != "namespace" {
-					v.(map[string]any)[mk] = mv
-				}
-			}
-		}
-		if p := uncovered(fields, k, v, ""); p != "" {
-			return p
-		}
+	// The type and the name identify the object; field sets do not list them.
+	top := maps.Clone(want.Object)
+	delete(top, "apiVersion")
+	delete(top, "kind")
+	if meta, ok := top["metadata"].(map[string]any); ok {
+		meta = maps.Clone(meta)
+		delete(meta, "name")
+		delete(meta, "namespace")
+		top["metadata"] = meta
 	}
-	return ""
+	return uncoveredValue(fields, top, "")
 }
 
 // uncovered returns the path of the first field under key (with value v) that the field set fs
@@ -173,18 +164,17 @@ func uncoveredValue(fs map[string]any, v any, path string) string {
 	return ""
 }
 
-// elementFields returns the field set of list element el (the i-th), or nil when fs has none.
+// elementFields returns the field set of list element el (the i-th), or nil when fs has none:
+// an object by its key fields, a scalar by its value, either by its index.
 func elementFields(fs map[string]any, el any, i int) map[string]any {
-	raw, _ := json.Marshal(el)
-	if sub, ok := fs["v:"+string(raw)].(map[string]any); ok {
-		return sub
-	}
 	if sub, ok := fs[fmt.Sprintf("i:%d", i)].(map[string]any); ok {
 		return sub
 	}
 	m, isMap := el.(map[string]any)
 	if !isMap {
-		return nil
+		raw, _ := json.Marshal(el)
+		sub, _ := fs["v:"+string(raw)].(map[string]any)
+		return sub
 	}
 	for k, sub := range fs {
 		keyJSON, ok := strings.CutPrefix(k, "k:")

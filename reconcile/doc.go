@@ -24,9 +24,9 @@
 // differs from the object's, and records an Event only when Ready changed.
 //
 // Children are written with server-side apply under one field manager (apply.go), and only when
-// they are stale: a child whose spec-hash annotation matches the rendering and whose fields hold
-// what the rendering sets is left alone, so steady state makes no write at all, for any number
-// of resyncs. Writes are read at once, before the informer shows them (recentWrites, written.go),
+// they are stale: a child whose spec-hash annotation matches the rendering and whose fields the
+// rendering sets are all still owned by the operator's apply (cachedchild.go) is left alone, so
+// steady state makes no write at all, for any number of resyncs. Writes are read at once, before the informer shows them (recentWrites, written.go),
 // so a reconcile right after a write neither repeats nor conflicts with it; the informer event
 // that brings the operator's own write back (the very version written) queues nothing, so a
 // status write does not reconcile its object again. Nothing is kept in memory that matters

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -154,14 +155,16 @@ func (e *Engine) Run(ctx context.Context) error {
 	}()
 	if e.api != nil {
 		wg.Add(1)
+		// While objects wait on evalsid, one is retried every canaryInterval (apiwait.go); the
+		// running EvalRuns' runs are read every poll interval (runfollower.go).
 		go func() {
 			defer wg.Done()
-			e.waiters.runCanary(ctx)
+			wait.UntilWithContext(ctx, func(context.Context) { e.waiters.retryOne() }, canaryInterval)
 		}()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.followRuns(ctx)
+			wait.UntilWithContext(ctx, e.sweepRuns, e.cfg.RunPollInterval)
 		}()
 	}
 	t := time.NewTicker(e.cfg.DiscoveryInterval)

@@ -56,13 +56,8 @@ func (i *informer) ownedBy(owner string) ([]*cachedChild, error) {
 	for _, o := range objs {
 		c := o.(*cachedChild)
 		key := c.Namespace + "/" + c.Name
-		if w, ok := written[key]; ok {
-			delete(written, key)
-			if versionOf(w) > versionOf(c) {
-				c = w.(*cachedChild)
-			}
-		}
-		out = append(out, c)
+		delete(written, key)
+		out = append(out, i.written.newer(key, c).(*cachedChild))
 	}
 	for _, w := range written {
 		out = append(out, w.(*cachedChild))
@@ -75,8 +70,8 @@ const ownerIndex = "owner"
 
 // ensureInformer starts (once) an informer of gvr in namespace whose events go to enqueue. Child
 // informers select by the managed-by label and index by controller owner; their events go to the
-// owner's controller (enqueueOwner). Every informer drops managedFields before objects enter its
-// cache.
+// owner's controller (enqueueOwner). Objects are pruned to what the engine reads before they
+// enter the cache (cacheTransform).
 func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, child bool, enqueue func(obj any)) *informer {
 	e.mu.Lock()
 	defer e.mu.Unlock()

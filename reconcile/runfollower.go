@@ -49,20 +49,6 @@ func (f *runFollower) fresh(project, id string, interval time.Duration) (*v1.Run
 	return r.run, true
 }
 
-// followRuns sweeps every poll interval until ctx ends.
-func (e *Engine) followRuns(ctx context.Context) {
-	t := time.NewTicker(e.cfg.RunPollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			e.sweepRuns(ctx)
-		}
-	}
-}
-
 // sweepRuns reads the runs of the running EvalRuns in the cache, batched by project, replaces
 // what the follower keeps with what it read, and queues each EvalRun whose status its run would
 // change, or whose run is gone (its reconcile says so).
@@ -123,7 +109,12 @@ func (e *Engine) sweepRuns(ctx context.Context) {
 			}
 		}
 	}
-	e.runs.mu.Lock()
-	e.runs.latest = latest
-	e.runs.mu.Unlock()
+	e.runs.replace(latest)
+}
+
+// replace makes latest what the follower keeps.
+func (f *runFollower) replace(latest map[string]followedRun) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.latest = latest
 }

@@ -29,6 +29,8 @@ func TestRecentWrites(t *testing.T) {
 		// of remembered children of owner u1
 		wantVersion string
 		wantOwned   int
+		// wantEcho is what the last seen reports: the operator's own write coming back
+		wantEcho bool
 	}{
 		"a write newer than the cache is read": {
 			written: []*unstructured.Unstructured{writtenObject("a", "12", "u1")}, cached: writtenObject("a", "10", "u1"),
@@ -42,8 +44,12 @@ func TestRecentWrites(t *testing.T) {
 			written:   []*unstructured.Unstructured{writtenObject("a", "12", "u1")},
 			wantOwned: 1,
 		},
-		"the informer showing the write forgets it": {
+		"the informer showing the write forgets it, an echo": {
 			written: []*unstructured.Unstructured{writtenObject("a", "12", "u1")}, seen: []*unstructured.Unstructured{writtenObject("a", "12", "u1")},
+			wantOwned: 0, wantEcho: true,
+		},
+		"a newer version forgets it too, and is news": {
+			written: []*unstructured.Unstructured{writtenObject("a", "12", "u1")}, seen: []*unstructured.Unstructured{writtenObject("a", "13", "u1")},
 			wantOwned: 0,
 		},
 		"an older event does not": {
@@ -64,8 +70,12 @@ func TestRecentWrites(t *testing.T) {
 			for _, o := range tc.written {
 				w.remember(o)
 			}
+			echo := false
 			for _, o := range tc.seen {
-				w.seen(o)
+				echo = w.seen(o)
+			}
+			if echo != tc.wantEcho {
+				t.Errorf("seen reported echo %v, want %v", echo, tc.wantEcho)
 			}
 			if tc.cached != nil {
 				if v := w.newer("ns/a", tc.cached).GetResourceVersion(); v != tc.wantVersion {

@@ -7,7 +7,6 @@ package clustertest
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -49,15 +48,13 @@ func (s *Shared) Get(t testing.TB) *cluster.Cluster {
 }
 
 // Main is a test package's TestMain: it runs the tests, then stops the control plane if one
-// was started and removes the operator binary if one was built. Use: `os.Exit(shared.Main(m))`.
+// was started and removes the binaries Binary built. Use: `os.Exit(shared.Main(m))`.
 func (s *Shared) Main(m *testing.M) int {
 	code := m.Run()
 	if s.c != nil {
 		s.c.Stop()
 	}
-	if operator.path != "" {
-		os.RemoveAll(filepath.Dir(operator.path))
-	}
+	removeBuilds()
 	return code
 }
 

@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,30 +9,64 @@ import (
 	"testing"
 )
 
-var operator struct {
+// builds are the binaries built by this test process, by module directory and package; Main
+// removes them.
+var builds struct {
+	mu   sync.Mutex
+	bins map[string]*build
+}
+
+type build struct {
 	once sync.Once
 	path string
 	err  error
-	out  []byte
 }
 
 // Operator returns the evalsi-operator binary, built once per test process as a release builds it
 // (-trimpath, no cgo), so that it shares the build cache with `make release-dry-run`.
-func Operator(t testing.TB) string {
+func Operator(t testing.TB) string { return Binary(t, "", "evals.si/operator") }
+
+// Binary returns the binary of the main package pkg of the module in dir ("" for the test's own),
+// built once per test process as Operator is, into a temporary directory that Main removes.
+func Binary(t testing.TB, dir, pkg string) string {
 	t.Helper()
-	operator.once.Do(func() {
-		dir, err := os.MkdirTemp("", "evalsi-operator-bin-")
+	builds.mu.Lock()
+	if builds.bins == nil {
+		builds.bins = map[string]*build{}
+	}
+	b := builds.bins[dir+"|"+pkg]
+	if b == nil {
+		b = &build{}
+		builds.bins[dir+"|"+pkg] = b
+	}
+	builds.mu.Unlock()
+	b.once.Do(func() {
+		out, err := os.MkdirTemp("", "evalsi-test-bin-")
 		if err != nil {
-			operator.err = err
+			b.err = err
 			return
 		}
-		operator.path = filepath.Join(dir, "evalsi-operator")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", operator.path, "evals.si/operator")
+		b.path = filepath.Join(out, filepath.Base(pkg))
+		cmd := exec.Command("go", "build", "-trimpath", "-o", b.path, pkg)
+		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		operator.out, operator.err = cmd.CombinedOutput()
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building %s: %v\n%s", pkg, err, msg)
+		}
 	})
-	if operator.err != nil {
-		t.Fatalf("building the operator: %v\n%s", operator.err, operator.out)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return operator.path
+	return b.path
+}
+
+// removeBuilds removes every binary Binary built.
+func removeBuilds() {
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	for _, b := range builds.bins {
+		if b.path != "" {
+			os.RemoveAll(filepath.Dir(b.path))
+		}
+	}
 }
