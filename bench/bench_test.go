@@ -31,7 +31,7 @@ var (
 	sizes  = flag.String("sizes", "500,2000", "numbers of Evaluators, comma-separated")
 	idle   = flag.Duration("idle", time.Minute, "how long converged objects are watched for writes")
 	// Profiles of the contenders from the first create on, for `go tool pprof`.
-	profiles       = flag.String("profiles", "", "directory to write each round's CPU profile of the contender into (none when empty)")
+	profiles       = flag.String("profiles", "", "directory to write each round's CPU profile and steady-state heap profile of the contender into (none when empty)")
 	profileSeconds = flag.Int("profile-seconds", 30, "length of each CPU profile")
 )
 

@@ -172,8 +172,9 @@ func (p *process) peakRSS() float64 {
 // after the garbage collection that ?gc=1 asks for.
 var heapAllocRE = regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)`)
 
-// liveHeap returns the bytes of live heap right after a garbage collection.
-func (p *process) liveHeap() (float64, error) {
+// liveHeap returns the bytes of live heap right after a garbage collection; when -profiles names
+// a directory, the heap profile goes there as name.heap.
+func (p *process) liveHeap(name string) (float64, error) {
 	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?gc=1&debug=1")
 	if err != nil {
 		return 0, err
@@ -182,6 +183,11 @@ func (p *process) liveHeap() (float64, error) {
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return 0, err
+	}
+	if *profiles != "" {
+		if err := os.WriteFile(filepath.Join(*profiles, name+".heap"), body, 0o644); err != nil {
+			return 0, err
+		}
 	}
 	m := heapAllocRE.FindSubmatch(body)
 	if m == nil {

@@ -75,7 +75,7 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 	idleFrom := mark()
 	time.Sleep(*idle)
 	idleTo := mark()
-	if res.liveHeap, err = p.liveHeap(); err != nil {
+	if res.liveHeap, err = p.liveHeap(fmt.Sprintf("%s-%d-%d", c.short, n, round)); err != nil {
 		b.Fatal(err)
 	}
 	res.peakRSS = p.peakRSS()

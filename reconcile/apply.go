@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 
 	"evals.si/operator/evalsi"
@@ -81,11 +82,10 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 			return nil, Terminal(evalsi.ReasonInvalidSpec, errors.New(msg))
 		}
 		e.log.Debug("applying child", "owner", owner.GetName(), "child", key, "why", why)
-		written, err := e.apply(ctx, want, cur)
+		obj, err := e.apply(ctx, want, cur)
 		if err != nil {
 			return nil, err
 		}
-		obj := newCachedChild(written)
 		if inf := informers[evalsi.ChildResources[want.GetKind()].Resource]; inf != nil {
 			inf.written.remember(obj)
 		}
@@ -141,15 +141,15 @@ func number(v any) (float64, bool) {
 }
 
 // apply writes want with server-side apply under the operator's field manager, taking over
-// conflicting fields. A Deployment rendered without spec.replicas (a ScaledObject owns scaling)
-// first hands its replicas to a separate manager, if the operator owned them; cur is the cached
-// live object, nil when there is none.
-func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur *cachedChild) (*unstructured.Unstructured, error) {
+// conflicting fields, and returns what the API server answered as the caches keep it. A
+// Deployment rendered without spec.replicas (a ScaledObject owns scaling) first hands its
+// replicas to a separate manager, if the operator owned them; cur is the cached live object, nil
+// when there is none.
+func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur *cachedChild) (*cachedChild, error) {
 	gvr, ok := evalsi.ChildResources[want.GetKind()]
 	if !ok {
 		return nil, fmt.Errorf("no resource known for kind %s", want.GetKind())
 	}
-	client := e.client.Resource(gvr).Namespace(want.GetNamespace())
 	if gvr == evalsi.Deployments && cur != nil {
 		if _, set, _ := unstructured.NestedFieldNoCopy(want.Object, "spec", "replicas"); !set {
 			if err := e.handOverReplicas(ctx, want); err != nil {
@@ -157,7 +157,14 @@ func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur
 			}
 		}
 	}
-	applied, err := client.Apply(ctx, want.GetName(), want, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	body, err := want.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s %s/%s: %w", want.GetKind(), want.GetNamespace(), want.GetName(), err)
+	}
+	force := true
+	raw, err := rawResult(e.rest.Patch(types.ApplyPatchType).AbsPath(resourcePath(gvr, want.GetNamespace()), want.GetName()).
+		VersionedParams(&metav1.PatchOptions{FieldManager: FieldManager, Force: &force}, metav1.ParameterCodec).
+		Body(body).Do(ctx))
 	if apierrors.IsInvalid(err) {
 		// The spec rendered into something the API server rejects; retrying cannot help.
 		return nil, Terminal(evalsi.ReasonInvalidSpec, fmt.Errorf("%s: %w", refusal(want), err))
@@ -165,7 +172,7 @@ func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur
 	if err != nil {
 		return nil, fmt.Errorf("applying %s %s/%s: %w", want.GetKind(), want.GetNamespace(), want.GetName(), err)
 	}
-	return applied, nil
+	return decodeChild(raw)
 }
 
 // refusal begins the message of a child the API server refused: it names the child and the

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/cache"
 
 	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster/clustertest"
@@ -21,7 +20,7 @@ import (
 // BenchmarkCachedObjectBytes measures the heap one cached object takes, by kind, for an
 // autoscaled Evaluator and its children as the API server serves them once the pool is Ready:
 // as decoded, with managedFields dropped (the informers' transform before pruning), and as the
-// informers keep it now (cacheTransform). The side-by-side comparison with a controller-runtime
+// informers keep it now (decodeChild, pruneOwner). The side-by-side comparison with a controller-runtime
 // operator is in package bench.
 func BenchmarkCachedObjectBytes(b *testing.B) {
 	needCluster(b)
@@ -67,32 +66,41 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			decoded := heapPerObject(b, raw, func(o any) (any, error) { return o, nil })
-			noManaged := heapPerObject(b, raw, func(o any) (any, error) {
-				o.(*unstructured.Unstructured).SetManagedFields(nil)
-				return o, nil
+			decoded := heapPerObject(b, raw, func(raw []byte) (any, error) { return decodeUnstructured(raw) })
+			noManaged := heapPerObject(b, raw, func(raw []byte) (any, error) {
+				u, err := decodeUnstructured(raw)
+				u.SetManagedFields(nil)
+				return u, err
 			})
-			cached := heapPerObject(b, raw, cacheTransform(k.child))
+			cached := heapPerObject(b, raw, func(raw []byte) (any, error) {
+				if k.child {
+					return decodeChild(raw)
+				}
+				u, err := decodeUnstructured(raw)
+				pruneOwner(u)
+				return u, err
+			})
 			fmt.Printf("%-22s %10.0f %18.0f %10.0f\n", list.Items[0].GetKind(), decoded, noManaged, cached)
 			b.ReportMetric(cached, k.gvr.Resource+"-B")
 		}
 	}
 }
 
-// heapPerObject returns the heap bytes that each of many objects decoded from raw and passed
-// through transform keeps alive.
-func heapPerObject(b *testing.B, raw []byte, transform cache.TransformFunc) float64 {
+// decodeUnstructured decodes an object as the dynamic client does.
+func decodeUnstructured(raw []byte) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	return u, u.UnmarshalJSON(raw)
+}
+
+// heapPerObject returns the heap bytes that each of many objects decoded from raw keeps alive.
+func heapPerObject(b *testing.B, raw []byte, decode func([]byte) (any, error)) float64 {
 	const n = 2000
 	kept := make([]any, n)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for i := range kept {
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(raw); err != nil {
-			b.Fatal(err)
-		}
-		o, err := transform(u)
+		o, err := decode(raw)
 		if err != nil {
 			b.Fatal(err)
 		}

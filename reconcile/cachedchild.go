@@ -10,6 +10,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"evals.si/operator/evalsi"
 )
@@ -33,50 +35,121 @@ type cachedChild struct {
 	rollout  map[string]any
 }
 
-// rolloutStatus are the Deployment status fields a rollout is read from.
-var rolloutStatus = []string{"observedGeneration", "replicas", "readyReplicas", "updatedReplicas", "availableReplicas"}
-
 // ownerPlaceholder stands for the controller owner's UID in an interned field set.
 const ownerPlaceholder = "<controller-owner-uid>"
 
-// newCachedChild keeps of obj, a child as the API server returned it, what the engine reads.
-func newCachedChild(obj *unstructured.Unstructured) *cachedChild {
-	c := &cachedChild{TypeMeta: metav1.TypeMeta{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind()}}
-	c.Name, c.Namespace, c.UID = obj.GetName(), obj.GetNamespace(), obj.GetUID()
-	c.ResourceVersion, c.Generation = obj.GetResourceVersion(), obj.GetGeneration()
-	c.OwnerReferences, c.DeletionTimestamp = obj.GetOwnerReferences(), obj.GetDeletionTimestamp()
-	if h, ok := obj.GetAnnotations()[evalsi.AnnotationSpecHash]; ok {
-		c.Annotations = map[string]string{evalsi.AnnotationSpecHash: h}
+// childJSON is a child as the API server sends it (an object, or a watch event's object),
+// decoded only as far as a cachedChild reads: encoding/json skips the rest without building it,
+// which costs a fraction of decoding the whole object into maps. The Code, Reason and Message of
+// a Status (a watch's ERROR event) are decoded too; a Status's "status" is a string, a child's an
+// object, so status is kept raw and read for Deployments only.
+type childJSON struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name              string                  `json:"name"`
+		Namespace         string                  `json:"namespace"`
+		UID               types.UID               `json:"uid"`
+		ResourceVersion   string                  `json:"resourceVersion"`
+		Generation        int64                   `json:"generation"`
+		Annotations       map[string]string       `json:"annotations"`
+		OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
+		DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
+		ManagedFields     []struct {
+			Manager     string          `json:"manager"`
+			Operation   string          `json:"operation"`
+			Subresource string          `json:"subresource"`
+			FieldsV1    json.RawMessage `json:"fieldsV1"`
+		} `json:"managedFields"`
+	} `json:"metadata"`
+	Spec struct {
+		Replicas *int64 `json:"replicas"`
+	} `json:"spec"`
+	Status  json.RawMessage     `json:"status"`
+	Code    int32               `json:"code"`
+	Reason  metav1.StatusReason `json:"reason"`
+	Message string              `json:"message"`
+}
+
+// keptAnnotations are the annotations a cachedChild keeps: the spec hash, and the end of a watch's
+// initial events (on a bookmark).
+var keptAnnotations = []string{evalsi.AnnotationSpecHash, metav1.InitialEventsAnnotationKey}
+
+// decodeChild decodes a child's JSON into what the engine keeps of it.
+func decodeChild(raw []byte) (*cachedChild, error) {
+	var j childJSON
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, fmt.Errorf("decoding a child: %w", err)
 	}
-	entries, _, _ := unstructured.NestedSlice(obj.Object, "metadata", "managedFields")
-	for _, e := range entries {
-		m, _ := e.(map[string]any)
-		if m["manager"] != FieldManager || m["operation"] != string(metav1.ManagedFieldsOperationApply) || m["subresource"] != nil && m["subresource"] != "" {
+	return j.cached()
+}
+
+// cached returns what the engine keeps of j.
+func (j *childJSON) cached() (*cachedChild, error) {
+	c := &cachedChild{TypeMeta: metav1.TypeMeta{APIVersion: j.APIVersion, Kind: j.Kind}}
+	m := &j.Metadata
+	c.Name, c.Namespace, c.UID = m.Name, m.Namespace, m.UID
+	c.ResourceVersion, c.Generation = m.ResourceVersion, m.Generation
+	c.OwnerReferences, c.DeletionTimestamp = m.OwnerReferences, m.DeletionTimestamp
+	for _, a := range keptAnnotations {
+		if v, ok := m.Annotations[a]; ok {
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			c.Annotations[a] = v
+		}
+	}
+	for _, e := range m.ManagedFields {
+		if e.Manager != FieldManager || e.Operation != string(metav1.ManagedFieldsOperationApply) || e.Subresource != "" {
 			continue
 		}
-		raw, err := json.Marshal(m["fieldsV1"])
-		if err != nil {
-			continue
-		}
-		owned := string(raw)
+		owned := string(e.FieldsV1)
 		if ref := metav1.GetControllerOfNoCopy(c); ref != nil {
 			owned = strings.ReplaceAll(owned, string(ref.UID), ownerPlaceholder)
 		}
 		c.owned, c.hasOwned = unique.Make(owned), true
 	}
-	if c.Kind == "Deployment" {
-		if r, found, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas"); found {
-			c.replicas = &r
-		}
-		status, _, _ := unstructured.NestedMap(obj.Object, "status")
-		c.rollout = map[string]any{}
-		for _, f := range rolloutStatus {
-			if v, ok := status[f]; ok {
-				c.rollout[f] = v
-			}
+	if c.Kind != "Deployment" {
+		return c, nil
+	}
+	c.replicas = j.Spec.Replicas
+	c.rollout = map[string]any{}
+	if len(j.Status) == 0 {
+		return c, nil
+	}
+	var status struct {
+		ObservedGeneration *int64 `json:"observedGeneration"`
+		Replicas           *int64 `json:"replicas"`
+		ReadyReplicas      *int64 `json:"readyReplicas"`
+		UpdatedReplicas    *int64 `json:"updatedReplicas"`
+		AvailableReplicas  *int64 `json:"availableReplicas"`
+	}
+	if err := json.Unmarshal(j.Status, &status); err != nil {
+		return nil, fmt.Errorf("decoding the status of Deployment %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	for f, v := range map[string]*int64{
+		"observedGeneration": status.ObservedGeneration, "replicas": status.Replicas,
+		"readyReplicas": status.ReadyReplicas, "updatedReplicas": status.UpdatedReplicas,
+		"availableReplicas": status.AvailableReplicas,
+	} {
+		if v != nil {
+			c.rollout[f] = *v
 		}
 	}
-	return c
+	return c, nil
+}
+
+// DeepCopyObject returns a copy of c (a cachedChild is a runtime.Object, as the informer
+// machinery needs); the interned field set is shared, as it never changes.
+func (c *cachedChild) DeepCopyObject() runtime.Object {
+	out := *c
+	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if c.replicas != nil {
+		r := *c.replicas
+		out.replicas = &r
+	}
+	out.rollout = maps.Clone(c.rollout)
+	return &out
 }
 
 // deployment returns a cached Deployment in the shape rolloutOf reads, or nil for nil.

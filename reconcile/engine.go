@@ -26,9 +26,12 @@ const FieldManager = "evalsi-operator"
 
 // Engine runs the controllers.
 type Engine struct {
-	cfg      Config
-	client   dynamic.Interface
-	kube     kubernetes.Interface
+	cfg    Config
+	client dynamic.Interface
+	kube   kubernetes.Interface
+	// rest is the dynamic client's kind of REST client (JSON), for what the engine decodes
+	// itself: children (childListWatch, apply).
+	rest     rest.Interface
 	recorder record.EventRecorder
 	metrics  *Metrics
 	log      *slog.Logger
@@ -90,16 +93,24 @@ func New(cfg Config) (*Engine, error) {
 	rc := rest.CopyConfig(cfg.Rest)
 	limitPerResource(rc)
 	rc.Wrap(m.countRequests)
-	client, err := dynamic.NewForConfig(rc)
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("creating the HTTP client: %w", err)
+	}
+	client, err := dynamic.NewForConfigAndClient(rc, hc)
 	if err != nil {
 		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(rc)
+	rcl, err := rest.UnversionedRESTClientForConfigAndClient(dynamic.ConfigFor(rc), hc)
+	if err != nil {
+		return nil, fmt.Errorf("creating REST client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfigAndClient(rc, hc)
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
 	}
 	e := &Engine{
-		cfg: cfg, client: client, kube: kube, metrics: m, log: cfg.Log,
+		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log,
 		served:      map[schema.GroupVersionResource]bool{},
 		informers:   map[informerKey]*informer{},
 		controllers: map[string]*controller{},

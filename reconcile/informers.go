@@ -71,7 +71,7 @@ const ownerIndex = "owner"
 // ensureInformer starts (once) an informer of gvr in namespace whose events go to enqueue. Child
 // informers select by the managed-by label and index by controller owner; their events go to the
 // owner's controller (enqueueOwner). Objects are pruned to what the engine reads before they
-// enter the cache (cacheTransform).
+// enter the cache.
 func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, child bool, enqueue func(obj any)) *informer {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -79,17 +79,17 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	if i, ok := e.informers[key]; ok {
 		return i
 	}
-	var tweak dynamicinformer.TweakListOptionsFunc
-	indexers := cache.Indexers{}
+	var inf cache.SharedIndexInformer
 	if child {
-		tweak = func(o *metav1.ListOptions) { o.LabelSelector = evalsi.LabelManagedBy + "=" + evalsi.ManagedBy }
-		indexers[ownerIndex] = indexByOwner
+		lw := childListWatch(e.rest, gvr, namespace, evalsi.LabelManagedBy+"="+evalsi.ManagedBy)
+		inf = cache.NewSharedIndexInformerWithOptions(lw, &cachedChild{}, cache.SharedIndexInformerOptions{
+			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{ownerIndex: indexByOwner}, ObjectDescription: gvr.String(),
+		})
 	} else {
-		indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc
+		indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+		inf = dynamicinformer.NewFilteredDynamicInformer(e.client, gvr, namespace, e.cfg.Resync, indexers, nil).Informer()
+		inf.SetTransform(pruneOwnerTransform)
 	}
-	gi := dynamicinformer.NewFilteredDynamicInformer(e.client, gvr, namespace, e.cfg.Resync, indexers, tweak)
-	inf := gi.Informer()
-	inf.SetTransform(cacheTransform(child))
 	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
 	// which tells a reconcile nothing new) before it is routed: echoes enqueue nothing.
@@ -207,27 +207,20 @@ func indexByOwner(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// The informers keep only what the engine reads (cacheTransform): a cached object is never
-// written back, so nothing it lacks can reach the API server. Owners are handed to render and
-// their status is written from them, so they keep everything but managedFields and kubectl's copy
-// of the last applied object; children are kept as a cachedChild.
+// The informers keep only what the engine reads: a cached object is never written back, so
+// nothing it lacks can reach the API server. Children are decoded into a cachedChild
+// (childListWatch). Owners are handed to render and their status is written from them, so they
+// keep everything but managedFields and kubectl's copy of the last applied object.
 
 // lastAppliedAnnotation is kubectl apply's copy of the whole object, as large as the object.
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
-// cacheTransform returns the transform of an informer's objects (child: of a child informer).
-func cacheTransform(child bool) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil
-		}
-		if child {
-			return newCachedChild(u), nil
-		}
+// pruneOwnerTransform is the owner informers' transform (pruneOwner).
+func pruneOwnerTransform(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
 		pruneOwner(u)
-		return u, nil
 	}
+	return obj, nil
 }
 
 // pruneOwner drops from an owner what the engine never reads: managedFields and kubectl's

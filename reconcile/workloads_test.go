@@ -247,7 +247,15 @@ func TestCheckpointServer(t *testing.T) {
 	}
 	for _, want := range rendered.Objects {
 		live := getObj(t, ctx, evalsi.ChildResources[want.GetKind()], ns, want.GetName())
-		if why := staleness(want, newCachedChild(live)); why != "" {
+		raw, err := live.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached, err := decodeChild(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if why := staleness(want, cached); why != "" {
 			t.Errorf("%s %s is not as rendered: %s", want.GetKind(), want.GetName(), why)
 		}
 	}
