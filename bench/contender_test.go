@@ -185,7 +185,7 @@ func (p *process) liveHeap(name string) (float64, error) {
 		return 0, err
 	}
 	if *profiles != "" {
-		if err := os.WriteFile(filepath.Join(*profiles, name+".heap"), body, 0o644); err != nil {
+		if err := p.saveHeapProfile(name); err != nil {
 			return 0, err
 		}
 	}
@@ -194,6 +194,21 @@ func (p *process) liveHeap(name string) (float64, error) {
 		return 0, fmt.Errorf("no HeapAlloc in the heap profile of %s", p.c.name)
 	}
 	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// saveHeapProfile writes the process's heap profile (symbolized) to name.heap under -profiles.
+func (p *process) saveHeapProfile(name string) error {
+	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	out, err := os.Create(filepath.Join(*profiles, name+".heap"))
+	if err == nil {
+		_, err = io.Copy(out, resp.Body)
+		out.Close()
+	}
+	return err
 }
 
 // reconciles returns how many reconciles of Evaluators the process has finished.

@@ -115,7 +115,7 @@ func staleness(want *unstructured.Unstructured, live *cachedChild) string {
 	if live == nil {
 		return "missing"
 	}
-	if want.GetAnnotations()[evalsi.AnnotationSpecHash] != live.Annotations[evalsi.AnnotationSpecHash] {
+	if want.GetAnnotations()[evalsi.AnnotationSpecHash] != live.specHash {
 		return "rendering changed"
 	}
 	if path := live.unowned(want); path != "" {

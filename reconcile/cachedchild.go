@@ -23,16 +23,29 @@ import (
 // rendering.
 type cachedChild struct {
 	metav1.TypeMeta
+	// ObjectMeta holds the identity and owners; Annotations only on a watch's bookmark (the end
+	// of its initial events), as a map per child would outweigh the rest.
 	metav1.ObjectMeta
+	// specHash is the child's spec-hash annotation: the rendering it was applied from.
+	specHash string
 	// owned is the FieldsV1 JSON of the operator's apply with the controller owner's UID replaced
 	// by ownerPlaceholder, interned: children rendered alike share one copy. hasOwned is false
 	// when the operator never applied this child (or another manager took every field).
 	owned    unique.Handle[string]
 	hasOwned bool
 	// replicas and rollout are a Deployment's spec.replicas (nil when unset) and the status
-	// counts rolloutOf reads; nil for other kinds.
+	// counts rolloutOf reads; rollout is nil for other kinds.
 	replicas *int64
-	rollout  map[string]any
+	rollout  *rolloutCounts
+}
+
+// rolloutCounts are the Deployment status fields a rollout is read from (absent reads as 0).
+type rolloutCounts struct {
+	ObservedGeneration int64 `json:"observedGeneration"`
+	Replicas           int64 `json:"replicas"`
+	ReadyReplicas      int64 `json:"readyReplicas"`
+	UpdatedReplicas    int64 `json:"updatedReplicas"`
+	AvailableReplicas  int64 `json:"availableReplicas"`
 }
 
 // ownerPlaceholder stands for the controller owner's UID in an interned field set.
@@ -71,10 +84,6 @@ type childJSON struct {
 	Message string              `json:"message"`
 }
 
-// keptAnnotations are the annotations a cachedChild keeps: the spec hash, and the end of a watch's
-// initial events (on a bookmark).
-var keptAnnotations = []string{evalsi.AnnotationSpecHash, metav1.InitialEventsAnnotationKey}
-
 // decodeChild decodes a child's JSON into what the engine keeps of it.
 func decodeChild(raw []byte) (*cachedChild, error) {
 	var j childJSON
@@ -86,18 +95,18 @@ func decodeChild(raw []byte) (*cachedChild, error) {
 
 // cached returns what the engine keeps of j.
 func (j *childJSON) cached() (*cachedChild, error) {
-	c := &cachedChild{TypeMeta: metav1.TypeMeta{APIVersion: j.APIVersion, Kind: j.Kind}}
 	m := &j.Metadata
-	c.Name, c.Namespace, c.UID = m.Name, m.Namespace, m.UID
+	c := &cachedChild{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}}
+	c.Name, c.Namespace, c.UID = m.Name, intern(m.Namespace), m.UID
 	c.ResourceVersion, c.Generation = m.ResourceVersion, m.Generation
 	c.OwnerReferences, c.DeletionTimestamp = m.OwnerReferences, m.DeletionTimestamp
-	for _, a := range keptAnnotations {
-		if v, ok := m.Annotations[a]; ok {
-			if c.Annotations == nil {
-				c.Annotations = map[string]string{}
-			}
-			c.Annotations[a] = v
-		}
+	for i := range c.OwnerReferences {
+		ref := &c.OwnerReferences[i]
+		ref.APIVersion, ref.Kind = intern(ref.APIVersion), intern(ref.Kind)
+	}
+	c.specHash = m.Annotations[evalsi.AnnotationSpecHash]
+	if end, ok := m.Annotations[metav1.InitialEventsAnnotationKey]; ok {
+		c.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: end}
 	}
 	for _, e := range m.ManagedFields {
 		if e.Manager != FieldManager || e.Operation != string(metav1.ManagedFieldsOperationApply) || e.Subresource != "" {
@@ -112,32 +121,19 @@ func (j *childJSON) cached() (*cachedChild, error) {
 	if c.Kind != "Deployment" {
 		return c, nil
 	}
-	c.replicas = j.Spec.Replicas
-	c.rollout = map[string]any{}
+	c.replicas, c.rollout = j.Spec.Replicas, &rolloutCounts{}
 	if len(j.Status) == 0 {
 		return c, nil
 	}
-	var status struct {
-		ObservedGeneration *int64 `json:"observedGeneration"`
-		Replicas           *int64 `json:"replicas"`
-		ReadyReplicas      *int64 `json:"readyReplicas"`
-		UpdatedReplicas    *int64 `json:"updatedReplicas"`
-		AvailableReplicas  *int64 `json:"availableReplicas"`
-	}
-	if err := json.Unmarshal(j.Status, &status); err != nil {
+	if err := json.Unmarshal(j.Status, c.rollout); err != nil {
 		return nil, fmt.Errorf("decoding the status of Deployment %s/%s: %w", c.Namespace, c.Name, err)
-	}
-	for f, v := range map[string]*int64{
-		"observedGeneration": status.ObservedGeneration, "replicas": status.Replicas,
-		"readyReplicas": status.ReadyReplicas, "updatedReplicas": status.UpdatedReplicas,
-		"availableReplicas": status.AvailableReplicas,
-	} {
-		if v != nil {
-			c.rollout[f] = *v
-		}
 	}
 	return c, nil
 }
+
+// intern returns the one copy of s kept for all children: kinds, API versions and namespaces
+// repeat across thousands of them.
+func intern(s string) string { return unique.Make(s).Value() }
 
 // DeepCopyObject returns a copy of c (a cachedChild is a runtime.Object, as the informer
 // machinery needs); the interned field set is shared, as it never changes.
@@ -148,7 +144,10 @@ func (c *cachedChild) DeepCopyObject() runtime.Object {
 		r := *c.replicas
 		out.replicas = &r
 	}
-	out.rollout = maps.Clone(c.rollout)
+	if c.rollout != nil {
+		r := *c.rollout
+		out.rollout = &r
+	}
 	return &out
 }
 
@@ -157,7 +156,14 @@ func (c *cachedChild) deployment() *unstructured.Unstructured {
 	if c == nil {
 		return nil
 	}
-	d := &unstructured.Unstructured{Object: map[string]any{"status": c.rollout}}
+	var r rolloutCounts
+	if c.rollout != nil {
+		r = *c.rollout
+	}
+	d := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
+		"observedGeneration": r.ObservedGeneration, "replicas": r.Replicas, "readyReplicas": r.ReadyReplicas,
+		"updatedReplicas": r.UpdatedReplicas, "availableReplicas": r.AvailableReplicas,
+	}}}
 	d.SetName(c.Name)
 	d.SetGeneration(c.Generation)
 	if c.replicas != nil {

@@ -54,16 +54,16 @@ func TestChildWatchDecodesEachEvent(t *testing.T) {
 	want := &cachedChild{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: "ns", UID: "u1", ResourceVersion: "7", Generation: 2,
-			Annotations:     map[string]string{"evals.si/spec-hash": "h1"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "evals.si/v1alpha1", Kind: "Evaluator", Name: "pool", UID: "o1", Controller: new(true)}},
 		},
-		rollout: map[string]any{"observedGeneration": int64(2), "replicas": int64(3), "readyReplicas": int64(2), "updatedReplicas": int64(3), "availableReplicas": int64(2)},
+		specHash: "h1",
+		rollout:  &rolloutCounts{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3, AvailableReplicas: 2},
 	}
 	if diff := cmp.Diff(want.ObjectMeta, added.ObjectMeta); diff != "" {
 		t.Errorf("metadata (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(want.rollout, added.rollout); diff != "" || added.replicas == nil || *added.replicas != replicas {
-		t.Errorf("rollout (-want +got):\n%s, replicas %v", diff, added.replicas)
+	if diff := cmp.Diff(want.rollout, added.rollout); diff != "" || added.replicas == nil || *added.replicas != replicas || added.specHash != want.specHash {
+		t.Errorf("rollout (-want +got):\n%s, replicas %v, spec hash %q", diff, added.replicas, added.specHash)
 	}
 	if owned := added.owned.Value(); !added.hasOwned || !strings.Contains(owned, ownerPlaceholder) || strings.Contains(owned, "f:status") {
 		t.Errorf("the operator's field set is %q (hasOwned %v), want its apply's with the owner's UID factored out", owned, added.hasOwned)
@@ -101,7 +101,7 @@ func TestDecodeChildList(t *testing.T) {
 	if err != nil || len(items) != 1 || l.GetResourceVersion() != "9" || l.GetContinue() != "c" {
 		t.Fatalf("list: %v items, rv %q, continue %q, %v", len(items), l.GetResourceVersion(), l.GetContinue(), err)
 	}
-	if c := items[0].(*cachedChild); c.Name != "pool" || c.rollout["readyReplicas"] != int64(2) {
+	if c := items[0].(*cachedChild); c.Name != "pool" || c.rollout.ReadyReplicas != 2 {
 		t.Errorf("item: %+v", c)
 	}
 	if _, err := decodeChildList([]byte(`{"items":[{"kind":"Deployment","status":[]}]}`)); err == nil {
