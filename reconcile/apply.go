@@ -1,10 +1,13 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -65,7 +68,7 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 	}
 
 	out := children{}
-	var applied []string
+	var stale []pendingApply
 	for _, want := range desired {
 		key := childKey(want.GetKind(), want.GetNamespace(), want.GetName())
 		cur := live[key]
@@ -82,19 +85,40 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 			return nil, Terminal(evalsi.ReasonInvalidSpec, errors.New(msg))
 		}
 		e.log.Debug("applying child", "owner", owner.GetName(), "child", key, "why", why)
-		obj, err := e.apply(ctx, want, cur)
-		if err != nil {
-			return nil, err
+		stale = append(stale, pendingApply{key: key, want: want, cur: cur, why: why})
+	}
+	// The applies of a wave go out together, so that a new pool waits for two round trips rather
+	// than one per child. Every applied child is remembered, even when another of its wave failed.
+	var applied []string
+	for _, wave := range applyWaves(stale) {
+		var wg sync.WaitGroup
+		for i := range wave {
+			a := &wave[i]
+			inf := informers[evalsi.ChildResources[a.want.GetKind()].Resource]
+			wg.Go(func() {
+				// Remembered at once, before the informer can show it: its echo queues nothing.
+				if a.obj, a.err = e.apply(ctx, a.want, a.cur); a.err == nil && inf != nil {
+					inf.written.remember(a.obj)
+				}
+			})
 		}
-		if inf := informers[evalsi.ChildResources[want.GetKind()].Resource]; inf != nil {
-			inf.written.remember(obj)
+		wg.Wait()
+		var first error // in the rendering's order, as when the applies went one by one
+		for _, a := range wave {
+			if a.err != nil {
+				first = cmp.Or(first, a.err)
+				continue
+			}
+			if a.cur != nil {
+				// Creating children is what a new object is for; an event says when one had to
+				// change (a new spec, or drift repaired).
+				applied = append(applied, fmt.Sprintf("%s %s (%s)", a.want.GetKind(), a.want.GetName(), a.why))
+			}
+			out[a.key] = a.obj
 		}
-		if cur != nil {
-			// Creating children is what a new object is for; an event says when one had to
-			// change (a new spec, or drift repaired).
-			applied = append(applied, fmt.Sprintf("%s %s (%s)", want.GetKind(), want.GetName(), why))
+		if first != nil {
+			return nil, first
 		}
-		out[key] = obj
 	}
 	if len(applied) > 0 {
 		e.recorder.Eventf(owner, corev1.EventTypeNormal, "Updated", "updated %s", strings.Join(applied, ", "))
@@ -106,6 +130,31 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 		e.recorder.Eventf(owner, corev1.EventTypeNormal, "Deleted", "deleted %s %s: no longer desired", stale.Kind, stale.Name)
 	}
 	return out, nil
+}
+
+// pendingApply is a child to apply (want, over the cached cur, for the reason why) and, once
+// applied, the API server's answer or error.
+type pendingApply struct {
+	key, why string
+	want     *unstructured.Unstructured
+	cur      *cachedChild
+	obj      *cachedChild
+	err      error
+}
+
+// applyWaves splits the children to apply into the waves they go out in: ServiceAccounts first,
+// as a pod the Deployment controller creates before its service account exists is refused and
+// retried only after a backoff; then every other child at once.
+func applyWaves(stale []pendingApply) [][]pendingApply {
+	var accounts, rest []pendingApply
+	for _, a := range stale {
+		if a.want.GetKind() == "ServiceAccount" {
+			accounts = append(accounts, a)
+		} else {
+			rest = append(rest, a)
+		}
+	}
+	return slices.DeleteFunc([][]pendingApply{accounts, rest}, func(w []pendingApply) bool { return len(w) == 0 })
 }
 
 // staleness says why live is not the applied form of want, or "" when it is: the rendering
