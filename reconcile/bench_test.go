@@ -20,7 +20,7 @@ import (
 // BenchmarkCachedObjectBytes measures the heap one cached object takes, by kind, for an
 // autoscaled Evaluator and its children as the API server serves them once the pool is Ready:
 // as decoded, with managedFields dropped (the informers' transform before pruning), and as the
-// informers keep it now (decodeChild, pruneOwner). The side-by-side comparison with a controller-runtime
+// informers keep it now (decodeChild, newCachedOwner). The side-by-side comparison with a controller-runtime
 // operator is in package bench.
 func BenchmarkCachedObjectBytes(b *testing.B) {
 	needCluster(b)
@@ -77,8 +77,10 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 					return decodeChild(raw)
 				}
 				u, err := decodeUnstructured(raw)
-				pruneOwner(u)
-				return u, err
+				if err != nil {
+					return nil, err
+				}
+				return newCachedOwner(u)
 			})
 			fmt.Printf("%-22s %10.0f %18.0f %10.0f\n", list.Items[0].GetKind(), decoded, noManaged, cached)
 			b.ReportMetric(cached, k.gvr.Resource+"-B")

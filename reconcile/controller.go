@@ -125,15 +125,14 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 		// again, and the objects are looked at once it is supported.
 		return Outcome{RequeueAfter: c.e.cfg.DiscoveryInterval}, nil
 	}
-	cached, err := c.inf.owner(key)
+	obj, err := c.inf.owner(key)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("reading %s from the cache: %w", key, err)
 	}
-	if cached == nil {
+	if obj == nil {
 		// Deleted: children go with their owner (garbage collection); nothing to do.
 		return Outcome{}, nil
 	}
-	obj := cached.DeepCopy()
 	ctx, cancel := context.WithTimeout(ctx, c.e.cfg.ReconcileTimeout)
 	defer cancel()
 	defer func() {
@@ -158,7 +157,9 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 			return outcome, errors.Join(err, serr)
 		}
 		if written != nil {
-			c.inf.rememberOwner(written)
+			if rerr := c.inf.rememberOwner(written); rerr != nil {
+				return outcome, errors.Join(err, rerr)
+			}
 		}
 	}
 	return outcome, err

@@ -151,10 +151,16 @@ func (e *Engine) Synced() bool {
 	return true
 }
 
+// eventKeys bounds each of the event recorder's three caches (similar events aggregated, repeats
+// counted, spam filtered per object), which hold a key and a record of about 400 bytes per event:
+// client-go's 4,096 came to 5 MB once thousands of pools had each had an event. A repeat of an
+// event pushed out by over a thousand newer ones is recorded as a new Event instead of counted.
+const eventKeys = 1024
+
 // Run starts the controllers whose CRDs are served and keeps looking for CRDs that appear
 // later, until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventKeys}))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.kube.CoreV1().Events(e.cfg.Namespace)})
 	defer broadcaster.Shutdown()
 	e.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})

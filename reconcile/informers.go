@@ -29,19 +29,23 @@ type informer struct {
 }
 
 // rememberOwner keeps an owner's status write until the informer shows it or a newer version.
-func (i *informer) rememberOwner(obj *unstructured.Unstructured) {
-	pruneOwner(obj)
-	i.written.remember(obj)
+func (i *informer) rememberOwner(obj *unstructured.Unstructured) error {
+	o, err := newCachedOwner(obj)
+	if err != nil {
+		return err
+	}
+	i.written.remember(o)
+	return nil
 }
 
-// owner returns the owner of key: the informer's, or the operator's newer write of it; nil
-// when the informer does not have it (deleted, whatever status was last written).
+// owner returns a copy of the owner of key: the informer's, or the operator's newer write of it;
+// nil when the informer does not have it (deleted, whatever status was last written).
 func (i *informer) owner(key string) (*unstructured.Unstructured, error) {
 	o, exists, err := i.shared.GetStore().GetByKey(key)
 	if err != nil || !exists {
 		return nil, err
 	}
-	return i.written.newer(key, o.(*unstructured.Unstructured)).(*unstructured.Unstructured), nil
+	return i.written.newer(key, o.(*cachedOwner)).(*cachedOwner).object()
 }
 
 // ownedBy returns the children whose controller owner has the UID owner, each the informer's or
@@ -88,7 +92,7 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	} else {
 		indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 		inf = dynamicinformer.NewFilteredDynamicInformer(e.client, gvr, namespace, e.cfg.Resync, indexers, nil).Informer()
-		inf.SetTransform(pruneOwnerTransform)
+		inf.SetTransform(ownerTransform)
 	}
 	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
@@ -210,28 +214,15 @@ func indexByOwner(obj any) ([]string, error) {
 // The informers keep only what the engine reads: a cached object is never written back, so
 // nothing it lacks can reach the API server. Children are decoded into a cachedChild
 // (childListWatch). Owners are handed to render and their status is written from them, so they
-// keep everything but managedFields and kubectl's copy of the last applied object.
+// keep everything but managedFields and kubectl's copy of the last applied object (cachedOwner).
 
 // lastAppliedAnnotation is kubectl apply's copy of the whole object, as large as the object.
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
-// pruneOwnerTransform is the owner informers' transform (pruneOwner).
-func pruneOwnerTransform(obj any) (any, error) {
+// ownerTransform is the owner informers' transform (cachedOwner).
+func ownerTransform(obj any) (any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
-		pruneOwner(u)
+		return newCachedOwner(u)
 	}
 	return obj, nil
-}
-
-// pruneOwner drops from an owner what the engine never reads: managedFields and kubectl's
-// last-applied copy.
-func pruneOwner(u *unstructured.Unstructured) {
-	meta, _ := u.Object["metadata"].(map[string]any)
-	delete(meta, "managedFields")
-	if annotations, _ := meta["annotations"].(map[string]any); annotations != nil {
-		delete(annotations, lastAppliedAnnotation)
-		if len(annotations) == 0 {
-			delete(meta, "annotations")
-		}
-	}
 }

@@ -67,7 +67,10 @@ func (e *Engine) sweepRuns(ctx context.Context) {
 	followers := map[string]follower{} // by project/id
 	opts := e.renderOptions()
 	for _, o := range c.inf.shared.GetStore().List() {
-		obj := o.(*unstructured.Unstructured)
+		obj, err := o.(*cachedOwner).object()
+		if err != nil {
+			continue // its reconcile reports it
+		}
 		runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
 		phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
 		if runID == "" || evalsi.TerminalPhase(phase) || obj.GetDeletionTimestamp() != nil {

@@ -135,6 +135,11 @@ func (w *recentWrites) drop(key string, r recentWrite) {
 			delete(w.byOwner, r.owner)
 		}
 	}
+	if len(w.objs) == 0 {
+		// A map keeps the room of its largest size: once a burst of writes is all shown, the
+		// room it took goes back to the heap.
+		w.objs, w.byOwner = map[string]recentWrite{}, map[string]map[string]bool{}
+	}
 }
 
 // versionOf reads an object's resourceVersion as the number etcd gives it (0 when it is not one):
