@@ -26,7 +26,11 @@
 // Children are written with server-side apply under one field manager (apply.go), and only when
 // they are stale: a child whose spec-hash annotation matches the rendering and whose fields the
 // rendering sets are all still owned by the operator's apply (cachedchild.go) is left alone, so
-// steady state makes no write at all, for any number of resyncs. Writes are read at once, before the informer shows them (recentWrites, written.go),
+// steady state makes no write at all, for any number of resyncs. The stale children of a reconcile
+// are applied in two waves: ServiceAccounts, then the rest at once. The caches keep only what the
+// engine reads: children as cachedChild, decoded straight from their watch (childwatch.go), and
+// owners as their pruned JSON (cachedowner.go), of which each reconcile decodes its own copy.
+// Writes are read at once, before the informer shows them (recentWrites, written.go),
 // so a reconcile right after a write neither repeats nor conflicts with it; the informer event
 // that brings the operator's own write back (the very version written) queues nothing, so a
 // status write does not reconcile its object again. Nothing is kept in memory that matters
@@ -41,7 +45,8 @@
 // # Why not controller-runtime
 //
 // The engine is client-go's dynamic client, dynamic informers, workqueue, leader election and
-// event recorder, with unstructured objects throughout, as the platform's design asks: the evals.si
+// event recorder (children are watched over its REST client and decoded into what the cache keeps,
+// childwatch.go), with unstructured objects throughout, as the platform's design asks: the evals.si
 // specs are API messages kept as they are (no generated Go types), and the operator must run with
 // an older evalsi-crds that lacks a kind, or without KEDA, and pick them up when they appear.
 // controller-runtime's typed caches and static watches fit neither, and its per-reconcile
