@@ -50,6 +50,9 @@ func (o *cachedOwner) DeepCopyObject() runtime.Object {
 	return &out
 }
 
+// lastAppliedAnnotation is kubectl apply's copy of the whole object, as large as the object.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
 // pruneOwner drops from an owner what the engine never reads: managedFields and kubectl's
 // last-applied copy.
 func pruneOwner(u *unstructured.Unstructured) {

@@ -216,9 +216,6 @@ func indexByOwner(obj any) ([]string, error) {
 // (childListWatch). Owners are handed to render and their status is written from them, so they
 // keep everything but managedFields and kubectl's copy of the last applied object (cachedOwner).
 
-// lastAppliedAnnotation is kubectl apply's copy of the whole object, as large as the object.
-const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
-
 // ownerTransform is the owner informers' transform (cachedOwner).
 func ownerTransform(obj any) (any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
