@@ -18,6 +18,7 @@ import (
 // roundResult is what one round of one contender measured.
 type roundResult struct {
 	converge, ready time.Duration // from the first create until converged, until every pool is Ready
+	created         time.Duration // from the first create until the last returned
 	cpuConverge     time.Duration // the contender's CPU time until converged
 	peakRSS         float64       // bytes
 	liveHeap        float64       // bytes, at steady state, right after a garbage collection
@@ -31,8 +32,8 @@ type roundResult struct {
 }
 
 func (r roundResult) String() string {
-	return fmt.Sprintf("converged %.2fs (CPU %.2fs, writes %d: %s), Ready %.2fs (writes %d, reconciles %.0f), idle writes %d, peak RSS %.0f MiB, live heap %.1f MiB, restart %.2fs (writes %d)",
-		r.converge.Seconds(), r.cpuConverge.Seconds(), r.writesConverge.total(), r.writesConverge, r.ready.Seconds(),
+	return fmt.Sprintf("created %.2fs, converged %.2fs (CPU %.2fs, writes %d: %s), Ready %.2fs (writes %d, reconciles %.0f), idle writes %d, peak RSS %.0f MiB, live heap %.1f MiB, restart %.2fs (writes %d)",
+		r.created.Seconds(), r.converge.Seconds(), r.cpuConverge.Seconds(), r.writesConverge.total(), r.writesConverge, r.ready.Seconds(),
 		r.writesReady.total(), r.reconciles, r.writesIdle.total(), r.peakRSS/(1<<20), r.liveHeap/(1<<20),
 		r.restart.Seconds(), r.writesRestart.total())
 }
@@ -59,6 +60,7 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 	}); err != nil {
 		b.Fatalf("creating Evaluators: %v", err)
 	}
+	res.created = time.Since(t0)
 	wait(b, ctx, p, "converged", func() bool { return w.converged(n) })
 	res.converge, res.cpuConverge = time.Since(t0), p.cpu()-cpu0
 	converged := mark()

@@ -1,11 +1,13 @@
 package reconcile
 
 import (
+	"encoding/json"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // cachedOwner is what the engine keeps of an owner (an object of the operator's kinds) in its
@@ -33,12 +35,37 @@ func newCachedOwner(u *unstructured.Unstructured) (*cachedOwner, error) {
 	return o, nil
 }
 
+// decodeOwner keeps raw, an owner as the API server answered a write, as the cache would until
+// the informer shows it: its identity is decoded, and the rest stays as it came (pruned when it
+// is decoded, by object).
+func decodeOwner(raw []byte) (*cachedOwner, error) {
+	var j struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name            string    `json:"name"`
+			Namespace       string    `json:"namespace"`
+			UID             types.UID `json:"uid"`
+			ResourceVersion string    `json:"resourceVersion"`
+			Generation      int64     `json:"generation"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, fmt.Errorf("decoding an owner: %w", err)
+	}
+	o := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, raw: raw}
+	m := j.Metadata
+	o.Name, o.Namespace, o.UID, o.ResourceVersion, o.Generation = m.Name, intern(m.Namespace), m.UID, m.ResourceVersion, m.Generation
+	return o, nil
+}
+
 // object decodes a copy of the owner.
 func (o *cachedOwner) object() (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(o.raw); err != nil {
 		return nil, fmt.Errorf("decoding %s %s/%s from the cache: %w", o.Kind, o.Namespace, o.Name, err)
 	}
+	pruneOwner(u)
 	return u, nil
 }
 

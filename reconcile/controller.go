@@ -157,9 +157,8 @@ func (c *controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 			return outcome, errors.Join(err, serr)
 		}
 		if written != nil {
-			if rerr := c.inf.rememberOwner(written); rerr != nil {
-				return outcome, errors.Join(err, rerr)
-			}
+			// Kept until the informer shows it or a newer version.
+			c.inf.written.remember(written)
 		}
 	}
 	return outcome, err

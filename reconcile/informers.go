@@ -28,16 +28,6 @@ type informer struct {
 	written *recentWrites
 }
 
-// rememberOwner keeps an owner's status write until the informer shows it or a newer version.
-func (i *informer) rememberOwner(obj *unstructured.Unstructured) error {
-	o, err := newCachedOwner(obj)
-	if err != nil {
-		return err
-	}
-	i.written.remember(o)
-	return nil
-}
-
 // owner returns a copy of the owner of key: the informer's, or the operator's newer write of it;
 // nil when the informer does not have it (deleted, whatever status was last written).
 func (i *informer) owner(key string) (*unstructured.Unstructured, error) {

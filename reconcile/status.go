@@ -21,19 +21,27 @@ import (
 var now = func() time.Time { return time.Now().UTC() }
 
 // writeStatus writes st as obj's status when it differs from what obj holds, and records an
-// Event when the Ready condition changed. It returns the object written, or nil when nothing was:
-// nothing is written at steady state.
-func (e *Engine) writeStatus(ctx context.Context, k *kind, obj *unstructured.Unstructured, st *Status) (*unstructured.Unstructured, error) {
+// Event when the Ready condition changed. It returns the object written as the cache keeps it, or
+// nil when nothing was: nothing is written at steady state.
+func (e *Engine) writeStatus(ctx context.Context, k *kind, obj *unstructured.Unstructured, st *Status) (*cachedOwner, error) {
 	old, _, _ := unstructured.NestedMap(obj.Object, "status")
 	next := buildStatus(old, st, obj.GetGeneration())
 	if sameJSON(old, next) {
 		return nil, nil
 	}
 	obj.Object["status"] = next
-	client := e.client.Resource(k.gvr).Namespace(obj.GetNamespace())
-	written, err := client.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager})
+	body, err := obj.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encoding status: %w", err)
+	}
+	raw, err := rawResult(e.rest.Put().AbsPath(resourcePath(k.gvr, obj.GetNamespace()), obj.GetName(), "status").
+		VersionedParams(&metav1.UpdateOptions{FieldManager: FieldManager}, metav1.ParameterCodec).Body(body).Do(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("writing status: %w", err)
+	}
+	written, err := decodeOwner(raw)
+	if err != nil {
+		return nil, fmt.Errorf("reading the status written: %w", err)
 	}
 	// An event when Ready changes, not for the first status of a new object unless it failed.
 	before, after := readyOf(old), readyOf(next)
