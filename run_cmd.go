@@ -37,7 +37,7 @@ func runCommand() *cli.Command {
 		kubeconfigFlag(""),
 		&cli.StringFlag{Name: "namespace", Usage: "watch and write only this namespace (default: all)"},
 		&cli.StringSliceFlag{Name: "controllers", Usage: "controllers to run (default: all): " + strings.Join(reconcile.ControllerNames(), ", ")},
-		&cli.IntFlag{Name: "workers", Value: 16, Usage: "concurrent reconciles per controller"},
+		&cli.IntFlag{Name: "workers", Value: 32, Usage: "concurrent reconciles per controller (they mostly wait on the API server; the rate limits bound the requests)"},
 		&cli.DurationFlag{Name: "resync", Value: 10 * time.Minute, Usage: "how often every object is reconciled without an event"},
 		&cli.DurationFlag{Name: "discovery-interval", Value: 30 * time.Second, Usage: "how often to look for CRDs (evalsi's, KEDA's) that appeared or went away"},
 		&cli.BoolFlag{Name: "leader-elect", Value: true, Usage: "run only while holding the leader Lease"},

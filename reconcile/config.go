@@ -19,7 +19,7 @@ type Config struct {
 	Namespace string
 	// Controllers are the controller names to run; empty runs all.
 	Controllers []string
-	// Workers is the number of concurrent reconciles per controller.
+	// Workers is the number of concurrent reconciles per controller (32 when 0).
 	Workers int
 	// Resync is how often every object is reconciled again without an event.
 	Resync time.Duration

@@ -67,7 +67,7 @@ type Engine struct {
 // New returns an engine for cfg. It makes no request until Run.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Workers <= 0 {
-		cfg.Workers = 16
+		cfg.Workers = 32
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = 10 * time.Minute
