@@ -60,11 +60,7 @@ type childJSON struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Metadata   struct {
-		Name              string                  `json:"name"`
-		Namespace         string                  `json:"namespace"`
-		UID               types.UID               `json:"uid"`
-		ResourceVersion   string                  `json:"resourceVersion"`
-		Generation        int64                   `json:"generation"`
+		objectIdentity
 		Annotations       map[string]string       `json:"annotations"`
 		OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
 		DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
@@ -84,6 +80,20 @@ type childJSON struct {
 	Message string              `json:"message"`
 }
 
+// objectIdentity is an object's identity as its JSON metadata carries it.
+type objectIdentity struct {
+	Name            string    `json:"name"`
+	Namespace       string    `json:"namespace"`
+	UID             types.UID `json:"uid"`
+	ResourceVersion string    `json:"resourceVersion"`
+	Generation      int64     `json:"generation"`
+}
+
+// objectMeta returns the identity as the cache keeps it, the namespace interned.
+func (id objectIdentity) objectMeta() metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: id.Name, Namespace: intern(id.Namespace), UID: id.UID, ResourceVersion: id.ResourceVersion, Generation: id.Generation}
+}
+
 // decodeChild decodes a child's JSON into what the engine keeps of it.
 func decodeChild(raw []byte) (*cachedChild, error) {
 	var j childJSON
@@ -96,9 +106,7 @@ func decodeChild(raw []byte) (*cachedChild, error) {
 // cached returns what the engine keeps of j.
 func (j *childJSON) cached() (*cachedChild, error) {
 	m := &j.Metadata
-	c := &cachedChild{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}}
-	c.Name, c.Namespace, c.UID = m.Name, intern(m.Namespace), m.UID
-	c.ResourceVersion, c.Generation = m.ResourceVersion, m.Generation
+	c := &cachedChild{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, ObjectMeta: m.objectMeta()}
 	c.OwnerReferences, c.DeletionTimestamp = m.OwnerReferences, m.DeletionTimestamp
 	for i := range c.OwnerReferences {
 		ref := &c.OwnerReferences[i]

@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // cachedOwner is what the engine keeps of an owner (an object of the operator's kinds) in its
@@ -29,10 +28,8 @@ func newCachedOwner(u *unstructured.Unstructured) (*cachedOwner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s %s/%s for the cache: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
-	o := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(u.GetAPIVersion()), Kind: intern(u.GetKind())}, raw: raw}
-	o.Name, o.Namespace, o.UID = u.GetName(), intern(u.GetNamespace()), u.GetUID()
-	o.ResourceVersion, o.Generation = u.GetResourceVersion(), u.GetGeneration()
-	return o, nil
+	id := objectIdentity{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration()}
+	return &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(u.GetAPIVersion()), Kind: intern(u.GetKind())}, ObjectMeta: id.objectMeta(), raw: raw}, nil
 }
 
 // decodeOwner keeps raw, an owner as the API server answered a write, as the cache would until
@@ -40,23 +37,14 @@ func newCachedOwner(u *unstructured.Unstructured) (*cachedOwner, error) {
 // is decoded, by object).
 func decodeOwner(raw []byte) (*cachedOwner, error) {
 	var j struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-		Metadata   struct {
-			Name            string    `json:"name"`
-			Namespace       string    `json:"namespace"`
-			UID             types.UID `json:"uid"`
-			ResourceVersion string    `json:"resourceVersion"`
-			Generation      int64     `json:"generation"`
-		} `json:"metadata"`
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Metadata   objectIdentity `json:"metadata"`
 	}
 	if err := json.Unmarshal(raw, &j); err != nil {
 		return nil, fmt.Errorf("decoding an owner: %w", err)
 	}
-	o := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, raw: raw}
-	m := j.Metadata
-	o.Name, o.Namespace, o.UID, o.ResourceVersion, o.Generation = m.Name, intern(m.Namespace), m.UID, m.ResourceVersion, m.Generation
-	return o, nil
+	return &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, ObjectMeta: j.Metadata.objectMeta(), raw: raw}, nil
 }
 
 // object decodes a copy of the owner.
