@@ -91,18 +91,7 @@ func (e *Engine) syncChildren(ctx context.Context, k *kind, owner *unstructured.
 	// than one per child. Every applied child is remembered, even when another of its wave failed.
 	var applied []string
 	for _, wave := range applyWaves(stale) {
-		var wg sync.WaitGroup
-		for i := range wave {
-			a := &wave[i]
-			inf := informers[evalsi.ChildResources[a.want.GetKind()].Resource]
-			wg.Go(func() {
-				// Remembered at once, before the informer can show it: its echo queues nothing.
-				if a.obj, a.err = e.apply(ctx, a.want, a.cur); a.err == nil && inf != nil {
-					inf.written.remember(a.obj)
-				}
-			})
-		}
-		wg.Wait()
+		e.applyWave(ctx, wave, informers)
 		var first error // in the rendering's order, as when the applies went one by one
 		for _, a := range wave {
 			if a.err != nil {
@@ -140,6 +129,22 @@ type pendingApply struct {
 	cur      *cachedChild
 	obj      *cachedChild
 	err      error
+}
+
+// applyWave applies the children of wave at once, each remembered by its informer as soon as its
+// apply returns, before the informer can show it: its echo queues nothing.
+func (e *Engine) applyWave(ctx context.Context, wave []pendingApply, informers map[string]*informer) {
+	var wg sync.WaitGroup
+	for i := range wave {
+		a := &wave[i]
+		inf := informers[evalsi.ChildResources[a.want.GetKind()].Resource]
+		wg.Go(func() {
+			if a.obj, a.err = e.apply(ctx, a.want, a.cur); a.err == nil && inf != nil {
+				inf.written.remember(a.obj)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // applyWaves splits the children to apply into the waves they go out in: ServiceAccounts first,

@@ -159,27 +159,6 @@ func (c *cachedChild) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// deployment returns a cached Deployment in the shape rolloutOf reads, or nil for nil.
-func (c *cachedChild) deployment() *unstructured.Unstructured {
-	if c == nil {
-		return nil
-	}
-	var r rolloutCounts
-	if c.rollout != nil {
-		r = *c.rollout
-	}
-	d := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
-		"observedGeneration": r.ObservedGeneration, "replicas": r.Replicas, "readyReplicas": r.ReadyReplicas,
-		"updatedReplicas": r.UpdatedReplicas, "availableReplicas": r.AvailableReplicas,
-	}}}
-	d.SetName(c.Name)
-	d.SetGeneration(c.Generation)
-	if c.replicas != nil {
-		d.Object["spec"] = map[string]any{"replicas": *c.replicas}
-	}
-	return d
-}
-
 // unowned returns the first field that want sets and the operator's apply no longer owns (another
 // writer changed it, which moves its ownership to that writer), or "" when it owns them all.
 // Server-side apply keeps a field's value while its owner does, so ownership is the drift check:

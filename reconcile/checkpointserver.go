@@ -15,5 +15,5 @@ func reconcileCheckpointServer(ctx context.Context, e *Engine, k *kind, obj *uns
 		return Outcome{}, err
 	}
 	deploy := live.get("Deployment", obj.GetNamespace(), res.Served.Deployment)
-	return Outcome{Status: checkpointServerStatus(res.Served, deploy.deployment())}, nil
+	return Outcome{Status: checkpointServerStatus(res.Served, deploy)}, nil
 }

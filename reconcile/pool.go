@@ -21,5 +21,5 @@ func reconcilePool(ctx context.Context, e *Engine, k *kind, obj *unstructured.Un
 		return Outcome{}, err
 	}
 	deploy := live.get("Deployment", res.Pool.Namespace, res.Pool.Deployment)
-	return Outcome{Status: poolStatus(res.Pool, obj.GetKind() == "SandboxClass", deploy.deployment())}, nil
+	return Outcome{Status: poolStatus(res.Pool, obj.GetKind() == "SandboxClass", deploy)}, nil
 }

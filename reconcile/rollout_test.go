@@ -3,46 +3,26 @@ package reconcile
 import (
 	"testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func deploymentWith(generation int64, replicas any, status map[string]any) *unstructured.Unstructured {
-	spec := map[string]any{}
-	if replicas != nil {
-		spec["replicas"] = replicas
-	}
-	d := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"name": "d", "generation": generation},
-		"spec":     spec,
-		"status":   status,
-	}}
-	return d
+// deploymentWith is a cached Deployment of generation with spec.replicas (nil: unset) and status.
+func deploymentWith(generation int64, replicas *int64, status rolloutCounts) *cachedChild {
+	return &cachedChild{ObjectMeta: metav1.ObjectMeta{Name: "d", Generation: generation}, replicas: replicas, rollout: &status}
 }
 
 func TestRolloutOf(t *testing.T) {
 	for name, tc := range map[string]struct {
-		d    *unstructured.Unstructured
+		d    *cachedChild
 		done bool
 	}{
-		"no deployment yet": {nil, false},
-		"new spec not yet observed": {deploymentWith(2, int64(1), map[string]any{
-			"observedGeneration": int64(1), "replicas": int64(1), "updatedReplicas": int64(1), "readyReplicas": int64(1), "availableReplicas": int64(1),
-		}), false},
-		"old revision's replica still serving": {deploymentWith(2, int64(1), map[string]any{
-			"observedGeneration": int64(2), "replicas": int64(1), "updatedReplicas": int64(0), "readyReplicas": int64(1), "availableReplicas": int64(1),
-		}), false},
-		"old replicas terminating": {deploymentWith(2, int64(1), map[string]any{
-			"observedGeneration": int64(2), "replicas": int64(2), "updatedReplicas": int64(1), "readyReplicas": int64(1), "availableReplicas": int64(1),
-		}), false},
-		"new replica not yet available": {deploymentWith(2, int64(1), map[string]any{
-			"observedGeneration": int64(2), "replicas": int64(1), "updatedReplicas": int64(1), "availableReplicas": int64(0),
-		}), false},
-		"rolled out": {deploymentWith(2, int64(2), map[string]any{
-			"observedGeneration": int64(2), "replicas": int64(2), "updatedReplicas": int64(2), "readyReplicas": int64(2), "availableReplicas": int64(2),
-		}), true},
-		"replicas left to the HPA default to 1": {deploymentWith(1, nil, map[string]any{
-			"observedGeneration": int64(1), "replicas": int64(1), "updatedReplicas": int64(1), "readyReplicas": int64(1), "availableReplicas": int64(1),
-		}), true},
+		"no deployment yet":                     {nil, false},
+		"new spec not yet observed":             {deploymentWith(2, new(int64(1)), rolloutCounts{ObservedGeneration: 1, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}), false},
+		"old revision's replica still serving":  {deploymentWith(2, new(int64(1)), rolloutCounts{ObservedGeneration: 2, Replicas: 1, UpdatedReplicas: 0, ReadyReplicas: 1, AvailableReplicas: 1}), false},
+		"old replicas terminating":              {deploymentWith(2, new(int64(1)), rolloutCounts{ObservedGeneration: 2, Replicas: 2, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}), false},
+		"new replica not yet available":         {deploymentWith(2, new(int64(1)), rolloutCounts{ObservedGeneration: 2, Replicas: 1, UpdatedReplicas: 1, AvailableReplicas: 0}), false},
+		"rolled out":                            {deploymentWith(2, new(int64(2)), rolloutCounts{ObservedGeneration: 2, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}), true},
+		"replicas left to the HPA default to 1": {deploymentWith(1, nil, rolloutCounts{ObservedGeneration: 1, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}), true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := rolloutOf(tc.d)

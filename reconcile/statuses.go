@@ -18,7 +18,7 @@ import (
 
 // poolStatus is the status of an Evaluator (or, with sandbox, a SandboxClass) whose pool rendered
 // as pool and whose Deployment is deploy (nil when absent).
-func poolStatus(pool render.Pool, sandbox bool, deploy *unstructured.Unstructured) *Status {
+func poolStatus(pool render.Pool, sandbox bool, deploy *cachedChild) *Status {
 	fields := map[string]any{}
 	if sandbox {
 		fields["namespace"] = pool.Namespace
@@ -57,7 +57,7 @@ func poolStatus(pool render.Pool, sandbox bool, deploy *unstructured.Unstructure
 // checkpointServerStatus is the status of a CheckpointServer that serves as served and whose
 // Deployment is deploy: Ready only once the current spec is rolled out and one of its replicas
 // passes /health, so a spec change is not Ready on the old revision's replica.
-func checkpointServerStatus(served render.Served, deploy *unstructured.Unstructured) *Status {
+func checkpointServerStatus(served render.Served, deploy *cachedChild) *Status {
 	r := rolloutOf(deploy)
 	fields := map[string]any{
 		"endpoint":        served.Endpoint,

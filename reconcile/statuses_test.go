@@ -29,10 +29,9 @@ func ready(st *Status) Condition {
 	return Condition{}
 }
 
-func rolledOut(replicas int64) *unstructured.Unstructured {
-	return deploymentWith(1, replicas, map[string]any{
-		"observedGeneration": int64(1), "replicas": replicas, "updatedReplicas": replicas,
-		"readyReplicas": replicas, "availableReplicas": replicas,
+func rolledOut(replicas int64) *cachedChild {
+	return deploymentWith(1, &replicas, rolloutCounts{
+		ObservedGeneration: 1, Replicas: replicas, UpdatedReplicas: replicas, ReadyReplicas: replicas, AvailableReplicas: replicas,
 	})
 }
 
@@ -40,7 +39,7 @@ func TestPoolStatus(t *testing.T) {
 	for name, tc := range map[string]struct {
 		pool        render.Pool
 		sandbox     bool
-		deploy      *unstructured.Unstructured
+		deploy      *cachedChild
 		status      string
 		reason      string
 		autoscaling any
@@ -76,14 +75,14 @@ func TestPoolStatus(t *testing.T) {
 func TestCheckpointServerStatus(t *testing.T) {
 	served := render.Served{Deployment: "m-vllm", Endpoint: "http://m-vllm.team-a.svc:8000/v1", ModelName: "m"}
 	for name, tc := range map[string]struct {
-		deploy *unstructured.Unstructured
+		deploy *cachedChild
 		status string
 		reason string
 	}{
 		"not made yet":        {nil, "False", evalsi.ReasonRollingOut},
 		"scaled to zero":      {rolledOut(0), "False", evalsi.ReasonNoReplicas},
 		"a replica serves":    {rolledOut(1), "True", evalsi.ReasonServing},
-		"old revision serves": {deploymentWith(2, int64(1), map[string]any{"observedGeneration": int64(2), "replicas": int64(1), "updatedReplicas": int64(0), "readyReplicas": int64(1), "availableReplicas": int64(1)}), "False", evalsi.ReasonRollingOut},
+		"old revision serves": {deploymentWith(2, new(int64(1)), rolloutCounts{ObservedGeneration: 2, Replicas: 1, UpdatedReplicas: 0, ReadyReplicas: 1, AvailableReplicas: 1}), "False", evalsi.ReasonRollingOut},
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := checkpointServerStatus(served, tc.deploy)
