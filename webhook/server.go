@@ -48,24 +48,8 @@ func Run(ctx context.Context, cfg Config) error {
 	var certs certSource
 	if s := cfg.SelfSigned; s != nil {
 		ss := &selfSignedCerts{cfg: *s}
-		if err := ss.sync(ctx); err != nil {
-			return fmt.Errorf("setting up self-signed certificates: %w", err)
-		}
 		certs = ss
-		go func() {
-			t := time.NewTicker(cfg.CheckInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					if err := ss.sync(ctx); err != nil {
-						cfg.Log.Error("renewing certificates", "err", err)
-					}
-				}
-			}
-		}()
+		go keepCertificates(ctx, ss, cfg.CheckInterval, cfg.Log)
 	} else {
 		if cfg.CertDir == "" {
 			return errors.New("no certificates: give --cert-dir or --self-signed")
@@ -119,5 +103,28 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		}
 		return err
+	}
+}
+
+// keepCertificates syncs self-signed certificates until ctx ends: every interval once a sync
+// succeeds, and sooner after a failure (one second, doubling up to interval). Helm creates the
+// webhook configurations after the Deployment, so a new pod often starts before the
+// configuration whose caBundle it sets exists: it stays unready (no serving certificate) and
+// tries again, instead of exiting into the kubelet's crash-loop back-off.
+func keepCertificates(ctx context.Context, ss *selfSignedCerts, interval time.Duration, log *slog.Logger) {
+	backoff := min(time.Second, interval)
+	for {
+		next := interval
+		if err := ss.sync(ctx); err != nil {
+			log.Error("syncing the self-signed certificates", "err", err, "retry", backoff)
+			next, backoff = backoff, min(2*backoff, interval)
+		} else {
+			backoff = min(time.Second, interval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(next):
+		}
 	}
 }

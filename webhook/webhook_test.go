@@ -66,23 +66,25 @@ type runningWebhook struct {
 // loopback and waits until admission works. The configurations go when the test ends.
 func startWebhook(t *testing.T, ctx context.Context, validity time.Duration, configure ...func(*Config)) runningWebhook {
 	t.Helper()
-	cs := env.Clientset()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-	remove, err := Register(ctx, cs, name, "https://"+l.Addr().String())
+	l, health := listen(t), listen(t)
+	name := testName(t)
+	remove, err := Register(ctx, env.Clientset(), name, "https://"+l.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(remove)
+	w := runWebhook(t, ctx, name, l, health, validity, configure...)
+	waitAdmission(t, ctx, health)
+	return w
+}
+
+// runWebhook runs a self-signed webhook on l that keeps the caBundle of the configurations
+// Register(name) creates, whether or not they exist yet; it stops when the test ends.
+func runWebhook(t *testing.T, ctx context.Context, name string, l, health net.Listener, validity time.Duration, configure ...func(*Config)) runningWebhook {
+	t.Helper()
+	cs := env.Clientset()
 	vwc, mwc := Configurations(name, "")
 	ensureNamespace(t, ctx, "evalsi-system")
-	health, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	wctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	cfg := Config{
@@ -112,23 +114,48 @@ func startWebhook(t *testing.T, ctx context.Context, validity time.Duration, con
 		}
 	}
 	t.Cleanup(stop)
+	return runningWebhook{addr: l.Addr().String(), stop: stop}
+}
+
+// waitAdmission waits until a dry-run create passes through the webhook, then checks that the
+// webhook reports itself live and ready.
+func waitAdmission(t *testing.T, ctx context.Context, health net.Listener) {
+	t.Helper()
 	ns := ensureNamespace(t, ctx, "admission")
 	clustertest.Eventually(t, ctx, "admission through the webhook", func() error {
 		_, err := env.Dynamic().Resource(gvr("TraceSource")).Namespace(ns).Create(ctx, traceSource("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})
 	for _, path := range []string{"/healthz", "/readyz"} {
-		resp, err := http.Get("http://" + health.Addr().String() + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s: %s", path, resp.Status)
+		if code := healthStatus(t, health, path); code != http.StatusOK {
+			t.Errorf("%s: %d", path, code)
 		}
 	}
-	return runningWebhook{addr: l.Addr().String(), stop: stop}
 }
+
+// healthStatus returns the HTTP status of a health endpoint.
+func healthStatus(t *testing.T, health net.Listener, path string) int {
+	t.Helper()
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + health.Addr().String() + path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// testName is the test's name as a Kubernetes object name.
+func testName(t *testing.T) string { return strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) }
 
 func traceSource(name string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
@@ -367,4 +394,27 @@ func TestCABundleDriftIsRepaired(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestWebhookWaitsForItsConfigurations starts the webhook before its configurations exist, as
+// Helm does (it creates the Deployment before the webhook configurations): the webhook stays
+// live but unready, and serves admission once the configurations appear, without a restart.
+func TestWebhookWaitsForItsConfigurations(t *testing.T) {
+	ctx := testContext(t)
+	l, health := listen(t), listen(t)
+	name := testName(t)
+	runWebhook(t, ctx, name, l, health, time.Hour)
+	time.Sleep(1500 * time.Millisecond) // a few failed syncs
+	if code := healthStatus(t, health, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz without configurations: %d, want 200 (the pod is alive)", code)
+	}
+	if code := healthStatus(t, health, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz without configurations: %d, want 503", code)
+	}
+	remove, err := Register(ctx, env.Clientset(), name, "https://"+l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	waitAdmission(t, ctx, health)
 }
