@@ -36,13 +36,14 @@ type KedaTokenAudience struct {
 const KedaNamespace = "keda"
 
 // Keda returns KEDA's operator and the admission-webhooks server of cluster/keda, built from
-// KEDA's Go module into the cache on first use. It needs the repository's source tree.
+// KEDA's Go module into the cache on first use, with only the scalers the operator's
+// ScaledObjects use (trimKeda). It needs the repository's source tree.
 func Keda(ctx context.Context, progress io.Writer) (operator, webhooks string, err error) {
 	cache, err := CacheDir()
 	if err != nil {
 		return "", "", err
 	}
-	dir := filepath.Join(cache, "keda-"+KedaVersion)
+	dir := filepath.Join(cache, "keda-"+KedaVersion+"-trimmed")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", err
 	}
@@ -73,7 +74,17 @@ func Keda(ctx context.Context, progress io.Writer) (operator, webhooks string, e
 			return "", "", err
 		}
 	}
-	fmt.Fprintf(progress, "building KEDA %s (operator and admission webhooks), first run only\n", KedaVersion)
+	module, err := DownloadModule(ctx, KedaModule, KedaVersion)
+	if err != nil {
+		return "", "", err
+	}
+	if err := trimKeda(module, filepath.Join(src, "keda")); err != nil {
+		return "", "", err
+	}
+	if err := b.goCmd(ctx, src, "mod", "edit", "-replace", KedaModule+"=./keda"); err != nil {
+		return "", "", err
+	}
+	fmt.Fprintf(progress, "building KEDA %s (operator with the metrics-api, cpu and memory scalers, and admission webhooks), first run only\n", KedaVersion)
 	// One go build for both: they share most packages, and their links run side by side.
 	tmp := filepath.Join(dir, ".build")
 	if err := os.MkdirAll(tmp, 0o755); err != nil {

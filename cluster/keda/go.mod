@@ -1,5 +1,6 @@
-// The KEDA that the tests run, built from KEDA's Go module: its operator as KEDA ships it, and
-// its admission webhooks served on loopback (KEDA's webhooks command binds every interface). A
+// The KEDA that the tests run, built from KEDA's Go module: its operator as KEDA ships it but with
+// only the scalers the operator's ScaledObjects use (package cluster trims a copy of the module
+// and replaces KEDA's module with it), and its admission webhooks served on loopback (KEDA's webhooks command binds every interface). A
 // module of its own, so that KEDA's dependencies never enter the operator's module; package
 // cluster builds it into the cache. KEDA's go.mod has a replace, which a wrapper must repeat.
 module evalsi.local/keda
