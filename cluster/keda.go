@@ -10,9 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -60,10 +61,13 @@ func Keda(ctx context.Context, progress io.Writer) (operator, webhooks string, e
 		return operator, webhooks, nil
 	}
 	// The wrapper module is copied out of the checkout, so that building it never edits the tree.
-	_, self, _, _ := runtime.Caller(0)
+	wrapper, err := kedaWrapperDir(ctx)
+	if err != nil {
+		return "", "", err
+	}
 	src := filepath.Join(dir, "src")
 	for _, f := range []string{"go.mod", "go.sum", filepath.Join("webhooks", "main.go")} {
-		data, err := os.ReadFile(filepath.Join(filepath.Dir(self), "keda", f))
+		data, err := os.ReadFile(filepath.Join(wrapper, f))
 		if err != nil {
 			return "", "", fmt.Errorf("reading the KEDA wrapper module: %w", err)
 		}
@@ -97,6 +101,20 @@ func Keda(ctx context.Context, progress io.Writer) (operator, webhooks string, e
 		return "", "", err
 	}
 	return operator, webhooks, os.Rename(filepath.Join(tmp, "webhooks"), webhooks)
+}
+
+// kedaWrapperDir returns cluster/keda of the checkout that holds the working directory (the
+// commands and tests run in it; the source path of this file is not known to a -trimpath build).
+func kedaWrapperDir(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("finding the checkout: go env GOMOD: %w", err)
+	}
+	dir := filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), "cluster", "keda")
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		return "", fmt.Errorf("building KEDA needs the evalsi-operator checkout as the working directory: %w", err)
+	}
+	return dir, nil
 }
 
 // StartKeda runs KEDA against the cluster as KEDA's charts would, with processes on loopback: its

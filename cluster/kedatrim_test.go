@@ -49,3 +49,15 @@ func TestTrimKeda(t *testing.T) {
 		t.Errorf("pkg/scalers holds %v, want %v", files, want)
 	}
 }
+
+// TestKedaWrapperDir finds cluster/keda from a working directory inside the checkout, as the
+// tests and the repository's -trimpath commands run.
+func TestKedaWrapperDir(t *testing.T) {
+	dir, err := kedaWrapperDir(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if abs, _ := filepath.Abs("keda"); dir != abs {
+		t.Errorf("kedaWrapperDir = %s, want %s", dir, abs)
+	}
+}

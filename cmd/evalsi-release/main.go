@@ -34,13 +34,15 @@ func main() {
 	chartRepo := fs.String("chart-repository", "<registry>/evalsi/charts", "the OCI repository of the charts")
 	identity := fs.String("identity", "", "the repository URL that keyless signatures name (default: the origin remote)")
 	out := fs.String("out", "dist", "directory of the artifacts")
+	platforms := fs.String("platforms", strings.Join(release.Platforms, ","), "the binaries' platforms, os/arch separated by commas")
 	fs.Parse(os.Args[2:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1], release.Options{
 		Version: *version, Commit: *commit, ImageDigest: *digest, Out: *out, Identity: *identity,
-		Tested: release.Tested{ImageRepository: *imageRepo, ChartRepository: *chartRepo},
+		Platforms: strings.Split(*platforms, ","),
+		Tested:    release.Tested{ImageRepository: *imageRepo, ChartRepository: *chartRepo},
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "evalsi-release:", err)
 		os.Exit(1)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -39,6 +40,18 @@ type Options struct {
 	// Identity is the workflow identity keyless signatures carry, for the notes' verify commands:
 	// the repository URL, such as https://example.org/org/repo.
 	Identity string
+	// Platforms are the binaries' platforms, "os/arch"; Platforms when empty. `make test`
+	// rehearses linux/amd64 alone (a cold run would compile every package again for each other
+	// architecture); a release and `make release-dry-run` build them all.
+	Platforms []string
+}
+
+// platforms returns the platforms opts builds for.
+func (opts Options) platforms() []string {
+	if len(opts.Platforms) == 0 {
+		return Platforms
+	}
+	return opts.Platforms
 }
 
 var (
@@ -58,8 +71,13 @@ func Build(ctx context.Context, opts Options) ([]string, error) {
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, err
 	}
+	for _, p := range opts.Platforms {
+		if !slices.Contains(Platforms, p) {
+			return nil, fmt.Errorf("platform %q is not one of %s", p, strings.Join(Platforms, ", "))
+		}
+	}
 	var signed []string
-	for _, p := range Platforms {
+	for _, p := range opts.platforms() {
 		bin, err := buildBinary(ctx, opts, p)
 		if err != nil {
 			return nil, err

@@ -65,7 +65,7 @@ func Notes(opts Options) (string, error) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# evalsi-operator %s\n\n", opts.Version)
-	fmt.Fprintf(&b, "Revision `%s`. Platform image `%s:%s`, digest %s; for %s.\n\n", opts.Commit, t.ImageRepository, opts.Version, digest, strings.Join(Platforms, " and "))
+	fmt.Fprintf(&b, "Revision `%s`. Platform image `%s:%s`, digest %s; for %s.\n\n", opts.Commit, t.ImageRepository, opts.Version, digest, strings.Join(opts.platforms(), " and "))
 	b.WriteString("## What the tests ran on\n\n")
 	fmt.Fprintf(&b, "- Kubernetes %s: the control plane every test ran against. It is the one supported minor; the\n  charts refuse to install on any other, and the operator refuses to reconcile on one.\n", t.Kubernetes)
 	fmt.Fprintf(&b, "- KEDA %s: its operator and admission webhooks, scaling a pool from zero and back.\n", t.Keda)
@@ -74,7 +74,7 @@ func Notes(opts Options) (string, error) {
 	for _, c := range Charts {
 		fmt.Fprintf(&b, "- Chart `%s-%s.tgz` (`oci://%s/%s`, version %s, appVersion %s)\n", c, version, t.ChartRepository, c, version, version)
 	}
-	for _, p := range Platforms {
+	for _, p := range opts.platforms() {
 		bin := "evalsi-operator-" + strings.ReplaceAll(p, "/", "-")
 		fmt.Fprintf(&b, "- Binary `%s`, its SBOM `%s.spdx.json` and signature bundle `%s.bundle`\n", bin, bin, bin)
 	}

@@ -32,13 +32,14 @@ func TestDryRunSignsAndTamperingFails(t *testing.T) {
 	}
 	out := t.TempDir()
 	digest := "sha256:" + strings.Repeat("ab", 32)
+	// One platform, as make test's dry run: the other is the same build with another GOARCH.
 	artifacts, err := Build(ctx, Options{Version: "v0.9.1", Commit: "abc1234", ImageDigest: digest, Repo: "../..", Out: out,
-		Helm: helm, Tested: tested, Identity: "https://code.invalid/evals-si/evalsi-operator"})
+		Helm: helm, Tested: tested, Identity: "https://code.invalid/evals-si/evalsi-operator", Platforms: []string{"linux/amd64"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(artifacts) != len(Platforms)+len(Charts) {
-		t.Fatalf("artifacts %v, want %d binaries and %d charts", artifacts, len(Platforms), len(Charts))
+	if len(artifacts) != 1+len(Charts) {
+		t.Fatalf("artifacts %v, want 1 binary and %d charts", artifacts, len(Charts))
 	}
 	key, err := GenerateKey(ctx, cosign, filepath.Join(out, "throwaway"))
 	if err != nil {
@@ -52,7 +53,7 @@ func TestDryRunSignsAndTamperingFails(t *testing.T) {
 			t.Errorf("%s: %v", filepath.Base(a), err)
 		}
 	}
-	for _, victim := range []string{filepath.Join(out, "evalsi-0.9.1.tgz"), filepath.Join(out, "evalsi-operator-linux-arm64")} {
+	for _, victim := range []string{filepath.Join(out, "evalsi-0.9.1.tgz"), filepath.Join(out, "evalsi-operator-linux-amd64")} {
 		f, err := os.OpenFile(victim, os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -78,10 +79,31 @@ func TestDryRunSignsAndTamperingFails(t *testing.T) {
 			t.Errorf("the notes lack %s:\n%s", want, notes)
 		}
 	}
-	for _, sbom := range []string{"evalsi-operator-linux-amd64.spdx.json", "evalsi-operator-linux-arm64.spdx.json"} {
+	for _, sbom := range []string{"evalsi-operator-linux-amd64.spdx.json"} {
 		b, err := os.ReadFile(filepath.Join(out, sbom))
 		if err != nil || !strings.Contains(string(b), `"pkg:golang/k8s.io/client-go@`) {
 			t.Errorf("SBOM %s does not list client-go: %v", sbom, err)
 		}
+	}
+}
+
+// TestBuildRefusesBadOptions checks the options a release refuses before it builds anything.
+func TestBuildRefusesBadOptions(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts Options
+		want string
+	}{
+		"version without v":   {Options{Version: "1.2.3"}, `version "1.2.3" is not vMAJOR.MINOR.PATCH`},
+		"short digest":        {Options{Version: "v1.2.3", ImageDigest: "sha256:ab"}, `image digest "sha256:ab" is not`},
+		"unknown platform":    {Options{Version: "v1.2.3", Platforms: []string{"linux/s390x"}}, `platform "linux/s390x" is not one of linux/amd64, linux/arm64`},
+		"platforms separated": {Options{Version: "v1.2.3", Platforms: []string{"linux/amd64 linux/arm64"}}, `platform "linux/amd64 linux/arm64" is not one of`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc.opts.Out = t.TempDir()
+			_, err := Build(context.Background(), tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Build: %v, want an error containing %q", err, tc.want)
+			}
+		})
 	}
 }
