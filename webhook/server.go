@@ -115,7 +115,9 @@ func keepCertificates(ctx context.Context, ss *selfSignedCerts, interval time.Du
 	backoff := min(time.Second, interval)
 	for {
 		next := interval
-		if err := ss.sync(ctx); err != nil {
+		if err := ss.sync(ctx); ctx.Err() != nil {
+			return // shutting down: the failed call is not news
+		} else if err != nil {
 			log.Error("syncing the self-signed certificates", "err", err, "retry", backoff)
 			next, backoff = backoff, min(2*backoff, interval)
 		} else {

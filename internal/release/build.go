@@ -68,13 +68,13 @@ func Build(ctx context.Context, opts Options) ([]string, error) {
 	if opts.ImageDigest != "" && !digest.MatchString(opts.ImageDigest) {
 		return nil, fmt.Errorf("image digest %q is not sha256:<64 hex digits>", opts.ImageDigest)
 	}
-	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
-		return nil, err
-	}
 	for _, p := range opts.Platforms {
 		if !slices.Contains(Platforms, p) {
 			return nil, fmt.Errorf("platform %q is not one of %s", p, strings.Join(Platforms, ", "))
 		}
+	}
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return nil, err
 	}
 	var signed []string
 	for _, p := range opts.platforms() {

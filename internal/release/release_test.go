@@ -99,10 +99,13 @@ func TestBuildRefusesBadOptions(t *testing.T) {
 		"platforms separated": {Options{Version: "v1.2.3", Platforms: []string{"linux/amd64 linux/arm64"}}, `platform "linux/amd64 linux/arm64" is not one of`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			tc.opts.Out = t.TempDir()
+			tc.opts.Out = filepath.Join(t.TempDir(), "out")
 			_, err := Build(context.Background(), tc.opts)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Build: %v, want an error containing %q", err, tc.want)
+			}
+			if _, err := os.Stat(tc.opts.Out); !os.IsNotExist(err) {
+				t.Errorf("Build made %s before refusing: %v", tc.opts.Out, err)
 			}
 		})
 	}
