@@ -61,7 +61,11 @@ func devCommand() *cli.Command {
 			&cli.BoolFlag{Name: "keda", Value: true, Usage: "install KEDA's ScaledObject CRD"},
 		}, devRenderFlags()...),
 		Action: func(c *cli.Context) error {
-			opts := devOptions{Render: renderOptions(c), GPUs: c.String("gpus"), KEDA: c.Bool("keda")}
+			render, err := renderOptions(c)
+			if err != nil {
+				return err
+			}
+			opts := devOptions{Render: render, GPUs: c.String("gpus"), KEDA: c.Bool("keda")}
 			return runDev(c.Context, opts, c.App.Writer)
 		},
 	}
@@ -116,7 +120,15 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 	}
 
 	// The reference evalsid on loopback, and the operator's token for it.
-	api := evalsid.New(map[string]string{devToken: "system:serviceaccount:evalsi:evalsi-operator"}, evalsid.DefaultSchedule)
+	// The operator of dev acts in every namespace's project, as a platform identity; evalsid reads
+	// the projects' bindings and the SandboxClasses from the cluster, as the platform's does.
+	api := evalsid.New(map[string]string{devToken: devOperatorIdentity}, evalsid.DefaultSchedule)
+	api.TrustPlatform(devOperatorIdentity)
+	dir, err := evalsid.WatchCluster(ctx, c.Config, "")
+	if err != nil {
+		return err
+	}
+	api.SetDirectory(dir)
 	apiListener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

@@ -27,6 +27,10 @@ func evalsidCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-cert-file", Usage: "serve HTTPS with this certificate"},
 			&cli.StringFlag{Name: "tls-key-file", Usage: "key of --tls-cert-file"},
 			&cli.StringFlag{Name: "client-ca-file", Usage: "require client certificates that this CA bundle verifies (mutual TLS; needs --tls-cert-file)"},
+			&cli.BoolFlag{Name: "cluster", Usage: "read the namespaces' project bindings and the SandboxClasses from the cluster, to authorize callers by project (implied by --kubernetes-audience); without it a namespace acts in the project named like it"},
+			&cli.StringFlag{Name: "namespace", Usage: "serve the callers of this namespace only, reading only its Namespace (an evalsid for one team, with no cluster-wide read)"},
+			&cli.StringSliceFlag{Name: "platform-identity", Usage: "an identity that acts in every project, as a cluster-wide operator (repeatable)"},
+			&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "the namespace of the SandboxClass pools, whose queue reader may read their queues"},
 			&cli.DurationFlag{Name: "pending", Value: evalsid.DefaultSchedule.Pending, Usage: "how long runs stay Pending"},
 			&cli.DurationFlag{Name: "running", Value: evalsid.DefaultSchedule.Running, Usage: "how long runs stay Running"},
 		},
@@ -48,16 +52,28 @@ func evalsidCommand() *cli.Command {
 				return err
 			}
 			srv := evalsid.New(tokens, schedule)
-			if aud := c.String("kubernetes-audience"); aud != "" {
+			for _, id := range c.StringSlice("platform-identity") {
+				srv.TrustPlatform(id)
+			}
+			srv.SetSandboxNamespace(c.String("sandbox-namespace"))
+			aud := c.String("kubernetes-audience")
+			if aud != "" || c.Bool("cluster") {
 				rc, err := kubeConfig(c.String("kubeconfig"))
 				if err != nil {
 					return err
 				}
-				hc, err := rest.HTTPClientFor(rc)
+				dir, err := evalsid.WatchCluster(c.Context, rc, c.String("namespace"))
 				if err != nil {
-					return fmt.Errorf("a client of the API server: %w", err)
+					return err
 				}
-				srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: rc.Host, Client: hc, Audience: aud})
+				srv.SetDirectory(dir)
+				if aud != "" {
+					hc, err := rest.HTTPClientFor(rc)
+					if err != nil {
+						return fmt.Errorf("a client of the API server: %w", err)
+					}
+					srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: rc.Host, Client: hc, Audience: aud})
+				}
 			}
 			if c.String("tls-cert-file") == "" {
 				if c.String("client-ca-file") != "" {
@@ -99,8 +115,12 @@ func readTokens(path string) (map[string]string, error) {
 	return tokens, sc.Err()
 }
 
-// devToken is the token the operator of `dev` uses against the reference evalsid.
-const devToken = "dev-operator-token"
+// devToken is the token the operator of `dev` uses against the reference evalsid, as
+// devOperatorIdentity.
+const (
+	devToken            = "dev-operator-token"
+	devOperatorIdentity = "system:serviceaccount:evalsi:evalsi-operator"
+)
 
 // serverTLS loads evalsid's serving certificate and, when caFile is set, the CAs that client
 // certificates must chain to. The certificate is read again on each handshake, so that a renewed

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile"
 )
 
@@ -24,7 +25,7 @@ func releaseFinalizersCommand() *cli.Command {
 			kubeconfigFlag(""),
 			&cli.StringFlag{Name: "namespace", Required: true, Usage: "the namespace of the uninstalled operator"},
 			&cli.StringSliceFlag{Name: "controllers", Usage: "the controllers whose finalizers to remove (default: all)"},
-			&cli.StringFlag{Name: "leader-election-id", Value: "evalsi-operator", Usage: "the operator's Lease, waited on until no replica holds it"},
+			&cli.StringFlag{Name: "leader-election-id", Value: evalsi.LeaderElectionID, Usage: "the operator's Lease, waited on until no replica holds it"},
 			&cli.DurationFlag{Name: "wait", Value: time.Minute, Usage: "how long to wait for the operator to let go of its Lease"},
 		}, logFlags...),
 		Action: func(c *cli.Context) error {

@@ -30,7 +30,10 @@ func renderCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			opts := renderOptions(c)
+			opts, err := renderOptions(c)
+			if err != nil {
+				return err
+			}
 			opts.Autoscaling = c.Bool("autoscaling")
 			var all []*unstructured.Unstructured
 			var failed int

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -20,16 +22,36 @@ var renderFlags = []cli.Flag{
 	&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "namespace that SandboxClass pools run in"},
 	&cli.StringFlag{Name: "api-url", Value: "http://evalsid:8080", Usage: "evalsid's base URL, given to workers and to KEDA's queue-depth trigger"},
 	&cli.StringFlag{Name: "pool-token-audience", Value: render.DefaultTokenAudience, Usage: "audience of the projected service-account tokens pool pods present to evalsid"},
+	maxPoolReplicasFlag,
+	&cli.StringFlag{Name: "api-network-peers", Usage: "the NetworkPolicy peers through which pools reach evalsid, a JSON list such as [{\"podSelector\":{\"matchLabels\":{\"app\":\"evalsid\"}}}]; default: read from --api-url"},
 }
 
-func renderOptions(c *cli.Context) render.Options {
+// maxPoolReplicasFlag is the platform's bound on an Evaluator's replicas, which admission,
+// validate and the operator hold specs to.
+var maxPoolReplicasFlag = &cli.IntFlag{Name: "max-pool-replicas", Value: render.DefaultMaxPoolReplicas,
+	Usage: "most replicas an Evaluator may ask for (spec.replicas and every count of spec.autoscaling); 0: no bound"}
+
+// renderOptions reads renderFlags.
+func renderOptions(c *cli.Context) (render.Options, error) {
+	var peers []any
+	if p := c.String("api-network-peers"); p != "" {
+		var list []map[string]any
+		if err := json.Unmarshal([]byte(p), &list); err != nil {
+			return render.Options{}, cli.Exit(fmt.Sprintf("--api-network-peers %s: not a JSON list of objects: %v", p, err), exitUsage)
+		}
+		for _, peer := range list {
+			peers = append(peers, peer)
+		}
+	}
 	return render.Options{
 		DefaultImage:     c.String("default-image"),
 		VLLMImage:        c.String("vllm-image"),
 		SandboxNamespace: c.String("sandbox-namespace"),
 		APIURL:           strings.TrimRight(c.String("api-url"), "/"),
 		TokenAudience:    c.String("pool-token-audience"),
-	}
+		Limits:           render.Limits{MaxPoolReplicas: int32(c.Int("max-pool-replicas"))},
+		APIPeers:         peers,
+	}, nil
 }
 
 func runCommand() *cli.Command {
@@ -42,9 +64,10 @@ func runCommand() *cli.Command {
 		&cli.DurationFlag{Name: "discovery-interval", Value: 30 * time.Second, Usage: "how often to look for CRDs (evalsi's, KEDA's) that appeared or went away"},
 		&cli.BoolFlag{Name: "leader-elect", Value: true, Usage: "run only while holding the leader Lease"},
 		&cli.StringFlag{Name: "leader-election-namespace", EnvVars: []string{"POD_NAMESPACE"}, Usage: "namespace of the leader Lease (default: --namespace, else default)"},
-		&cli.StringFlag{Name: "leader-election-id", Value: "evalsi-operator", Usage: "name of the leader Lease"},
+		&cli.StringFlag{Name: "leader-election-id", Value: evalsi.LeaderElectionID, Usage: "name of the leader Lease"},
 		&cli.StringFlag{Name: "metrics-bind-address", Value: ":8080", Usage: "address of /metrics (0 disables)"},
 		&cli.BoolFlag{Name: "metrics-secure", Usage: "serve /metrics over HTTPS to bearer tokens allowed to get /metrics (TokenReview and SubjectAccessReview)"},
+		&cli.StringFlag{Name: "metrics-cert-dir", Usage: "with --metrics-secure, serve the tls.crt and tls.key of this directory (read again when they change), whose CA scrapers verify; default: a certificate made at start"},
 		&cli.StringFlag{Name: "pprof-bind-address", Value: "0", Usage: "address of Go's profiles, /debug/pprof/ (0 disables; bind to loopback, they are not authenticated)"},
 		&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (0 disables)"},
 		&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API, per resource (Deployments, Evaluators' statuses, Events, ...); -1: no client-side limit"},
@@ -63,6 +86,10 @@ func runCommand() *cli.Command {
 		Flags: append(append(flags, renderFlags...), logFlags...),
 		Action: func(c *cli.Context) error {
 			log, err := newLogger(c, os.Stderr)
+			if err != nil {
+				return err
+			}
+			opts, err := renderOptions(c)
 			if err != nil {
 				return err
 			}
@@ -87,7 +114,7 @@ func runCommand() *cli.Command {
 					Workers:           c.Int("workers"),
 					Resync:            c.Duration("resync"),
 					DiscoveryInterval: c.Duration("discovery-interval"),
-					Render:            renderOptions(c),
+					Render:            opts,
 					API: apiclient.Options{
 						URL:         c.String("api-url"),
 						TokenFile:   c.String("api-token-file"),
@@ -107,6 +134,7 @@ func runCommand() *cli.Command {
 				MetricsAddr:             c.String("metrics-bind-address"),
 				PprofAddr:               c.String("pprof-bind-address"),
 				MetricsSecure:           c.Bool("metrics-secure"),
+				MetricsCertDir:          c.String("metrics-cert-dir"),
 			})
 		},
 	}

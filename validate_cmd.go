@@ -30,6 +30,7 @@ func validateCommand() *cli.Command {
 			"to check it; without, a label naming another project is noted as not checked offline.",
 		Flags: []cli.Flag{filenameFlag,
 			&cli.StringSliceFlag{Name: "project-binding", Usage: "NAMESPACE=PROJECT, the project a namespace is bound to; repeatable; 'none' for no bindings"},
+			maxPoolReplicasFlag,
 		},
 		Action: func(c *cli.Context) error {
 			docs, err := readManifests(c)
@@ -46,7 +47,8 @@ func validateCommand() *cli.Command {
 					fmt.Fprintf(c.App.ErrWriter, "%s: %s/%s: note: whether namespace %s may act in project %s depends on its binding, which cannot be checked offline; give --project-binding\n",
 						d.Where(), d.Object.GetKind(), d.Object.GetName(), d.Object.GetNamespace(), label)
 				}
-				if err := render.Validate(d.Object, bindings); err != nil {
+				limits := render.Limits{ProjectBindings: bindings, MaxPoolReplicas: int32(c.Int("max-pool-replicas"))}
+				if err := render.Validate(d.Object, limits); err != nil {
 					invalid++
 					if !reportInvalid(c.App.Writer, d, err) {
 						return cli.Exit("cannot validate", exitUsage)

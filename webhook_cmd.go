@@ -62,12 +62,16 @@ func webhookCommand() *cli.Command {
 				return err
 			}
 			cfg.Kube = kube
+			opts, err := renderOptions(c)
+			if err != nil {
+				return err
+			}
+			cfg.Limits = opts.Limits
 			if c.Bool("dry-run-children") {
 				client, err := dynamic.NewForConfig(rc)
 				if err != nil {
 					return err
 				}
-				opts := renderOptions(c)
 				opts.Autoscaling = true
 				cfg.DryRun = &webhook.DryRun{Client: client, Render: opts, Timeout: c.Duration("dry-run-timeout")}
 			}

@@ -70,7 +70,7 @@ func pkiFiles(t *testing.T) (dir string, pool *x509.CertPool, server tls.Certifi
 // client with its certificate, CA and token gets through; without the certificate it does not.
 func TestMutualTLS(t *testing.T) {
 	dir, pool, serverCert := pkiFiles(t)
-	srv := httptest.NewUnstartedServer(evalsid.New(map[string]string{"tok": "operator"}, evalsid.Schedule{}).Handler())
+	srv := httptest.NewUnstartedServer(evalsid.New(map[string]string{"tok": "system:serviceaccount:p:evalsi-operator"}, evalsid.Schedule{}).Handler())
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
@@ -91,7 +91,7 @@ func TestMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("with a client certificate: %v", err)
 	}
-	if resp.Msg.Run.Creator != "operator" {
+	if resp.Msg.Run.Creator != "system:serviceaccount:p:evalsi-operator" {
 		t.Errorf("creator %q, want the token's identity", resp.Msg.Run.Creator)
 	}
 
@@ -113,7 +113,7 @@ func TestMutualTLS(t *testing.T) {
 
 // TestCallDeadline gives up on a server that does not answer within the call timeout.
 func TestCallDeadline(t *testing.T) {
-	api := evalsid.New(map[string]string{"tok": "operator"}, evalsid.Schedule{})
+	api := evalsid.New(map[string]string{"tok": "system:serviceaccount:p:evalsi-operator"}, evalsid.Schedule{})
 	api.SetLatency(2 * time.Second)
 	srv := httptest.NewServer(api.Handler())
 	defer srv.Close()
@@ -133,7 +133,7 @@ func TestCallDeadline(t *testing.T) {
 // refuses a run whose endpoint URL carries credentials (InvalidArgument), and takes one that names
 // the variable holding the key.
 func TestServerRefusesCredentialsInURLs(t *testing.T) {
-	srv := httptest.NewServer(evalsid.New(map[string]string{"tok": "operator"}, evalsid.Schedule{}).Handler())
+	srv := httptest.NewServer(evalsid.New(map[string]string{"tok": "system:serviceaccount:p:evalsi-operator"}, evalsid.Schedule{}).Handler())
 	defer srv.Close()
 	token := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(token, []byte("tok"), 0o600)

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -136,40 +137,65 @@ func TestCreatorCannotBeForged(t *testing.T) {
 	})
 }
 
-// TestMetricsAuthGranted checks that, with evalsi-crds installed, a team's operator (which the
-// evalsi chart gives no cluster permission) may review tokens and access, as secured metrics need,
-// and that a sandboxclass reader may get SandboxClasses.
+// TestMetricsAuthGranted checks that, with evalsi-crds installed, the operator of a team listed in
+// metricsAuth.operatorNamespaces (which the evalsi chart gives no cluster permission) may review
+// tokens and access, as secured metrics need, and no other service account may (another team's
+// operator, a pool); and that every service account may read SandboxClasses.
 func TestMetricsAuthGranted(t *testing.T) {
+	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	installCRDsChart(t)
-	operator := "system:serviceaccount:some-team:evalsi-operator"
-	groups := []string{"system:serviceaccounts", "system:serviceaccounts:some-team", "system:authenticated"}
-	for _, c := range []authorizationv1.ResourceAttributes{
+	helm(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
+		"--kubeconfig="+env.Kubeconfig, "--set", "webhook.enabled=false", "--set", "metricsAuth.operatorNamespaces={some-team}")
+	t.Cleanup(func() { installCRDsChart(t) })
+	account := func(ns, name string) (string, []string) {
+		return "system:serviceaccount:" + ns + ":" + name, []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	review := func(user string, groups []string, c authorizationv1.ResourceAttributes) (bool, error) {
+		sar, err := env.Clientset().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &c},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	}
+	reviews := []authorizationv1.ResourceAttributes{
 		{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},
 		{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"},
+	}
+	classes := []authorizationv1.ResourceAttributes{
 		{Verb: "get", Group: "evals.si", Resource: "sandboxclasses", Name: "gvisor"},
-	} {
+		{Verb: "watch", Group: "evals.si", Resource: "sandboxclasses"},
+	}
+	operator, operatorGroups := account("some-team", "evalsi-operator")
+	for _, c := range append(append([]authorizationv1.ResourceAttributes{}, reviews...), classes...) {
 		clustertest.Eventually(t, ctx, fmt.Sprintf("%s %s allowed", c.Verb, c.Resource), func() error {
-			sar, err := env.Clientset().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-				Spec: authorizationv1.SubjectAccessReviewSpec{User: operator, Groups: groups, ResourceAttributes: &c},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				return err
+			ok, err := review(operator, operatorGroups, c)
+			if err == nil && !ok {
+				err = fmt.Errorf("denied")
 			}
-			if !sar.Status.Allowed {
-				return fmt.Errorf("denied: %s", sar.Status.Reason)
-			}
-			return nil
+			return err
 		})
+	}
+	for _, who := range [][2]string{{"other-team", "evalsi-operator"}, {"some-team", "judge-evaluator"}} {
+		user, groups := account(who[0], who[1])
+		for _, c := range reviews {
+			if ok, err := review(user, groups, c); err != nil || ok {
+				t.Errorf("%s may %s %s (%v), want denied", user, c.Verb, c.Resource, err)
+			}
+		}
 	}
 }
 
-// TestTenantProvisionerIsFenced installs evalsi-crds with a tenant provisioner and acts as it:
-// it may create a namespace with the tenant labels and a project binding, grant the tenant role
-// there and make ordinary Secrets; it may not make a namespace without them, rebind a tenant
-// namespace to another project, act in a namespace that is not a tenant's, bind another role,
-// or make a service-account token Secret.
+// TestTenantProvisionerIsFenced impersonates a tenant provisioner, which RBAC lets write
+// Namespaces, RoleBindings, Secrets, quotas and limit ranges, so that only the policy stands: it
+// may create a tenant namespace bound to the project named like it, grant evalsi-tenant-access
+// there, write Secrets it labels as its own, and give the namespace a quota and limits within the
+// values; it may not make a namespace without a binding or join another team's project, rebind a
+// namespace or set sandbox.evals.si labels, act outside tenant namespaces, bind another role or
+// remove the team's own binding, touch a Secret it did not make (the operator's TLS Secret), make
+// a service-account token Secret, or exceed the quota and limits.
 func TestTenantProvisionerIsFenced(t *testing.T) {
 	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -205,42 +231,151 @@ func TestTenantProvisionerIsFenced(t *testing.T) {
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
 			Subjects: []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: "team-x"}}}
 	}
-	secret := func(ns string, typ corev1.SecretType) *corev1.Secret {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: ns}, Type: typ}
+	secret := func(ns, name string, typ corev1.SecretType, provisioned bool) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: typ}
+		if provisioned {
+			s.Labels = map[string]string{"evals.si/provisioned": "true"}
+		}
 		if typ == corev1.SecretTypeServiceAccountToken {
 			s.Annotations = map[string]string{"kubernetes.io/service-account.name": "default"}
 		}
 		return s
 	}
+	// What the team and the platform keep in the tenant namespace: the operator's TLS Secret and
+	// a RoleBinding of another role.
+	admin := env.Clientset()
+	if _, err := admin.CoreV1().Secrets("team-x").Create(ctx, secret("team-x", "evalsi-operator-tls", corev1.SecretTypeOpaque, false), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	teamAdmin := binding("team-x", "admin")
+	teamAdmin.Name = "team-admins"
+	if _, err := admin.RbacV1().RoleBindings("team-x").Create(ctx, teamAdmin, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	dryDelete := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	quota := func(hard corev1.ResourceList) *corev1.ResourceQuota {
+		return &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "evalsi-tenant", Namespace: "team-x"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
+	}
+	withinQuota := corev1.ResourceList{"pods": resource.MustParse("50"), "requests.cpu": resource.MustParse("8"),
+		"requests.memory": resource.MustParse("32Gi"), "requests.nvidia.com/gpu": resource.MustParse("0")}
+	overQuota := withinQuota.DeepCopy()
+	overQuota["requests.cpu"] = resource.MustParse("64")
+	limitRange := func(max string) *corev1.LimitRange {
+		return &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "evalsi-tenant", Namespace: "team-x"}, Spec: corev1.LimitRangeSpec{
+			Limits: []corev1.LimitRangeItem{{Type: corev1.LimitTypeContainer, Max: corev1.ResourceList{"cpu": resource.MustParse(max), "memory": resource.MustParse("8Gi")}}}}}
+	}
 	rebind := []byte(`{"metadata":{"labels":{"evals.si/project":"team-y"}}}`)
 	_, rebindErr := p.CoreV1().Namespaces().Patch(ctx, "team-x", types.MergePatchType, rebind, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	_, unlabelErr := p.CoreV1().Namespaces().Patch(ctx, "team-x", types.MergePatchType, []byte(`{"metadata":{"labels":{"evals.si/tenant":null}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	_, sandboxLabel := p.CoreV1().Namespaces().Patch(ctx, "team-x", types.MergePatchType, []byte(`{"metadata":{"labels":{"sandbox.evals.si/bubblewrap":"allowed"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	_, sandboxOnCreate := p.CoreV1().Namespaces().Create(ctx, tenant("team-w", map[string]string{"evals.si/tenant": "true", "evals.si/project": "team-w", "sandbox.evals.si/bubblewrap": "allowed"}), dry)
+	_, joinOther := p.CoreV1().Namespaces().Create(ctx, tenant("team-x-staging", map[string]string{"evals.si/tenant": "true", "evals.si/project": "team-a"}), dry)
 	_, rbOther := p.RbacV1().RoleBindings("not-a-tenant").Create(ctx, binding("not-a-tenant", "evalsi-tenant-access"), dry)
 	_, rbAdmin := p.RbacV1().RoleBindings("team-x").Create(ctx, binding("team-x", "evalsi-tenant-provisioner"), dry)
-	_, tokenErr := p.CoreV1().Secrets("team-x").Create(ctx, secret("team-x", corev1.SecretTypeServiceAccountToken), dry)
+	rbDelete := p.RbacV1().RoleBindings("team-x").Delete(ctx, "team-admins", dryDelete)
+	_, tokenErr := p.CoreV1().Secrets("team-x").Create(ctx, secret("team-x", "creds", corev1.SecretTypeServiceAccountToken, true), dry)
+	_, unlabelledSecret := p.CoreV1().Secrets("team-x").Create(ctx, secret("team-x", "creds", corev1.SecretTypeOpaque, false), dry)
+	_, overwriteTLS := p.CoreV1().Secrets("team-x").Update(ctx, secret("team-x", "evalsi-operator-tls", corev1.SecretTypeOpaque, true), metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	deleteTLS := p.CoreV1().Secrets("team-x").Delete(ctx, "evalsi-operator-tls", dryDelete)
 	_, noProject := p.CoreV1().Namespaces().Create(ctx, tenant("team-z", map[string]string{"evals.si/tenant": "true"}), dry)
-	deleteOther := p.CoreV1().Namespaces().Delete(ctx, "not-a-tenant", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	deleteOther := p.CoreV1().Namespaces().Delete(ctx, "not-a-tenant", dryDelete)
+	_, bigQuota := p.CoreV1().ResourceQuotas("team-x").Create(ctx, quota(overQuota), dry)
+	_, bigLimits := p.CoreV1().LimitRanges("team-x").Create(ctx, limitRange("32"), dry)
 	for what, err := range map[string]error{
-		"a namespace without a project binding":       noProject,
-		"rebinding a tenant namespace":                rebindErr,
-		"removing a tenant label":                     unlabelErr,
-		"a RoleBinding outside tenant namespaces":     rbOther,
-		"binding another role":                        rbAdmin,
-		"a service-account token Secret":              tokenErr,
-		"deleting a namespace that is not a tenant's": deleteOther,
+		"a namespace without a project binding":           noProject,
+		"rebinding a tenant namespace":                    rebindErr,
+		"removing a tenant label":                         unlabelErr,
+		"a sandbox.evals.si label on a tenant namespace":  sandboxLabel,
+		"a sandbox.evals.si label on a new namespace":     sandboxOnCreate,
+		"a new namespace joining another team's project":  joinOther,
+		"a RoleBinding outside tenant namespaces":         rbOther,
+		"binding another role":                            rbAdmin,
+		"deleting the team's own RoleBinding":             rbDelete,
+		"a service-account token Secret":                  tokenErr,
+		"a Secret without the provisioned label":          unlabelledSecret,
+		"overwriting the operator's TLS Secret":           overwriteTLS,
+		"deleting the operator's TLS Secret":              deleteTLS,
+		"deleting a namespace that is not a tenant's":     deleteOther,
+		"a quota above tenantProvisioner.quota":           bigQuota,
+		"a LimitRange above tenantProvisioner.limitRange": bigLimits,
 	} {
-		if err == nil || !strings.Contains(err.Error(), "tenant provisioner") {
-			t.Errorf("%s: %v, want a denial by the tenant policy", what, err)
+		// The binding policy refuses some of these before the provisioner's own does.
+		if err == nil || !strings.Contains(err.Error(), "tenant provisioner") && !strings.Contains(err.Error(), "only the project binders") {
+			t.Errorf("%s: %v, want a denial by the tenant or the binding policy", what, err)
 		}
 	}
 	_, rbOK := p.RbacV1().RoleBindings("team-x").Create(ctx, binding("team-x", "evalsi-tenant-access"), dry)
-	_, secretOK := p.CoreV1().Secrets("team-x").Create(ctx, secret("team-x", corev1.SecretTypeOpaque), dry)
+	_, secretOK := p.CoreV1().Secrets("team-x").Create(ctx, secret("team-x", "creds", corev1.SecretTypeOpaque, true), dry)
+	_, quotaOK := p.CoreV1().ResourceQuotas("team-x").Create(ctx, quota(withinQuota), dry)
+	_, limitsOK := p.CoreV1().LimitRanges("team-x").Create(ctx, limitRange("4"), dry)
 	for what, err := range map[string]error{
 		"granting the tenant role in a tenant namespace": rbOK,
-		"an ordinary Secret in a tenant namespace":       secretOK,
+		"a labelled Secret in a tenant namespace":        secretOK,
+		"a quota within tenantProvisioner.quota":         quotaOK,
+		"a LimitRange within its bound":                  limitsOK,
 	} {
 		if err != nil {
 			t.Errorf("%s: %v", what, err)
 		}
+	}
+}
+
+// TestProjectBindingIsGuarded impersonates a GitOps tool that RBAC lets create and label
+// Namespaces: it cannot bind a namespace to a project, change or remove a binding, or set the
+// labels SandboxClasses admit namespaces by; its other labels are its own, and a project binder
+// (the cluster administrator) binds as before.
+func TestProjectBindingIsGuarded(t *testing.T) {
+	needCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	installCRDsChart(t)
+	admin := env.Clientset()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "gitops-namespaces"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create", "update", "patch"}}}}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gitops-namespaces"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "gitops-namespaces"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "gitops"}}}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bound-b",
+		Labels: map[string]string{"evals.si/project": "team-b"}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "gitops", Groups: []string{"system:authenticated"}}
+	gitops := kubernetes.NewForConfigOrDie(cfg)
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	patch := func(body string) error {
+		_, err := gitops.CoreV1().Namespaces().Patch(ctx, "bound-b", types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	const denied = "only the project binders"
+	clustertest.Eventually(t, ctx, "the binding policy in force", func() error {
+		if err := patch(`{"metadata":{"labels":{"evals.si/project":"team-a"}}}`); err == nil || !strings.Contains(err.Error(), denied) {
+			return fmt.Errorf("rebinding gave %v", err)
+		}
+		return nil
+	})
+	_, created := gitops.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gitops-ns",
+		Labels: map[string]string{"evals.si/project": "team-a"}}}, dry)
+	for what, err := range map[string]error{
+		"creating a namespace bound to a project": created,
+		"rebinding a namespace":                   patch(`{"metadata":{"labels":{"evals.si/project":"team-a"}}}`),
+		"removing a binding":                      patch(`{"metadata":{"labels":{"evals.si/project":null}}}`),
+		"admitting a namespace to a SandboxClass": patch(`{"metadata":{"labels":{"sandbox.evals.si/bubblewrap":"allowed"}}}`),
+	} {
+		if err == nil || !strings.Contains(err.Error(), denied) {
+			t.Errorf("%s: %v, want a denial by evalsi-project-bindings", what, err)
+		}
+	}
+	if err := patch(`{"metadata":{"labels":{"team":"b"}}}`); err != nil {
+		t.Errorf("another label: %v", err)
+	}
+	if _, err := admin.CoreV1().Namespaces().Patch(ctx, "bound-b", types.MergePatchType, []byte(`{"metadata":{"labels":{"evals.si/project":"team-a"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("the cluster administrator rebinding: %v", err)
 	}
 }

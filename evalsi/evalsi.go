@@ -5,7 +5,11 @@
 // a reason is spelled once and a reader finds every value a condition can take in one place.
 package evalsi
 
-import "k8s.io/apimachinery/pkg/runtime/schema"
+import (
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
 
 // The API group and its one served version.
 const (
@@ -35,6 +39,7 @@ var (
 	ServiceAccounts        = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
 	ScaledObjects          = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
 	TriggerAuthentications = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "triggerauthentications"}
+	NetworkPolicies        = schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}
 )
 
 // ChildResources maps the kind of a child the operator renders to its resource.
@@ -44,6 +49,7 @@ var ChildResources = map[string]schema.GroupVersionResource{
 	"ServiceAccount":        ServiceAccounts,
 	"ScaledObject":          ScaledObjects,
 	"TriggerAuthentication": TriggerAuthentications,
+	"NetworkPolicy":         NetworkPolicies,
 }
 
 // Labels.
@@ -64,6 +70,67 @@ const (
 // QueueReaderServiceAccount is the service account, one per namespace with autoscaled pools, that
 // KEDA reads pools' queues in evalsid as; evalsid lets it do nothing else.
 const QueueReaderServiceAccount = "evalsi-queue-reader"
+
+// OperatorServiceAccount is the service account a namespace's operator runs as (chart evalsi):
+// evalsid lets it write runs, policies and trace sources of its namespace's project, and forward
+// their creator.
+const OperatorServiceAccount = "evalsi-operator"
+
+// FieldManager is the one field manager of every write the operator makes (and of the webhook's
+// dry runs of what it would apply), so that server-side apply knows the fields as the operator's.
+const FieldManager = "evalsi-operator"
+
+// LeaderElectionID is the default name of the operator's leader Lease, which the uninstall hook
+// waits on too.
+const LeaderElectionID = "evalsi-operator"
+
+// PlatformServiceAccounts are the service accounts the charts make for the platform's own
+// programs. No pool may run as one (an Evaluator naming one is refused), since their tokens carry
+// the platform's rights: the operator's at evalsid, the webhook's and sandboxd's at the API server.
+var PlatformServiceAccounts = []string{
+	OperatorServiceAccount,
+	QueueReaderServiceAccount,
+	"evalsi-webhook",
+	"evalsi-sandboxd",
+	"evalsi-release-finalizers",
+	"evalsid",
+	"evalsi-sandbox",
+}
+
+// LabelPoolServiceAccount on a ServiceAccount, with the value "true", is a namespace
+// administrator's consent that Evaluator pools run as it (spec.serviceAccountName). Without it an
+// Evaluator that names the account is refused: the account may hold rights (cloud IAM bindings,
+// RBAC) that whoever writes Evaluators should not get by naming it.
+const LabelPoolServiceAccount = Group + "/pool-service-account"
+
+// ProjectOf is the project a namespace acts in, given its labels: the project a cluster
+// administrator bound it to with LabelProject, else the project named like the namespace. The
+// operator, the webhook and evalsid all apply this one rule.
+func ProjectOf(namespace string, labels map[string]string) string {
+	if p := labels[LabelProject]; p != "" {
+		return p
+	}
+	return namespace
+}
+
+// ServiceAccountIdentity is the Kubernetes user name of a service account, as tokens name it.
+func ServiceAccountIdentity(namespace, name string) string {
+	return "system:serviceaccount:" + namespace + ":" + name
+}
+
+// ParseServiceAccountIdentity returns the namespace and name of a service account's user name,
+// and false for any other user.
+func ParseServiceAccountIdentity(identity string) (namespace, name string, ok bool) {
+	rest, ok := strings.CutPrefix(identity, "system:serviceaccount:")
+	if !ok {
+		return "", "", false
+	}
+	namespace, name, ok = strings.Cut(rest, ":")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, ":") {
+		return "", "", false
+	}
+	return namespace, name, true
+}
 
 // KubernetesMinor is the one Kubernetes minor the operator supports: the one its tests run on
 // (the control plane of package cluster; a test holds them together).
@@ -103,25 +170,26 @@ const (
 
 // Reasons of conditions.
 const (
-	ReasonInvalidSpec            = "InvalidSpec"
-	ReasonProjectNotAllowed      = "ProjectNotAllowed"
-	ReasonClassNotAllowed        = "ClassNotAllowed"
-	ReasonClassNotFound          = "ClassNotFound"
-	ReasonRollingOut             = "RollingOut"
-	ReasonAvailable              = "Available"
-	ReasonAutoscalingUnavailable = "AutoscalingUnavailable"
-	ReasonNoPool                 = "NoPool"
-	ReasonNoReplicas             = "NoReplicas"
-	ReasonServing                = "Serving"
-	ReasonWaitingForTarget       = "WaitingForTarget"
-	ReasonRunNotFound            = "RunNotFound"
-	ReasonApplied                = "Applied"
-	ReasonConflict               = "Conflict"
-	ReasonAPIUnavailable         = "APIUnavailable"
-	ReasonRejected               = "Rejected"
-	ReasonUnauthenticated        = "Unauthenticated"
-	ReasonPermissionDenied       = "PermissionDenied"
-	ReasonAPIError               = "APIError"
+	ReasonInvalidSpec              = "InvalidSpec"
+	ReasonProjectNotAllowed        = "ProjectNotAllowed"
+	ReasonClassNotAllowed          = "ClassNotAllowed"
+	ReasonClassNotFound            = "ClassNotFound"
+	ReasonServiceAccountNotAllowed = "ServiceAccountNotAllowed"
+	ReasonRollingOut               = "RollingOut"
+	ReasonAvailable                = "Available"
+	ReasonAutoscalingUnavailable   = "AutoscalingUnavailable"
+	ReasonNoPool                   = "NoPool"
+	ReasonNoReplicas               = "NoReplicas"
+	ReasonServing                  = "Serving"
+	ReasonWaitingForTarget         = "WaitingForTarget"
+	ReasonRunNotFound              = "RunNotFound"
+	ReasonApplied                  = "Applied"
+	ReasonConflict                 = "Conflict"
+	ReasonAPIUnavailable           = "APIUnavailable"
+	ReasonRejected                 = "Rejected"
+	ReasonUnauthenticated          = "Unauthenticated"
+	ReasonPermissionDenied         = "PermissionDenied"
+	ReasonAPIError                 = "APIError"
 )
 
 // Phases of an EvalRun's run; a terminal phase is also the reason of its conditions.

@@ -94,6 +94,8 @@ func TestKEDAScalesAPoolFromZeroAndBack(t *testing.T) {
 	}
 	api := evalsid.New(map[string]string{"operator-token": "system:serviceaccount:" + ns + ":evalsi-operator"}, evalsid.DefaultSchedule)
 	api.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: c.Config.Host, Client: hc, Audience: evalsi.DefaultTokenAudience})
+	// The SandboxClass pool's queue is read by the sandbox namespace's queue reader.
+	api.SetSandboxNamespace(sandbox)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

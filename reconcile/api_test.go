@@ -34,6 +34,9 @@ type testEvalsid struct {
 func startEvalsid(t testing.TB, schedule evalsid.Schedule) testEvalsid {
 	t.Helper()
 	srv := evalsid.New(map[string]string{"operator-token-1": "system:serviceaccount:evalsi:evalsi-operator"}, schedule)
+	// The engines of these tests act in the projects of many namespaces, as a cluster-wide
+	// operator does.
+	srv.TrustPlatform("system:serviceaccount:evalsi:evalsi-operator")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

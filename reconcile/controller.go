@@ -183,7 +183,7 @@ func (c *controller) reconcileObject(ctx context.Context, obj *unstructured.Unst
 		// An object that entered while the webhook was off meets the same rules here. Workload
 		// kinds meet them when they render (render.Validate is rendering); the API kinds are
 		// checked first, since they may call evalsid before they decode.
-		if err := render.Validate(obj, c.e.projectBindings()); err != nil {
+		if err := render.Validate(obj, c.e.limits()); err != nil {
 			return Outcome{}, Terminal(evalsi.ReasonInvalidSpec, err)
 		}
 	}

@@ -19,10 +19,11 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"evals.si/operator/apiclient"
+	"evals.si/operator/evalsi"
 )
 
 // FieldManager is the one field manager of every server-side apply the operator makes.
-const FieldManager = "evalsi-operator"
+const FieldManager = evalsi.FieldManager
 
 // Engine runs the controllers.
 type Engine struct {

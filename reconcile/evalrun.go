@@ -65,6 +65,7 @@ func reconcileEvalRun(ctx context.Context, e *Engine, k *kind, obj *unstructured
 			Creator:        obj.GetAnnotations()[evalsi.AnnotationCreatedBy],
 			Spec:           spec,
 			Name:           obj.GetNamespace() + "/" + obj.GetName(),
+			Namespace:      obj.GetNamespace(),
 		}))
 		if err != nil {
 			cond, err := apiFailure("creating the run", err)

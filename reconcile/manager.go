@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"evals.si/operator/internal/pki"
 )
 
 // ManagerConfig configures a manager: the engine plus leader election and the HTTP endpoints.
@@ -34,6 +36,10 @@ type ManagerConfig struct {
 	PprofAddr string
 	// MetricsSecure serves /metrics over HTTPS to tokens allowed to get /metrics.
 	MetricsSecure bool
+	// MetricsCertDir holds the metrics endpoint's tls.crt and tls.key (a Secret whose CA the
+	// scraper verifies), read again when they change; empty: a certificate made at start, which
+	// no scraper can verify.
+	MetricsCertDir string
 }
 
 // RunManager serves health and metrics, waits for leadership if asked, and runs the engine until
@@ -68,7 +74,13 @@ func RunManager(ctx context.Context, cfg ManagerConfig) error {
 	var metricsTLS *tls.Config
 	if cfg.MetricsSecure {
 		metricsHandler = authorizeMetrics(e.kube, metricsHandler)
-		if metricsTLS, err = selfSignedTLS(); err != nil {
+		if cfg.MetricsCertDir != "" {
+			dir := &pki.Dir{Path: cfg.MetricsCertDir}
+			if _, err := dir.GetCertificate(nil); err != nil {
+				return fmt.Errorf("the metrics certificate: %w", err)
+			}
+			metricsTLS = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: dir.GetCertificate}
+		} else if metricsTLS, err = selfSignedTLS(); err != nil {
 			return fmt.Errorf("making the metrics certificate: %w", err)
 		}
 	}

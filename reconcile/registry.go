@@ -39,7 +39,7 @@ func (k *kind) childNamespace(cfg Config) string {
 }
 
 // poolChildren are the resources of an Evaluator's or a SandboxClass's children.
-var poolChildren = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.ScaledObjects, evalsi.TriggerAuthentications}
+var poolChildren = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.ScaledObjects, evalsi.TriggerAuthentications, evalsi.NetworkPolicies}
 
 // kinds are every controller the engine can run, in a fixed order.
 var kinds = []*kind{

@@ -14,8 +14,16 @@ import (
 func (e *Engine) renderOptions() render.Options {
 	opts := e.cfg.Render
 	opts.Autoscaling = e.isServed(evalsi.ScaledObjects) && e.isServed(evalsi.TriggerAuthentications)
-	opts.ProjectBindings = e.projectBindings()
+	opts.Limits = e.limits()
 	return opts
+}
+
+// limits are the platform's limits of the operator's configuration, with the project bindings
+// last read.
+func (e *Engine) limits() render.Limits {
+	l := e.cfg.Render.Limits
+	l.ProjectBindings = e.projectBindings()
+	return l
 }
 
 // renderChildren renders obj and makes its children what the rendering says. A spec that does

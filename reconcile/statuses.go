@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -149,4 +150,23 @@ func classRefusal(ns, name string, class *unstructured.Unstructured, readErr err
 		return &c
 	}
 	return nil
+}
+
+// accountRefusal returns the Ready condition of an Evaluator whose pods would run as the service
+// account name, read as sa (or readErr), when that account is not opened to pools, or nil. It fails
+// closed: an account the operator cannot read is not used.
+func accountRefusal(ns, name string, sa *corev1.ServiceAccount, readErr error) *Condition {
+	var msg string
+	switch {
+	case apierrors.IsNotFound(readErr):
+		msg = fmt.Sprintf("service account %s does not exist in namespace %s", name, ns)
+	case readErr != nil:
+		msg = fmt.Sprintf("cannot read service account %s to check that pools may run as it: %v", name, readErr)
+	case sa.Labels[evalsi.LabelPoolServiceAccount] != "true":
+		msg = fmt.Sprintf("service account %s is not open to pools: a namespace administrator labels it %s=true to let Evaluators run as it", name, evalsi.LabelPoolServiceAccount)
+	default:
+		return nil
+	}
+	c := Ready(false, evalsi.ReasonServiceAccountNotAllowed, msg)
+	return &c
 }

@@ -8,7 +8,9 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -187,6 +189,34 @@ func TestClassRefusal(t *testing.T) {
 				t.Errorf("refused: %+v", *c)
 			case tc.reason != "" && (c == nil || c.Reason != tc.reason || c.Status != "False"):
 				t.Errorf("got %+v, want Ready=False %s", c, tc.reason)
+			}
+		})
+	}
+}
+
+func TestAccountRefusal(t *testing.T) {
+	account := func(labels map[string]string) *corev1.ServiceAccount {
+		return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "judge", Namespace: "team-b", Labels: labels}}
+	}
+	gr := schema.GroupResource{Resource: "serviceaccounts"}
+	for name, tc := range map[string]struct {
+		sa      *corev1.ServiceAccount
+		err     error
+		refused string // "" when pools may run as the account
+	}{
+		"opened to pools":              {sa: account(map[string]string{evalsi.LabelPoolServiceAccount: "true"})},
+		"not labelled":                 {sa: account(nil), refused: "is not open to pools"},
+		"labelled with another value":  {sa: account(map[string]string{evalsi.LabelPoolServiceAccount: "yes"}), refused: "is not open to pools"},
+		"missing":                      {err: apierrors.NewNotFound(gr, "judge"), refused: "does not exist"},
+		"cannot be read: fails closed": {err: apierrors.NewForbidden(gr, "judge", errors.New("no")), refused: "cannot read service account judge"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := accountRefusal("team-b", "judge", tc.sa, tc.err)
+			switch {
+			case tc.refused == "" && c != nil:
+				t.Errorf("refused: %+v", *c)
+			case tc.refused != "" && (c == nil || c.Reason != evalsi.ReasonServiceAccountNotAllowed || c.Status != "False" || !strings.Contains(c.Message, tc.refused)):
+				t.Errorf("got %+v, want Ready=False %s with %q", c, evalsi.ReasonServiceAccountNotAllowed, tc.refused)
 			}
 		})
 	}

@@ -61,6 +61,32 @@ func (a *Autoscaling) check(p pointer, ps *problems) {
 	}
 }
 
+// checkReplicaLimit refuses replica counts above limit (0: none), each on its own field.
+func checkReplicaLimit(replicas *int32, a *Autoscaling, limit int32, ps *problems) {
+	if limit <= 0 {
+		return
+	}
+	over := func(p pointer, n int32) {
+		if n > limit {
+			ps.add(p, "%d replicas: the platform allows at most %d per pool", n, limit)
+		}
+	}
+	if replicas != nil {
+		over(specPointer.at("replicas"), *replicas)
+	}
+	if a == nil {
+		return
+	}
+	at := specPointer.at("autoscaling")
+	over(at.at("maxReplicas"), a.MaxReplicas)
+	if a.MinReplicas != nil {
+		over(at.at("minReplicas"), *a.MinReplicas)
+	}
+	if a.Fallback != nil {
+		over(at.at("fallback").at("replicas"), a.Fallback.Replicas)
+	}
+}
+
 // checkReplicas applies the rule of a pool that may set a fixed count or autoscaling.
 func checkReplicas(replicas *int32, a *Autoscaling, ps *problems) {
 	if replicas != nil && a != nil {
@@ -165,25 +191,28 @@ func fixedReplicas(replicas *int32, a *Autoscaling) int32 {
 }
 
 // pool renders a pool's Deployment, running as the service account sa (rendered too unless the
-// spec named its own), and, when autoscaling is set and KEDA is served, the ScaledObject that owns
-// its replicas (the Deployment then has none) with its TriggerAuthentication. It fills in p's
-// Autoscaled, AutoscalingUnavailable and Replicas.
-func (o Owner) pool(p *Pool, component string, replicas *int32, a *Autoscaling, opts Options, queueURL, sa string, ownSA bool, pod map[string]any) []*unstructured.Unstructured {
+// spec named its own), its NetworkPolicy (egress to DNS, evalsid and the spec's rules, nothing
+// in), and, when autoscaling is set and KEDA is served, the ScaledObject that owns its replicas
+// (the Deployment then has none) with its TriggerAuthentication. It fills in p's Autoscaled,
+// AutoscalingUnavailable and Replicas.
+func (o Owner) pool(p *Pool, component string, replicas *int32, a *Autoscaling, opts Options, queueURL, sa string, ownSA bool, pod map[string]any, egress []EgressRule) []*unstructured.Unstructured {
 	var objs []*unstructured.Unstructured
 	if ownSA {
 		objs = append(objs, o.serviceAccount(sa, p.Namespace, component))
 	}
 	if a != nil && opts.Autoscaling {
 		p.Autoscaled = true
-		return append(objs,
+		objs = append(objs,
 			o.deployment(p.Deployment, p.Namespace, component, nil, "", pod),
 			o.scaledObject(a, p.Deployment, p.Namespace, component, queueURL),
 			o.triggerAuthentication(p.Deployment, p.Namespace, component),
 		)
+	} else {
+		p.AutoscalingUnavailable = a != nil
+		p.Replicas = fixedReplicas(replicas, a)
+		objs = append(objs, o.deployment(p.Deployment, p.Namespace, component, &p.Replicas, "", pod))
 	}
-	p.AutoscalingUnavailable = a != nil
-	p.Replicas = fixedReplicas(replicas, a)
-	return append(objs, o.deployment(p.Deployment, p.Namespace, component, &p.Replicas, "", pod))
+	return append(objs, o.networkPolicy(p.Deployment, p.Namespace, component, egress, opts))
 }
 
 // platformImage is a pool's image: the spec's, else the operator's default.

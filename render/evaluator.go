@@ -1,11 +1,13 @@
 package render
 
 import (
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/evalsi"
 )
 
 // EvaluatorSpec is an Evaluator's spec: a pool of evaluation workers.
@@ -18,6 +20,7 @@ type EvaluatorSpec struct {
 	Env                []EnvVar     `json:"env,omitempty"`
 	ServiceAccountName string       `json:"serviceAccountName,omitempty"`
 	SandboxClass       string       `json:"sandboxClass,omitempty"`
+	Egress             []EgressRule `json:"egress,omitempty"`
 	Scheduling
 }
 
@@ -35,10 +38,16 @@ type Pool struct {
 	Replicas int32
 }
 
-// check applies the Evaluator's rules across fields and Kubernetes' rules for what reaches its pods.
-func (spec EvaluatorSpec) check(fixed []EnvVar) error {
+// check applies the Evaluator's rules across fields, the platform's limits, and Kubernetes' rules
+// for what reaches its pods.
+func (spec EvaluatorSpec) check(fixed []EnvVar, limits Limits) error {
 	var ps problems
 	checkReplicas(spec.Replicas, spec.Autoscaling, &ps)
+	checkReplicaLimit(spec.Replicas, spec.Autoscaling, limits.MaxPoolReplicas, &ps)
+	if slices.Contains(evalsi.PlatformServiceAccounts, spec.ServiceAccountName) {
+		ps.add(specPointer.at("serviceAccountName"), "%s is one of the platform's own service accounts, which pools may not run as: name an account of the namespace labelled %s=true",
+			spec.ServiceAccountName, evalsi.LabelPoolServiceAccount)
+	}
 	for i, a := range spec.Args {
 		if a == "--pool" || strings.HasPrefix(a, "--pool=") {
 			ps.add(specPointer.at("args").index(i), "--pool is set by the operator to the Evaluator's name")
@@ -49,6 +58,7 @@ func (spec EvaluatorSpec) check(fixed []EnvVar) error {
 	owned["EVALSI_SANDBOX_CLASS"] = "spec.sandboxClass"
 	checkEnv(specPointer.at("env"), spec.Env, owned, &ps)
 	spec.Scheduling.check(specPointer, &ps)
+	checkEgress(specPointer.at("egress"), spec.Egress, &ps)
 	return ps.err()
 }
 
@@ -70,7 +80,7 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 		{Name: "EVALSI_SANDBOX_CLASS", Value: spec.SandboxClass},
 		{Name: TokenFileEnv, Value: TokenFile},
 	}
-	if err := spec.check(fixed); err != nil {
+	if err := spec.check(fixed, opts.Limits); err != nil {
 		return nil, Pool{}, err
 	}
 	o := OwnerOf(obj)
@@ -104,6 +114,6 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 	spec.Scheduling.apply(pod)
 
 	objs := o.pool(&pool, "evaluator", spec.Replicas, spec.Autoscaling, opts,
-		queueURL(opts.APIURL, project, evalsiv1.PoolKind_POOL_KIND_EVALUATOR, obj.GetName()), sa, spec.ServiceAccountName == "", pod)
+		queueURL(opts.APIURL, project, evalsiv1.PoolKind_POOL_KIND_EVALUATOR, obj.GetName()), sa, spec.ServiceAccountName == "", pod, spec.Egress)
 	return objs, pool, nil
 }

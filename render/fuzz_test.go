@@ -57,7 +57,7 @@ func FuzzRender(f *testing.F) {
 		if json.Unmarshal(data, &m) != nil {
 			return
 		}
-		verr := Validate(&unstructured.Unstructured{Object: m}, nil)
+		verr := Validate(&unstructured.Unstructured{Object: m}, goldenOptions.Limits)
 		first, err := Object(&unstructured.Unstructured{Object: m}, goldenOptions)
 		if (verr == nil) != (err == nil) || verr != nil && verr.Error() != err.Error() {
 			t.Fatalf("validation says %v, rendering %v", verr, err)

@@ -30,16 +30,33 @@ type Options struct {
 	SandboxNamespace string
 	// APIURL is evalsid's base URL, given to workers and to KEDA's queue-depth trigger.
 	APIURL string
+	// APIPeers are the NetworkPolicy peers (maps as Kubernetes takes them) through which pools
+	// reach evalsid; empty, they are read from APIURL (apiEgress).
+	APIPeers []any
 	// TokenAudience is the audience of the projected tokens pool pods present to evalsid
 	// (DefaultTokenAudience when empty).
 	TokenAudience string
 	// Autoscaling reports whether KEDA's ScaledObject and TriggerAuthentication are served;
 	// without them, pools run fixed replicas.
 	Autoscaling bool
+	// Limits are what the platform decides specs are held to.
+	Limits
+}
+
+// DefaultMaxPoolReplicas is the bound on an Evaluator's replicas unless the platform sets another.
+const DefaultMaxPoolReplicas = 100
+
+// Limits are the platform's decisions that a spec is checked against besides its own rules,
+// alike in admission, `validate` and the reconcilers.
+type Limits struct {
 	// ProjectBindings are the namespaces a cluster administrator bound to a project other than
 	// their own name (the Namespace's evals.si/project label), by namespace. Nil means they are
 	// not known (offline): an object's project label is then taken as given.
 	ProjectBindings map[string]string
+	// MaxPoolReplicas bounds an Evaluator's replicas (spec.replicas and every replica count of
+	// spec.autoscaling), so that whoever may write Evaluators cannot ask for unbounded pods; 0 is
+	// no bound.
+	MaxPoolReplicas int32
 }
 
 // Owner identifies the evals.si object that children are rendered for.

@@ -20,6 +20,7 @@ var goldenOptions = Options{
 	SandboxNamespace: "evalsi-sandbox",
 	APIURL:           "http://evalsid.evalsi.svc:8080",
 	Autoscaling:      true,
+	Limits:           Limits{MaxPoolReplicas: DefaultMaxPoolReplicas},
 }
 
 // TestGoldenRender renders testdata/render/<kind>/<case>/input.yaml and compares the objects

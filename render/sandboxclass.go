@@ -29,6 +29,9 @@ type SandboxClassSpec struct {
 	// AllowedNamespaces selects, by their labels, the namespaces whose Evaluators and EvalRuns may
 	// use the class; absent, every namespace may. Select by a label only the platform can set.
 	AllowedNamespaces *metav1.LabelSelector `json:"allowedNamespaces,omitempty"`
+	// Egress opens more than cluster DNS and evalsid to the pool's sandboxes (NetworkPolicy egress
+	// rules): by default the code a trial runs reaches nothing else.
+	Egress []EgressRule `json:"egress,omitempty"`
 	Scheduling
 }
 
@@ -39,6 +42,7 @@ func (spec SandboxClassSpec) check() error {
 	if sel := spec.AllowedNamespaces; sel != nil {
 		checkLabelSelector(specPointer.at("allowedNamespaces"), sel, &ps)
 	}
+	checkEgress(specPointer.at("egress"), spec.Egress, &ps)
 	if spec.Rung == RungPod {
 		for field, set := range map[string]bool{"replicas": spec.Replicas != nil, "autoscaling": spec.Autoscaling != nil} {
 			if set {
@@ -109,7 +113,7 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 	spec.Scheduling.apply(pod)
 
 	objs := o.pool(&pool, "sandbox", spec.Replicas, spec.Autoscaling, opts,
-		queueURL(opts.APIURL, "", evalsiv1.PoolKind_POOL_KIND_SANDBOX, obj.GetName()), name, true, pod)
+		queueURL(opts.APIURL, "", evalsiv1.PoolKind_POOL_KIND_SANDBOX, obj.GetName()), name, true, pod, spec.Egress)
 	return objs, pool, nil
 }
 

@@ -20,12 +20,11 @@ var validationOptions = Options{
 
 // Validate checks an evals.si object as admission, the `validate` command and the reconcilers
 // do: it is rendering without the output, so a spec that Validate accepts always renders, and
-// one that rendering refuses is refused here with the same field. bindings are the namespaces'
-// project bindings (Options.ProjectBindings; nil when not known). It returns nil or
-// schemas.Errors with JSON pointers such as /spec/autoscaling/minReplicas.
-func Validate(obj *unstructured.Unstructured, bindings map[string]string) error {
+// one that rendering refuses is refused here with the same field, against the same limits. It
+// returns nil or schemas.Errors with JSON pointers such as /spec/autoscaling/minReplicas.
+func Validate(obj *unstructured.Unstructured, limits Limits) error {
 	opts := validationOptions
-	opts.ProjectBindings = bindings
+	opts.Limits = limits
 	_, err := Object(obj, opts)
 	return err
 }

@@ -33,7 +33,7 @@ func TestInvalidSpecsNameTheField(t *testing.T) {
 	for _, d := range docs {
 		t.Run(d.Object.GetKind()+"/"+d.Object.GetName(), func(t *testing.T) {
 			want := d.Object.GetAnnotations()[expectAnnotation]
-			err := Validate(d.Object, nil)
+			err := Validate(d.Object, goldenOptions.Limits)
 			var errs schemas.Errors
 			if !errors.As(err, &errs) || len(errs) == 0 {
 				t.Fatalf("Validate = %v, want %q", err, want)
@@ -60,7 +60,7 @@ func TestValidSpecsRender(t *testing.T) {
 		if d.Object.GroupVersionKind().Group != evalsi.Group {
 			continue
 		}
-		if err := Validate(d.Object, nil); err != nil {
+		if err := Validate(d.Object, goldenOptions.Limits); err != nil {
 			t.Errorf("%s: %v", d.Where(), err)
 		}
 		if _, err := Object(d.Object, goldenOptions); err != nil {

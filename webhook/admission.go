@@ -15,40 +15,68 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/tenancy"
 	"evals.si/operator/render"
 	"evals.si/operator/schemas"
 )
 
-// Bindings returns the project a namespace is bound to by its evals.si/project label ("" for
-// none), and false when the webhook cannot know (no namespace cache).
-type Bindings func(namespace string) (project string, known bool)
-
 // Decider decides one admission request.
 type Decider func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
-// Validator decides validating admission requests; bindings (nil: never known) let it refuse an
-// object that names a project its namespace may not act in, and dryRun (nil: off) has it dry-run
-// the children of workload objects that pass validation.
-func Validator(bindings Bindings, dryRun *DryRun) Decider {
+// Validation is what validating admission reads besides the request; each part is optional.
+type Validation struct {
+	// Namespaces gives the namespaces' project bindings, so that an object naming a project its
+	// namespace may not act in is refused; nil: bindings are never known. Until the cache has
+	// synced, and for a namespace it has not seen yet, the object's label is taken as given: the
+	// operator refuses it again (ProjectNotAllowed) and calls nothing, so admission only gives the
+	// earlier, clearer answer.
+	Namespaces *tenancy.Namespaces
+	// Limits are the platform's limits specs are held to (the bindings are filled in from
+	// Namespaces).
+	Limits render.Limits
+	// Access checks what a workload object's pods would use against the writer's own rights.
+	Access *Access
+	// DryRun dry-runs the children of workload objects that pass validation.
+	DryRun *DryRun
+}
+
+// Validator decides validating admission requests with v.
+func Validator(v Validation) Decider {
 	return func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-		var known map[string]string
-		if bindings != nil {
-			if p, ok := bindings(req.Namespace); ok {
-				known = map[string]string{}
-				if p != "" {
-					known[req.Namespace] = p
+		limits := v.Limits
+		limits.ProjectBindings = nil
+		if v.Namespaces != nil {
+			if labels, ok := v.Namespaces.Labels(req.Namespace); ok {
+				limits.ProjectBindings = map[string]string{}
+				if p := labels[evalsi.LabelProject]; p != "" {
+					limits.ProjectBindings[req.Namespace] = p
 				}
 			}
 		}
-		resp := validate(req, known)
-		if !resp.Allowed || dryRun == nil || req.Operation == admissionv1.Delete {
+		resp := validate(req, limits)
+		if !resp.Allowed || req.Operation == admissionv1.Delete {
 			return resp
 		}
 		obj, err := decode(req.Object.Raw)
 		if err != nil || obj.GetDeletionTimestamp() != nil {
 			return resp
 		}
-		refusal, warnings := dryRun.check(ctx, dryRunObject(req, obj))
+		if v.Access != nil {
+			problems, err := v.Access.check(ctx, req, obj)
+			if err != nil {
+				// Fail closed: a reference that cannot be checked is not admitted.
+				return deny(req, http.StatusInternalServerError, metav1.StatusReasonInternalError,
+					fmt.Sprintf("%s %s: cannot check what its pods would use: %v", obj.GetKind(), obj.GetName(), err))
+			}
+			if len(problems) > 0 {
+				return deny(req, http.StatusForbidden, metav1.StatusReasonForbidden,
+					fmt.Sprintf("%s %s is invalid: %v", obj.GetKind(), obj.GetName(), problems))
+			}
+		}
+		if v.DryRun == nil {
+			return resp
+		}
+		refusal, warnings := v.DryRun.check(ctx, dryRunObject(req, obj))
 		if refusal != "" {
 			return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 				fmt.Sprintf("%s %s is invalid: %s", obj.GetKind(), obj.GetName(), refusal))
@@ -58,8 +86,9 @@ func Validator(bindings Bindings, dryRun *DryRun) Decider {
 	}
 }
 
-// validate decides a validating admission request with the namespaces' known project bindings.
-func validate(req *admissionv1.AdmissionRequest, bindings map[string]string) *admissionv1.AdmissionResponse {
+// validate decides a validating admission request with the platform's limits and the namespaces'
+// known project bindings.
+func validate(req *admissionv1.AdmissionRequest, limits render.Limits) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return allow(req)
 	}
@@ -84,7 +113,7 @@ func validate(req *admissionv1.AdmissionRequest, bindings map[string]string) *ad
 		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			fmt.Sprintf("metadata.annotations[%s] is written by admission and cannot be set", evalsi.AnnotationCreatedBy))
 	}
-	if err := render.Validate(obj, bindings); err != nil {
+	if err := render.Validate(obj, limits); err != nil {
 		return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			fmt.Sprintf("%s %s is invalid: %v", obj.GetKind(), obj.GetName(), err))
 	}

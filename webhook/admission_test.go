@@ -60,7 +60,7 @@ func TestValidate(t *testing.T) {
 			if tc.old != nil {
 				req.OldObject = raw(t, tc.old)
 			}
-			resp := Validator(nil, nil)(context.Background(), req)
+			resp := Validator(Validation{})(context.Background(), req)
 			if tc.denied == "" {
 				if !resp.Allowed {
 					t.Fatalf("denied: %s", resp.Result.Message)

@@ -35,10 +35,10 @@ func BenchmarkWebhookLatency(b *testing.B) {
 	needCluster(b)
 	ctx := context.Background()
 	ensureNamespace(b, ctx, "team-a")
-	plain := httptest.NewTLSServer(handler(Validator(nil, nil)))
+	plain := httptest.NewTLSServer(handler(Validator(Validation{})))
 	defer plain.Close()
-	dryRun := httptest.NewTLSServer(handler(Validator(nil, &DryRun{Client: env.Dynamic(), Timeout: 2 * time.Second,
-		Render: render.Options{VLLMImage: "vllm/vllm-openai:v0.11.0", APIURL: "http://evalsid:8080", Autoscaling: true}})))
+	dryRun := httptest.NewTLSServer(handler(Validator(Validation{DryRun: &DryRun{Client: env.Dynamic(), Timeout: 2 * time.Second,
+		Render: render.Options{VLLMImage: "vllm/vllm-openai:v0.11.0", APIURL: "http://evalsid:8080", Autoscaling: true}}})))
 	defer dryRun.Close()
 	valid := map[string]any{"model": "/checkpoints/run-1/step-200", "checkpointClaim": "ckpts", "gpus": int64(1),
 		"apiKeySecret": map[string]any{"name": "vllm-key"}, "extraArgs": []any{"--max-model-len=8192"}}

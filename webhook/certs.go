@@ -9,9 +9,6 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,34 +26,6 @@ import (
 // certSource gives the serving certificate of each TLS handshake.
 type certSource interface {
 	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
-}
-
-// dirCerts serves tls.crt and tls.key from a directory (a mounted Secret that cert-manager
-// renews), read again when they change.
-type dirCerts struct {
-	dir  string
-	mu   sync.Mutex
-	mod  time.Time
-	cert *tls.Certificate
-}
-
-func (d *dirCerts) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	crt, key := filepath.Join(d.dir, "tls.crt"), filepath.Join(d.dir, "tls.key")
-	fi, err := os.Stat(crt)
-	if err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.cert != nil && fi.ModTime().Equal(d.mod) {
-		return d.cert, nil
-	}
-	c, err := tls.LoadX509KeyPair(crt, key)
-	if err != nil {
-		return nil, fmt.Errorf("loading the serving certificate from %s: %w", d.dir, err)
-	}
-	d.cert, d.mod = &c, fi.ModTime()
-	return d.cert, nil
 }
 
 // SelfSigned configures certificates that the webhook manages itself.

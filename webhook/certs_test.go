@@ -45,7 +45,7 @@ func writeServingPair(t *testing.T, dir, name string) string {
 func TestCertDirIsReadAgainWhenRenewed(t *testing.T) {
 	dir := t.TempDir()
 	first := writeServingPair(t, dir, "evalsi-webhook.evalsi-system.svc")
-	certs := &dirCerts{dir: dir}
+	certs := &pki.Dir{Path: dir}
 	serial := func() string {
 		c, err := certs.GetCertificate(nil)
 		if err != nil {

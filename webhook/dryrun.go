@@ -46,7 +46,7 @@ func (d *DryRun) check(ctx context.Context, obj *unstructured.Unstructured) (ref
 			continue
 		}
 		_, err := d.Client.Resource(gvr).Namespace(child.GetNamespace()).Apply(ctx, child.GetName(), child,
-			metav1.ApplyOptions{FieldManager: "evalsi-operator", Force: true, DryRun: []string{metav1.DryRunAll}})
+			metav1.ApplyOptions{FieldManager: evalsi.FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
 		switch {
 		case err == nil:
 		case apierrors.IsInvalid(err):

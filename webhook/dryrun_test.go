@@ -48,7 +48,7 @@ func TestChildrenPassServerDryRun(t *testing.T) {
 			obj.SetNamespace(ns)
 		}
 		obj.SetUID(types.UID("00000000-0000-0000-0000-000000000001"))
-		if render.Validate(obj, nil) != nil {
+		if render.Validate(obj, render.Limits{}) != nil {
 			return false
 		}
 		res, err := render.Object(obj, opts)

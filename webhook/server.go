@@ -11,6 +11,10 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"evals.si/operator/internal/pki"
+	"evals.si/operator/internal/tenancy"
+	"evals.si/operator/render"
 )
 
 // Config configures the webhook server.
@@ -24,8 +28,11 @@ type Config struct {
 	// configurations' caBundle for drift; a minute when zero.
 	CheckInterval time.Duration
 	// Kube, when set, lets validation read the Namespaces' project bindings (a watch of
-	// namespaces), so that an object naming a project its namespace may not act in is refused.
+	// namespaces), so that an object naming a project its namespace may not act in is refused,
+	// and check what workload objects' pods would use against the writer's rights (Access).
 	Kube kubernetes.Interface
+	// Limits are the platform's limits of specs (MaxPoolReplicas).
+	Limits render.Limits
 	// DryRun, when set, dry-runs the children of workload objects at admission.
 	DryRun *DryRun
 	Log    *slog.Logger
@@ -54,16 +61,18 @@ func Run(ctx context.Context, cfg Config) error {
 		if cfg.CertDir == "" {
 			return errors.New("no certificates: give --cert-dir or --self-signed")
 		}
-		certs = &dirCerts{dir: cfg.CertDir}
+		certs = &pki.Dir{Path: cfg.CertDir}
 	}
 
-	var bindings Bindings
+	v := Validation{Limits: cfg.Limits, DryRun: cfg.DryRun}
 	bindingsSynced := func() bool { return true }
 	if cfg.Kube != nil {
-		bindings, bindingsSynced = watchBindings(ctx, cfg.Kube)
+		v.Namespaces = tenancy.WatchNamespaces(ctx, cfg.Kube, "")
+		v.Access = &Access{Kube: cfg.Kube}
+		bindingsSynced = v.Namespaces.HasSynced
 	}
 	mux := http.NewServeMux()
-	mux.Handle(ValidatePath, handler(Validator(bindings, cfg.DryRun)))
+	mux.Handle(ValidatePath, handler(Validator(v)))
 	mux.Handle(MutatePath, handler(Mutate))
 	srv := &http.Server{
 		Handler:           mux,

@@ -27,6 +27,7 @@ import (
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/manifest"
+	"evals.si/operator/render"
 )
 
 var env *cluster.Cluster
@@ -193,8 +194,14 @@ func create(ctx context.Context, c dynamic.Interface, obj *unstructured.Unstruct
 
 func TestAdmissionTable(t *testing.T) {
 	ctx := testContext(t)
-	startWebhook(t, ctx, time.Hour)
+	startWebhook(t, ctx, time.Hour, func(c *Config) { c.Limits = render.Limits{MaxPoolReplicas: render.DefaultMaxPoolReplicas} })
 	ensureNamespace(t, ctx, "team-a")
+	// The account a valid case's pool runs as, opened to pools.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "judge.team-a", Namespace: "team-a",
+		Labels: map[string]string{evalsi.LabelPoolServiceAccount: "true"}}}
+	if _, err := env.Clientset().CoreV1().ServiceAccounts("team-a").Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	for _, d := range readCases(t, "../testdata/admission/invalid.yaml") {
 		if d.Object.GetAPIVersion() != "evals.si/v1alpha1" {
 			continue // an unserved version never reaches admission: the API server refuses it

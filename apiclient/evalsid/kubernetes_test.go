@@ -72,7 +72,7 @@ func TestKubernetesProvider(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, sa := range []string{"judge-evaluator", "evalsid"} {
+	for _, sa := range []string{"judge-evaluator", "evalsi-queue-reader", "evalsid"} {
 		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -85,6 +85,7 @@ func TestKubernetesProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := evalsid.New(map[string]string{"static-token": "static"}, evalsid.DefaultSchedule)
+	srv.TrustPlatform("static")
 	srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: c.Config.Host, Client: hc, Audience: "evalsi"})
 	srv.SetQueueDepth("pools", v1.PoolKind_POOL_KIND_EVALUATOR, "judge", 7)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -111,8 +112,8 @@ func TestKubernetesProvider(t *testing.T) {
 		}
 	}
 
-	mint := func(audiences ...string) string {
-		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "judge-evaluator", &authenticationv1.TokenRequest{
+	mintFor := func(sa string, audiences ...string) string {
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 			Spec: authenticationv1.TokenRequestSpec{Audiences: audiences},
 		}, metav1.CreateOptions{})
 		if err != nil {
@@ -120,6 +121,7 @@ func TestKubernetesProvider(t *testing.T) {
 		}
 		return tr.Status.Token
 	}
+	mint := func(audiences ...string) string { return mintFor("evalsi-queue-reader", audiences...) }
 	// Forged tokens need the cluster's key id and issuer, read from a real token.
 	real := mint("evalsi")
 	var header struct{ Kid string }
@@ -162,14 +164,15 @@ func TestKubernetesProvider(t *testing.T) {
 		want  int
 		depth string
 	}{
-		"a pool's token for evalsid's audience":          {token: real, want: 200, depth: "7"},
-		"a static token still works":                     {token: "static-token", want: 200, depth: "7"},
-		"a token for another audience":                   {token: mint("vault"), want: 401},
-		"a token for the API server's audience":          {token: mint(), want: 401},
-		"an expired token signed by the cluster":         {token: forge(t, clusterKey, header.Kid, with(map[string]any{"exp": hourAgo, "iat": hourAgo - 600, "nbf": hourAgo - 600})), want: 401},
-		"a token from another issuer with its own key":   {token: forge(t, otherKey, header.Kid, with(map[string]any{"iss": "https://other.example"})), want: 401},
-		"a token naming another issuer, the cluster key": {token: forge(t, clusterKey, header.Kid, with(map[string]any{"iss": "https://other.example"})), want: 401},
-		"the cluster's claims signed by another key":     {token: forge(t, otherKey, header.Kid, claims), want: 401},
+		"the queue reader's token for evalsid's audience": {token: real, want: 200, depth: "7"},
+		"a pool's token (pools do not read queues)":       {token: mintFor("judge-evaluator", "evalsi"), want: 403},
+		"a static token still works":                      {token: "static-token", want: 200, depth: "7"},
+		"a token for another audience":                    {token: mint("vault"), want: 401},
+		"a token for the API server's audience":           {token: mint(), want: 401},
+		"an expired token signed by the cluster":          {token: forge(t, clusterKey, header.Kid, with(map[string]any{"exp": hourAgo, "iat": hourAgo - 600, "nbf": hourAgo - 600})), want: 401},
+		"a token from another issuer with its own key":    {token: forge(t, otherKey, header.Kid, with(map[string]any{"iss": "https://other.example"})), want: 401},
+		"a token naming another issuer, the cluster key":  {token: forge(t, clusterKey, header.Kid, with(map[string]any{"iss": "https://other.example"})), want: 401},
+		"the cluster's claims signed by another key":      {token: forge(t, otherKey, header.Kid, claims), want: 401},
 		"no token": {token: "", want: 401},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -202,15 +205,14 @@ func TestKubernetesProvider(t *testing.T) {
 		})
 	}
 
-	// A call with the pool's token is made as the pool's service account.
+	// A call with a pool's token is made as the pool's service account, which reads runs of its
+	// project and creates none.
 	runs := evalsiv1connect.NewRunServiceClient(http.DefaultClient, "http://"+l.Addr().String())
 	req := connect.NewRequest(&v1.CreateRunRequest{Project: ns, IdempotencyKey: "k", Spec: &v1.RunSpec{Suite: "smoke",
 		Target: &v1.Target{Endpoint: &v1.EndpointTarget{Url: "http://m:8000/v1", Model: "m"}}}})
-	req.Header().Set("Authorization", "Bearer "+real)
-	if _, err := runs.CreateRun(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := srv.Runs()[0].Creator, "system:serviceaccount:pools:judge-evaluator"; got != want {
-		t.Errorf("creator %q, want %q", got, want)
+	req.Header().Set("Authorization", "Bearer "+mintFor("judge-evaluator", "evalsi"))
+	_, err = runs.CreateRun(ctx, req)
+	if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "system:serviceaccount:pools:judge-evaluator") {
+		t.Errorf("a pool creating a run: %v, want PermissionDenied naming the pool's service account", err)
 	}
 }

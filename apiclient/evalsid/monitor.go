@@ -36,11 +36,10 @@ func (ms monitorService) PutPolicy(ctx context.Context, req *connect.Request[v1.
 	rev := int64(1)
 	if ok {
 		rev = cur.msg.Revision + 1
+	} else if err := s.addMonitorObject(m.Project); err != nil {
+		return nil, err
 	}
-	p := &v1.Policy{Name: m.Name, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.PolicySpec), Creator: m.Creator, Revision: rev}
-	if p.Creator == "" {
-		p.Creator = identityOf(ctx)
-	}
+	p := &v1.Policy{Name: m.Name, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.PolicySpec), Creator: callerOf(ctx).creator(m.Creator), Revision: rev}
 	s.policies[m.Name] = &policy{msg: p}
 	return connect.NewResponse(&v1.PutPolicyResponse{Policy: proto.Clone(p).(*v1.Policy)}), nil
 }
@@ -90,6 +89,7 @@ func (ms monitorService) DeletePolicy(_ context.Context, req *connect.Request[v1
 		return nil, err
 	}
 	delete(s.policies, req.Msg.Name)
+	s.monitorOf[req.Msg.Project]--
 	return connect.NewResponse(&v1.DeletePolicyResponse{}), nil
 }
 
@@ -113,6 +113,17 @@ func (s *Server) Policy(name string) *v1.Policy {
 	return nil
 }
 
+// addMonitorObject counts a new policy or trace source of project, refusing it past
+// MaxObjectsPerProject. The caller holds s.mu.
+func (s *Server) addMonitorObject(project string) error {
+	if s.monitorOf[project] >= MaxObjectsPerProject {
+		return connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("project %s has %d policies and trace sources, the most this server keeps", project, MaxObjectsPerProject))
+	}
+	s.monitorOf[project]++
+	return nil
+}
+
 func sourceKey(project, name string) string { return project + "/" + name }
 
 func (ms monitorService) PutTraceSource(ctx context.Context, req *connect.Request[v1.PutTraceSourceRequest]) (*connect.Response[v1.PutTraceSourceResponse], error) {
@@ -129,6 +140,8 @@ func (ms monitorService) PutTraceSource(ctx context.Context, req *connect.Reques
 	rev := int64(1)
 	if cur, ok := s.sources[sourceKey(m.Project, m.Name)]; ok {
 		rev = cur.msg.Revision + 1
+	} else if err := s.addMonitorObject(m.Project); err != nil {
+		return nil, err
 	}
 	ts := &v1.TraceSource{Name: m.Name, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.TraceSourceSpec), Revision: rev}
 	if strings.EqualFold(m.Spec.Type, "otlp") {
@@ -158,5 +171,6 @@ func (ms monitorService) DeleteTraceSource(_ context.Context, req *connect.Reque
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no trace source %q", req.Msg.Project, req.Msg.Name))
 	}
 	delete(s.sources, key)
+	s.monitorOf[req.Msg.Project]--
 	return connect.NewResponse(&v1.DeleteTraceSourceResponse{}), nil
 }

@@ -126,16 +126,21 @@ func (rs runService) CreateRun(ctx context.Context, req *connect.Request[v1.Crea
 		}
 		return connect.NewResponse(&v1.CreateRunResponse{Run: s.current(r, now)}), nil
 	}
+	c := callerOf(ctx)
+	if err := s.mayUseClass(c, m.Namespace, m.Spec.SandboxClass); err != nil {
+		return nil, err
+	}
+	if s.runsOf[m.Project] >= MaxObjectsPerProject {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("project %s has %d runs, the most this server keeps", m.Project, MaxObjectsPerProject))
+	}
 	s.nextID++
 	id := fmt.Sprintf("run-%06d", s.nextID)
 	r := &run{created: now, msg: &v1.Run{
 		Id: id, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.RunSpec), Phase: v1.Phase_PHASE_PENDING,
-		Creator: m.Creator, Url: fmt.Sprintf("%s/projects/%s/runs/%s", s.baseURL, m.Project, id),
+		Creator: c.creator(m.Creator), Url: fmt.Sprintf("%s/projects/%s/runs/%s", s.baseURL, m.Project, id),
 	}}
-	if r.msg.Creator == "" {
-		r.msg.Creator = identityOf(ctx)
-	}
 	s.runs[id] = r
+	s.runsOf[m.Project]++
 	if m.IdempotencyKey != "" {
 		s.byKey[key] = id
 	}

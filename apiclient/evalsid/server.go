@@ -18,31 +18,52 @@ import (
 	"connectrpc.com/connect"
 
 	"evals.si/operator/apiclient/evalsiv1/evalsiv1connect"
-	"evals.si/operator/evalsi"
 )
 
 // Server is the reference evalsid.
 type Server struct {
 	mu sync.Mutex
 	// tokens maps a bearer token to the identity it authenticates.
-	tokens   map[string]string
-	runs     map[string]*run
-	byKey    map[string]string // project/idempotency key -> run id
-	policies map[string]*policy
-	sources  map[string]*traceSource
-	queues   map[queueKey]uint32
-	schedule Schedule
-	suites   map[string]bool // nil: any suite
-	nextID   int
-	baseURL  string
+	tokens map[string]string
+	runs   map[string]*run
+	runsOf map[string]int // runs by project
+	// monitorOf counts the policies and trace sources of each project.
+	monitorOf map[string]int
+	byKey     map[string]string // project/idempotency key -> run id
+	policies  map[string]*policy
+	sources   map[string]*traceSource
+	queues    map[queueKey]uint32
+	schedule  Schedule
+	suites    map[string]bool // nil: any suite
+	nextID    int
+	baseURL   string
 
 	// kubernetes, when set, accepts the service-account tokens of a cluster besides tokens.
 	kubernetes *KubernetesIssuer
+	// dir, when set, tells the project each namespace acts in and which namespaces may use a
+	// SandboxClass; without it a namespace acts in the project named like it (authorize.go).
+	dir Directory
+	// platform are identities trusted in every project (a cluster-wide operator).
+	platform map[string]bool
+	// sandboxNamespace is where SandboxClass pools run: its queue reader reads their queues.
+	sandboxNamespace string
 
 	faults faults
 	calls  map[string]int
-	log    []Call
+	log    callLog
 }
+
+// Limits of what one caller can make the server hold: a request body, and the objects of one
+// project. Past them a request is refused (ResourceLimitExceeded over HTTP, ResourceExhausted),
+// so that no caller can grow the server's memory without bound.
+const (
+	// MaxRequestBytes is the largest request body the server reads.
+	MaxRequestBytes = 1 << 20
+	// MaxObjectsPerProject bounds the runs, and the policies and trace sources, of one project.
+	MaxObjectsPerProject = 100_000
+	// callLogSize is how many calls CallLog keeps: the most recent ones.
+	callLogSize = 10_000
+)
 
 // Call is one request the server received, for tests to count and inspect.
 type Call struct {
@@ -79,27 +100,44 @@ var DefaultSchedule = Schedule{
 // schedule. Runs' URLs start with baseURL.
 func New(tokens map[string]string, schedule Schedule) *Server {
 	return &Server{
-		tokens:   tokens,
-		runs:     map[string]*run{},
-		byKey:    map[string]string{},
-		policies: map[string]*policy{},
-		sources:  map[string]*traceSource{},
-		queues:   map[queueKey]uint32{},
-		schedule: schedule,
-		calls:    map[string]int{},
-		baseURL:  "https://evals.example",
+		tokens:    tokens,
+		runs:      map[string]*run{},
+		runsOf:    map[string]int{},
+		monitorOf: map[string]int{},
+		byKey:     map[string]string{},
+		policies:  map[string]*policy{},
+		sources:   map[string]*traceSource{},
+		queues:    map[queueKey]uint32{},
+		schedule:  schedule,
+		calls:     map[string]int{},
+		platform:  map[string]bool{},
+		baseURL:   "https://evals.example",
+		log:       callLog{max: callLogSize},
 	}
 }
 
 // Handler returns the HTTP handler of the services, with authentication and fault injection.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := connect.WithInterceptors(s.interceptor())
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.interceptor()), connect.WithReadMaxBytes(MaxRequestBytes))
 	mux.Handle(evalsiv1connect.NewRunServiceHandler(runService{s}, opts))
 	mux.Handle(evalsiv1connect.NewMonitorServiceHandler(monitorService{s}, opts))
 	mux.Handle(evalsiv1connect.NewQueueServiceHandler(queueService{s}, opts))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	return s.faults.wrap(mux)
+	return s.faults.wrap(limitBody(mux))
+}
+
+// limitBody refuses a request whose declared body is larger than MaxRequestBytes before reading
+// it, and stops reading any body past that size (connect's read limit then refuses the call).
+func limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxRequestBytes {
+			http.Error(w, fmt.Sprintf("request body of %d bytes: at most %d", r.ContentLength, MaxRequestBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Serve serves the handler on l (HTTP/1.1 and h2c) until ctx ends.
@@ -162,10 +200,11 @@ func (s *Server) interceptor() connect.UnaryInterceptorFunc {
 			if m, ok := req.Any().(interface{ GetProject() string }); ok {
 				project = m.GetProject()
 			}
-			s.log = append(s.log, Call{Method: method, Project: project, At: time.Now(), Code: connect.CodeOf(err)})
-			if err == nil {
-				s.log[len(s.log)-1].Code = 0
+			c := Call{Method: method, Project: project, At: time.Now()}
+			if err != nil {
+				c.Code = connect.CodeOf(err)
 			}
+			s.log.add(c)
 			s.mu.Unlock()
 			return resp, err
 		}
@@ -194,10 +233,13 @@ func (s *Server) call(ctx context.Context, method string, req connect.AnyRequest
 	if !known {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a valid bearer token is required"))
 	}
-	if strings.HasSuffix(identity, ":"+evalsi.QueueReaderServiceAccount) && method != "GetQueueDepth" {
-		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s only reads queues", identity))
+	s.mu.Lock()
+	c, err := s.authorize(identity, method, req.Any())
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	return next(withIdentity(ctx, identity), req)
+	return next(withCaller(ctx, c), req)
 }
 
 // TrustKubernetes makes the server accept, besides its tokens, the service-account tokens that
@@ -208,6 +250,31 @@ func (s *Server) TrustKubernetes(issuer *KubernetesIssuer) {
 	s.kubernetes = issuer
 }
 
+// SetDirectory makes the server read the project each namespace acts in, and the namespaces a
+// SandboxClass admits, from d (WatchCluster). Without one, a namespace acts in the project named
+// like it and classes are not checked.
+func (s *Server) SetDirectory(d Directory) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dir = d
+}
+
+// TrustPlatform makes identity a platform identity: it acts in every project, as a cluster-wide
+// operator does, and may forward creators. Only the server's own configuration names these.
+func (s *Server) TrustPlatform(identity string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.platform[identity] = true
+}
+
+// SetSandboxNamespace names the namespace SandboxClass pools run in; its queue reader may read
+// their queues.
+func (s *Server) SetSandboxNamespace(namespace string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sandboxNamespace = namespace
+}
+
 // Calls returns how many calls of method (such as "GetRun") the server answered.
 func (s *Server) Calls(method string) int {
 	s.mu.Lock()
@@ -215,11 +282,11 @@ func (s *Server) Calls(method string) int {
 	return s.calls[method]
 }
 
-// CallLog returns every call so far, in order.
+// CallLog returns the calls so far, in order: the most recent callLogSize of them.
 func (s *Server) CallLog() []Call {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Call(nil), s.log...)
+	return s.log.calls()
 }
 
 // SetToken accepts token as identity (a rotated token).
@@ -249,14 +316,23 @@ func (s *Server) Refuse(method string, code connect.Code) { s.faults.refuse(meth
 // SetDown makes the server stop answering (connections are closed) or answer again.
 func (s *Server) SetDown(down bool) { s.faults.setDown(down) }
 
-type identityKey struct{}
-
-func withIdentity(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, identityKey{}, id)
+// callLog keeps the most recent calls, at most max: a ring, so that a long-running server's
+// memory does not grow with every call it answers.
+type callLog struct {
+	max   int
+	ring  []Call
+	start int
 }
 
-// identityOf returns the authenticated caller.
-func identityOf(ctx context.Context) string {
-	id, _ := ctx.Value(identityKey{}).(string)
-	return id
+func (l *callLog) add(c Call) {
+	if len(l.ring) < l.max {
+		l.ring = append(l.ring, c)
+		return
+	}
+	l.ring[l.start] = c
+	l.start = (l.start + 1) % l.max
+}
+
+func (l *callLog) calls() []Call {
+	return append(append([]Call(nil), l.ring[l.start:]...), l.ring[:l.start]...)
 }

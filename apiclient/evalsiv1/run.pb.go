@@ -534,11 +534,17 @@ type CreateRunRequest struct {
 	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
 	// The idempotency key: the operator derives it from the resource's uid.
 	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	// The authenticated user who created the resource (audit); the caller is the operator.
+	// The authenticated user who created the resource (audit); the caller is the operator. The
+	// server records it only from a caller trusted to forward it (the operator); from anyone else it
+	// records the caller.
 	Creator string   `protobuf:"bytes,3,opt,name=creator,proto3" json:"creator,omitempty"`
 	Spec    *RunSpec `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
 	// A display name (namespace/name of the resource).
-	Name          string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	// The namespace of the resource, for the check that spec.sandbox_class admits it. The server
+	// takes it only from a platform identity (a cluster-wide operator); a namespaced caller's
+	// namespace is the one its identity names.
+	Namespace     string `protobuf:"bytes,6,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -604,6 +610,13 @@ func (x *CreateRunRequest) GetSpec() *RunSpec {
 func (x *CreateRunRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateRunRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
 	}
 	return ""
 }
@@ -1011,13 +1024,14 @@ const file_evalsi_v1_run_proto_rawDesc = "" +
 	"\fcompleted_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12,\n" +
 	"\asummary\x18\t \x01(\v2\x12.evalsi.v1.SummaryR\asummary\x12\x18\n" +
 	"\amessage\x18\n" +
-	" \x01(\tR\amessage\"\xab\x01\n" +
+	" \x01(\tR\amessage\"\xc9\x01\n" +
 	"\x10CreateRunRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
 	"\acreator\x18\x03 \x01(\tR\acreator\x12&\n" +
 	"\x04spec\x18\x04 \x01(\v2\x12.evalsi.v1.RunSpecR\x04spec\x12\x12\n" +
-	"\x04name\x18\x05 \x01(\tR\x04name\"5\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x06 \x01(\tR\tnamespace\"5\n" +
 	"\x11CreateRunResponse\x12 \n" +
 	"\x03run\x18\x01 \x01(\v2\x0e.evalsi.v1.RunR\x03run\"b\n" +
 	"\rGetRunRequest\x12\x18\n" +

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -76,6 +77,7 @@ func main() {
 		For(object(evalsi.Evaluators.GroupVersion().WithKind("Evaluator"))).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.ServiceAccount{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(object(evalsi.ScaledObjects.GroupVersion().WithKind("ScaledObject"))).
 		Owns(object(evalsi.TriggerAuthentications.GroupVersion().WithKind("TriggerAuthentication"))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).

@@ -71,3 +71,13 @@ affinity:
 {{- define "evalsi.evalsidPort" -}}
 {{ ternary 8443 8080 .Values.tls.enabled }}
 {{- end }}
+
+{{/* apiPeers are the NetworkPolicy peers through which pools reach evalsid (JSON list): the
+in-chart evalsid's pods, else api.networkPeers (empty: the operator reads them from api.url). */}}
+{{- define "evalsi.apiPeers" -}}
+{{- if and (not .Values.api.url) .Values.evalsid.enabled -}}
+{{ list (dict "podSelector" (dict "matchLabels" (dict "app.kubernetes.io/name" "evalsi-operator" "app.kubernetes.io/component" "evalsid"))) | toJson }}
+{{- else -}}
+{{ .Values.api.networkPeers | default list | toJson }}
+{{- end }}
+{{- end }}

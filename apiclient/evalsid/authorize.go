@@ -1,0 +1,189 @@
+package evalsid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"connectrpc.com/connect"
+
+	v1 "evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/evalsi"
+)
+
+// The platform's contract for who may do what at evalsid (docs/design.md, "Identities at
+// evalsid"). A caller is a service account, system:serviceaccount:<namespace>:<name>, and acts
+// only in the project its namespace acts in (evalsi.ProjectOf: the namespace's binding label, else
+// its name), whatever project its requests name. What it may call depends on which account it is:
+//
+//   - the operator (evalsi.OperatorServiceAccount) writes and reads runs, policies and trace
+//     sources, and is the one caller whose forwarded creator is recorded;
+//   - the queue reader (evalsi.QueueReaderServiceAccount), which KEDA signs in as, reads queue
+//     depths and nothing else; a SandboxClass's queue (no project) only from the sandbox namespace;
+//   - any other service account is a pool's, and reads the runs of its project;
+//   - an identity the server's operator names as a platform identity (a cluster-wide operator)
+//     acts in every project, as an operator does in one.
+//
+// Any other identity acts nowhere.
+
+// role is what kind of caller an identity is.
+type role int
+
+const (
+	roleNone role = iota
+	rolePool
+	roleQueueReader
+	roleOperator
+	rolePlatform
+)
+
+func (r role) String() string {
+	return [...]string{"no role", "a pool", "the queue reader", "the operator", "a platform identity"}[r]
+}
+
+// methodRoles are the roles that may call each method.
+var methodRoles = map[string][]role{
+	"CreateRun":         {roleOperator, rolePlatform},
+	"CancelRun":         {roleOperator, rolePlatform},
+	"GetRun":            {roleOperator, rolePlatform, rolePool},
+	"BatchGetRuns":      {roleOperator, rolePlatform, rolePool},
+	"PutPolicy":         {roleOperator, rolePlatform},
+	"GetPolicy":         {roleOperator, rolePlatform},
+	"DeletePolicy":      {roleOperator, rolePlatform},
+	"PutTraceSource":    {roleOperator, rolePlatform},
+	"GetTraceSource":    {roleOperator, rolePlatform},
+	"DeleteTraceSource": {roleOperator, rolePlatform},
+	"GetQueueDepth":     {roleQueueReader, rolePlatform},
+}
+
+// Directory is what evalsid reads from the cluster to authorize: the project a namespace acts
+// in, and whether a namespace may use a SandboxClass. WatchCluster is the Kubernetes one.
+type Directory interface {
+	// Project returns the project namespace acts in, or an error when it cannot be known yet.
+	Project(namespace string) (string, error)
+	// MayUseClass reports whether namespace may use the SandboxClass class (its
+	// spec.allowedNamespaces selects the namespace), or an error when that cannot be known.
+	MayUseClass(namespace, class string) (bool, error)
+}
+
+// caller is an authenticated, authorized identity.
+type caller struct {
+	identity  string
+	role      role
+	namespace string // "" for a platform identity
+}
+
+// trusted reports whether the caller may forward the creator of what it writes.
+func (c caller) trusted() bool { return c.role == roleOperator || c.role == rolePlatform }
+
+// roleOf returns the role of identity and the namespace it belongs to.
+func (s *Server) roleOf(identity string) (role, string) {
+	if s.platform[identity] {
+		return rolePlatform, ""
+	}
+	ns, name, ok := evalsi.ParseServiceAccountIdentity(identity)
+	if !ok {
+		return roleNone, ""
+	}
+	switch name {
+	case evalsi.OperatorServiceAccount:
+		return roleOperator, ns
+	case evalsi.QueueReaderServiceAccount:
+		return roleQueueReader, ns
+	}
+	return rolePool, ns
+}
+
+// projectOf returns the project namespace acts in: from the directory when the server has one,
+// else the project named like the namespace.
+func (s *Server) projectOf(namespace string) (string, error) {
+	if s.dir == nil {
+		return namespace, nil
+	}
+	return s.dir.Project(namespace)
+}
+
+// authorize decides whether identity may call method with msg: PermissionDenied for a method its
+// role may not call or a project it does not act in, Unavailable while the bindings are not known.
+func (s *Server) authorize(identity, method string, msg any) (caller, error) {
+	r, ns := s.roleOf(identity)
+	c := caller{identity: identity, role: r, namespace: ns}
+	if !slices.Contains(methodRoles[method], r) {
+		return c, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is %s, which may not call %s", identity, r, method))
+	}
+	if r == rolePlatform {
+		return c, nil
+	}
+	var requested string
+	if m, ok := msg.(interface{ GetProject() string }); ok {
+		requested = m.GetProject()
+	}
+	if q, ok := msg.(*v1.GetQueueDepthRequest); ok && q.Kind == v1.PoolKind_POOL_KIND_SANDBOX {
+		// A SandboxClass's pool serves every project; its queue is read from where it runs.
+		if s.sandboxNamespace == "" || ns != s.sandboxNamespace {
+			return c, connect.NewError(connect.CodePermissionDenied,
+				fmt.Errorf("%s may not read the queues of SandboxClass pools: only the queue reader of the sandbox namespace may", identity))
+		}
+		return c, nil
+	}
+	project, err := s.projectOf(ns)
+	if errors.Is(err, ErrNotKnownYet) {
+		return c, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the project of namespace %s: %w", ns, err))
+	}
+	if err != nil {
+		return c, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s acts in no project: %w", identity, err))
+	}
+	if requested != project {
+		return c, connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("%s acts in project %q (namespace %s), not %q", identity, project, ns, requested))
+	}
+	return c, nil
+}
+
+// creator is who a write is recorded as made for: the creator a trusted caller forwards, else
+// the caller itself. A pool or any other caller cannot credit its writes to someone else.
+func (c caller) creator(forwarded string) string {
+	if c.trusted() && forwarded != "" {
+		return forwarded
+	}
+	return c.identity
+}
+
+// mayUseClass checks that a run in the caller's namespace (for a platform identity, the namespace
+// it names) may use the SandboxClass class: PermissionDenied when the class does not admit it.
+// Without a directory (no cluster), classes are not checked.
+func (s *Server) mayUseClass(c caller, namespace, class string) error {
+	if class == "" || s.dir == nil {
+		return nil
+	}
+	if c.role != rolePlatform {
+		namespace = c.namespace
+	}
+	if namespace == "" {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("namespace: required to use sandbox class %q", class))
+	}
+	ok, err := s.dir.MayUseClass(namespace, class)
+	switch {
+	case errors.Is(err, ErrNotKnownYet):
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("spec.sandboxClass: %w", err))
+	case err != nil:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("spec.sandboxClass: %w", err))
+	case !ok:
+		return connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("spec.sandboxClass: SandboxClass %s does not admit namespace %s (its spec.allowedNamespaces)", class, namespace))
+	}
+	return nil
+}
+
+type callerKey struct{}
+
+func withCaller(ctx context.Context, c caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// callerOf returns the authorized caller of a request.
+func callerOf(ctx context.Context) caller {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c
+}

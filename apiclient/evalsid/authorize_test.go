@@ -1,0 +1,309 @@
+package evalsid_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	"evals.si/operator/apiclient/evalsid"
+	v1 "evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/apiclient/evalsiv1/evalsiv1connect"
+	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
+)
+
+// api is a client of evalsid's three services that signs every call with one token.
+type api struct {
+	runs    evalsiv1connect.RunServiceClient
+	monitor evalsiv1connect.MonitorServiceClient
+	queues  evalsiv1connect.QueueServiceClient
+}
+
+func newAPI(url, token string) api {
+	opt := connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
+		}
+	}))
+	return api{
+		runs:    evalsiv1connect.NewRunServiceClient(http.DefaultClient, url, opt),
+		monitor: evalsiv1connect.NewMonitorServiceClient(http.DefaultClient, url, opt),
+		queues:  evalsiv1connect.NewQueueServiceClient(http.DefaultClient, url, opt),
+	}
+}
+
+// code is the Connect code of err, 0 for none.
+func code(err error) connect.Code {
+	if err == nil {
+		return 0
+	}
+	return connect.CodeOf(err)
+}
+
+func runSpec(class string) *v1.RunSpec {
+	return &v1.RunSpec{Suite: "smoke", SandboxClass: class,
+		Target: &v1.Target{Endpoint: &v1.EndpointTarget{Url: "http://m:8000/v1", Model: "m"}}}
+}
+
+// calls are every method of evalsid, each made against project with what it needs.
+func calls(project, runID string) map[string]func(context.Context, api) error {
+	return map[string]func(context.Context, api) error{
+		"CreateRun": func(ctx context.Context, a api) error {
+			_, err := a.runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{Project: project, IdempotencyKey: "k-" + project, Creator: "alice", Spec: runSpec("")}))
+			return err
+		},
+		"GetRun": func(ctx context.Context, a api) error {
+			_, err := a.runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: project, Id: runID}))
+			return err
+		},
+		"BatchGetRuns": func(ctx context.Context, a api) error {
+			_, err := a.runs.BatchGetRuns(ctx, connect.NewRequest(&v1.BatchGetRunsRequest{Project: project, Ids: []string{runID}}))
+			return err
+		},
+		"CancelRun": func(ctx context.Context, a api) error {
+			_, err := a.runs.CancelRun(ctx, connect.NewRequest(&v1.CancelRunRequest{Project: project, Id: runID}))
+			return err
+		},
+		"PutPolicy": func(ctx context.Context, a api) error {
+			_, err := a.monitor.PutPolicy(ctx, connect.NewRequest(&v1.PutPolicyRequest{Project: project, Name: project + "-toxicity", Creator: "alice",
+				Spec: &v1.PolicySpec{TraceSource: "prod", SamplingRate: 0.5}}))
+			return err
+		},
+		"GetPolicy": func(ctx context.Context, a api) error {
+			_, err := a.monitor.GetPolicy(ctx, connect.NewRequest(&v1.GetPolicyRequest{Project: project, Name: project + "-toxicity"}))
+			return err
+		},
+		"DeletePolicy": func(ctx context.Context, a api) error {
+			_, err := a.monitor.DeletePolicy(ctx, connect.NewRequest(&v1.DeletePolicyRequest{Project: project, Name: project + "-toxicity"}))
+			return err
+		},
+		"PutTraceSource": func(ctx context.Context, a api) error {
+			_, err := a.monitor.PutTraceSource(ctx, connect.NewRequest(&v1.PutTraceSourceRequest{Project: project, Name: "prod", Spec: &v1.TraceSourceSpec{Type: "otlp"}}))
+			return err
+		},
+		"GetTraceSource": func(ctx context.Context, a api) error {
+			_, err := a.monitor.GetTraceSource(ctx, connect.NewRequest(&v1.GetTraceSourceRequest{Project: project, Name: "prod"}))
+			return err
+		},
+		"DeleteTraceSource": func(ctx context.Context, a api) error {
+			_, err := a.monitor.DeleteTraceSource(ctx, connect.NewRequest(&v1.DeleteTraceSourceRequest{Project: project, Name: "prod"}))
+			return err
+		},
+		"GetQueueDepth": func(ctx context.Context, a api) error {
+			_, err := a.queues.GetQueueDepth(ctx, connect.NewRequest(&v1.GetQueueDepthRequest{Project: project, Kind: v1.PoolKind_POOL_KIND_EVALUATOR, Name: "judge"}))
+			return err
+		},
+	}
+}
+
+// TestProjectBoundaryAtEvalsid holds the reference evalsid to the platform's contract with real
+// service-account tokens of the test control plane: a pool, the queue reader and the operator of
+// team-b can neither write nor read anything of project team-a; in its own project each identity
+// may call only the methods of its role; a binding made on the Namespace moves an identity to the
+// bound project (read from a watch); a creator is recorded only from the operator; and a run naming
+// a SandboxClass that does not admit the caller's namespace is refused by evalsid.
+func TestProjectBoundaryAtEvalsid(t *testing.T) {
+	c := shared.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cs := c.Clientset()
+	if err := c.InstallCRDs(ctx, "../../chart/evalsi-crds/files/crds"); err != nil {
+		t.Fatal(err)
+	}
+	namespaces := map[string]map[string]string{
+		"team-a":    nil,
+		"team-b":    nil,
+		"team-a-ci": {evalsi.LabelProject: "team-a"},
+		"trusted":   {"sandbox.evals.si/privileged": "allowed"},
+	}
+	accounts := []string{evalsi.OperatorServiceAccount, evalsi.QueueReaderServiceAccount, "judge-evaluator"}
+	for ns, labels := range namespaces {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, sa := range accounts {
+			if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	class := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "SandboxClass", "metadata": map[string]any{"name": "privileged"},
+		"spec": map[string]any{"rung": "bubblewrap", "allowedNamespaces": map[string]any{"matchLabels": map[string]any{"sandbox.evals.si/privileged": "allowed"}}},
+	}}
+	if _, err := c.Dynamic().Resource(evalsi.SandboxClasses).Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	token := func(ns, sa string) string {
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"evalsi"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+
+	hc, err := rest.HTTPClientFor(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := evalsid.New(nil, evalsid.Schedule{})
+	srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: c.Config.Host, Client: hc, Audience: "evalsi"})
+	dir, err := evalsid.WatchCluster(ctx, c.Config, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetDirectory(dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ctx, l)
+	url := "http://" + l.Addr().String()
+	clients := map[string]api{}
+	for ns := range namespaces {
+		for _, sa := range accounts {
+			clients[ns+"/"+sa] = newAPI(url, token(ns, sa))
+		}
+	}
+
+	// team-a's operator makes what the others will try to reach.
+	var runA string
+	clustertest.Eventually(t, ctx, "team-a's operator creates a run (once the cluster is read)", func() error {
+		resp, err := clients["team-a/evalsi-operator"].runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+			Project: "team-a", IdempotencyKey: "a-1", Creator: "alice", Spec: runSpec("")}))
+		if err != nil {
+			return err
+		}
+		runA = resp.Msg.Run.Id
+		return nil
+	})
+	for _, name := range []string{"PutPolicy", "PutTraceSource"} {
+		if err := calls("team-a", runA)[name](ctx, clients["team-a/evalsi-operator"]); err != nil {
+			t.Fatalf("team-a's operator: %s: %v", name, err)
+		}
+	}
+
+	t.Run("team-b against project team-a", func(t *testing.T) {
+		for _, sa := range accounts {
+			for method, call := range calls("team-a", runA) {
+				t.Run(sa+"/"+method, func(t *testing.T) {
+					if err := call(ctx, clients["team-b/"+sa]); connect.CodeOf(err) != connect.CodePermissionDenied {
+						t.Errorf("%v, want PermissionDenied", err)
+					}
+				})
+			}
+		}
+		if got := srv.Policy("team-a-toxicity"); got == nil || got.Project != "team-a" {
+			t.Errorf("team-a's policy after team-b's calls: %v", got)
+		}
+		if got := srv.Runs(); len(got) != 1 || got[0].Phase == v1.Phase_PHASE_CANCELLED {
+			t.Errorf("runs after team-b's calls: %v", got)
+		}
+	})
+
+	// In its own project, each identity calls only what its role needs.
+	allowed := map[string]map[string]bool{
+		evalsi.OperatorServiceAccount:    {"CreateRun": true, "GetRun": true, "BatchGetRuns": true, "CancelRun": true, "PutPolicy": true, "GetPolicy": true, "DeletePolicy": true, "PutTraceSource": true, "GetTraceSource": true, "DeleteTraceSource": true},
+		evalsi.QueueReaderServiceAccount: {"GetQueueDepth": true},
+		"judge-evaluator":                {"GetRun": true, "BatchGetRuns": true},
+	}
+	t.Run("roles in their own project", func(t *testing.T) {
+		for _, sa := range accounts {
+			for method, call := range calls("team-a", runA) {
+				t.Run(sa+"/"+method, func(t *testing.T) {
+					err := call(ctx, clients["team-a/"+sa])
+					if allowed[sa][method] {
+						if connect.CodeOf(err) == connect.CodePermissionDenied || connect.CodeOf(err) == connect.CodeUnauthenticated {
+							t.Errorf("%v, want it allowed", err)
+						}
+						return
+					}
+					if connect.CodeOf(err) != connect.CodePermissionDenied {
+						t.Errorf("%v, want PermissionDenied", err)
+					}
+				})
+			}
+		}
+	})
+
+	t.Run("the creator", func(t *testing.T) {
+		resp, err := clients["team-b/evalsi-operator"].runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+			Project: "team-b", IdempotencyKey: "b-1", Creator: "bob", Spec: runSpec("")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Msg.Run.Creator != "bob" {
+			t.Errorf("the operator's forwarded creator: %q, want bob", resp.Msg.Run.Creator)
+		}
+		before := len(srv.Runs())
+		_, err = clients["team-b/judge-evaluator"].runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+			Project: "team-b", IdempotencyKey: "b-2", Creator: "alice", Spec: runSpec("")}))
+		if connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("a pool creating a run credited to alice: %v, want PermissionDenied", err)
+		}
+		for _, r := range srv.Runs() {
+			if r.Project == "team-b" && r.Creator == "alice" {
+				t.Errorf("run %s of team-b is credited to alice", r.Id)
+			}
+		}
+		if after := len(srv.Runs()); after != before {
+			t.Errorf("%d runs after the pool's call, %d before", after, before)
+		}
+	})
+
+	t.Run("a bound namespace acts in its project only, and a new binding is read from the watch", func(t *testing.T) {
+		op := clients["team-a-ci/evalsi-operator"]
+		if _, err := op.runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{Project: "team-a", IdempotencyKey: "ci-1", Spec: runSpec("")})); err != nil {
+			t.Errorf("team-a-ci (bound to team-a) creating a run in team-a: %v", err)
+		}
+		_, err := op.runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{Project: "team-a-ci", IdempotencyKey: "ci-2", Spec: runSpec("")}))
+		if connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("team-a-ci creating a run in the project named like it: %v, want PermissionDenied", err)
+		}
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"team-b"}}}`, evalsi.LabelProject)
+		if _, err := cs.CoreV1().Namespaces().Patch(ctx, "team-a-ci", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		clustertest.Eventually(t, ctx, "team-a-ci acting in team-b, and no longer in team-a", func() error {
+			if err := calls("team-a", runA)["GetRun"](ctx, op); connect.CodeOf(err) != connect.CodePermissionDenied {
+				return fmt.Errorf("reading team-a's run: %v", err)
+			}
+			_, err := op.runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: "team-b", IdempotencyKey: "b-1"}))
+			return err
+		})
+	})
+
+	t.Run("sandbox classes are checked at the server", func(t *testing.T) {
+		for name, tc := range map[string]struct {
+			ns, class string
+			want      connect.Code
+		}{
+			"a namespace the class does not admit": {ns: "team-b", class: "privileged", want: connect.CodePermissionDenied},
+			"a namespace the class admits":         {ns: "trusted", class: "privileged", want: 0},
+			"a class that does not exist":          {ns: "trusted", class: "missing", want: connect.CodeFailedPrecondition},
+		} {
+			t.Run(name, func(t *testing.T) {
+				// A namespaced operator's namespace is its own, whatever the request says.
+				_, err := clients[tc.ns+"/evalsi-operator"].runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+					Project: tc.ns, IdempotencyKey: "class-" + tc.class, Namespace: "trusted", Spec: runSpec(tc.class)}))
+				if code(err) != tc.want {
+					t.Errorf("%v, want code %v", err, tc.want)
+				}
+			})
+		}
+	})
+}

@@ -1,0 +1,91 @@
+package evalsid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/tenancy"
+	"evals.si/operator/render"
+)
+
+// ErrNotKnownYet is what the directory answers until its first read of the cluster: the server
+// then answers Unavailable, and the caller tries again.
+var ErrNotKnownYet = errors.New("the cluster's namespaces and sandbox classes are not read yet")
+
+// errNoNamespace is a caller whose namespace does not exist (a token outliving its namespace).
+var errNoNamespace = errors.New("no such namespace")
+
+// Cluster is the Directory of a Kubernetes cluster: Namespaces (their project bindings and
+// labels) and SandboxClasses, each cached from a watch, so that no call costs a read of the API
+// server. Its credentials need get, list and watch on namespaces (or only on the one namespace
+// it serves) and on sandboxclasses.
+type Cluster struct {
+	namespaces *tenancy.Namespaces
+	classes    cache.SharedIndexInformer
+	// only, when set, is the one namespace whose callers the server serves.
+	only string
+}
+
+// WatchCluster starts the watches of the cluster cfg reaches, until ctx ends. With only set,
+// it reads only that Namespace, and callers from other namespaces act in no project: an evalsid
+// that serves one team (the evalsi chart's) needs no cluster-wide read of namespaces.
+func WatchCluster(ctx context.Context, cfg *rest.Config, only string) (*Cluster, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("a client of the API server: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("a client of the API server: %w", err)
+	}
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	classes := factory.ForResource(evalsi.SandboxClasses).Informer()
+	factory.Start(ctx.Done())
+	return &Cluster{namespaces: tenancy.WatchNamespaces(ctx, kube, only), classes: classes, only: only}, nil
+}
+
+// Project returns the project namespace acts in.
+func (c *Cluster) Project(namespace string) (string, error) {
+	if c.only != "" && namespace != c.only {
+		return "", fmt.Errorf("this evalsid serves namespace %s only", c.only)
+	}
+	if !c.namespaces.HasSynced() {
+		return "", ErrNotKnownYet
+	}
+	p, ok := c.namespaces.Project(namespace)
+	if !ok {
+		return "", fmt.Errorf("namespace %s: %w", namespace, errNoNamespace)
+	}
+	return p, nil
+}
+
+// MayUseClass reports whether namespace may use the SandboxClass class.
+func (c *Cluster) MayUseClass(namespace, class string) (bool, error) {
+	if !c.namespaces.HasSynced() || !c.classes.HasSynced() {
+		return false, ErrNotKnownYet
+	}
+	o, exists, err := c.classes.GetStore().GetByKey(class)
+	if err != nil {
+		return false, err
+	}
+	if !exists {
+		return false, fmt.Errorf("SandboxClass %s does not exist", class)
+	}
+	labels, ok := c.namespaces.Labels(namespace)
+	if !ok {
+		return false, fmt.Errorf("namespace %s: %w", namespace, errNoNamespace)
+	}
+	return render.NamespaceMayUse(o.(*unstructured.Unstructured), labels)
+}
+
+// HasSynced reports whether the first reads are done.
+func (c *Cluster) HasSynced() bool { return c.namespaces.HasSynced() && c.classes.HasSynced() }

@@ -1,0 +1,81 @@
+package evalsid_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"evals.si/operator/apiclient/evalsid"
+)
+
+// heapInUse returns the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// TestLargeRequestRefused sends evalsid a 64 MiB request, once with its length declared and once
+// streamed (chunked, no length), with a valid token: both are refused, and the server's heap does
+// not grow by the size of the body.
+func TestLargeRequestRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := evalsid.New(map[string]string{"tok": "system:serviceaccount:team-a:evalsi-operator"}, evalsid.Schedule{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ctx, l)
+	url := "http://" + l.Addr().String() + "/evalsi.v1.RunService/CreateRun"
+	const size = 64 << 20
+	for name, body := range map[string]func() io.Reader{
+		"with Content-Length": func() io.Reader { return bytes.NewReader(make([]byte, size)) },
+		// A reader of unknown length is sent chunked.
+		"streamed": func() io.Reader { return io.LimitReader(zeros{}, size) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := heapInUse()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, struct{ io.Reader }{body()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name == "with Content-Length" {
+				req.ContentLength = size
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer tok")
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					t.Fatalf("a %d-byte request was answered 200: %s", size, msg)
+				}
+				t.Logf("refused: %s %s", resp.Status, strings.TrimSpace(string(msg)))
+			} else {
+				// The server may close the connection while the client still sends.
+				t.Logf("refused: %v", err)
+			}
+			// The body must not have been held: allow a few MiB of noise, far below 64.
+			if grew := int64(heapInUse()) - int64(before); grew > 8<<20 {
+				t.Errorf("the heap grew by %d MiB for a refused request", grew>>20)
+			}
+		})
+	}
+}
+
+// zeros reads as an endless stream of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}

@@ -1,0 +1,98 @@
+package tenancy
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
+)
+
+var shared = clustertest.New(cluster.Options{})
+
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
+
+// TestNamespacesFollowBindings reads project bindings on the real control plane: from a watch of
+// every Namespace (told of a changed binding), and, as a namespaced service account whose Role
+// only lets it get its own Namespace, from that one Namespace; neither knows anything before its
+// first read, nor a namespace it was not given.
+func TestNamespacesFollowBindings(t *testing.T) {
+	c := shared.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := c.Clientset()
+	for _, n := range []string{"team-a", "team-b"} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cs.CoreV1().ServiceAccounts("team-b").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "evalsid"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "own-namespace"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{"team-b"}, Verbs: []string{"get"}}}}
+	if _, err := cs.RbacV1().Roles("team-b").Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "own-namespace"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "own-namespace"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "evalsid", Namespace: "team-b"}}}
+	if _, err := cs.RbacV1().RoleBindings("team-b").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	all := WatchNamespaces(ctx, cs, "")
+	var mu sync.Mutex
+	var changed []string
+	all.OnLabelsChanged(func(ns string) {
+		mu.Lock()
+		defer mu.Unlock()
+		changed = append(changed, ns)
+	})
+	saCfg, _ := clustertest.TokenKubeconfig(t, ctx, c, "team-b", "evalsid")
+	one := WatchNamespaces(ctx, kubernetes.NewForConfigOrDie(saCfg), "team-b")
+	clustertest.Eventually(t, ctx, "both read", func() error {
+		if !all.HasSynced() || !one.HasSynced() {
+			return context.DeadlineExceeded
+		}
+		return nil
+	})
+	if p, ok := all.Project("team-a"); !ok || p != "team-a" {
+		t.Errorf("team-a acts in %q (known %v), want team-a", p, ok)
+	}
+	if p, ok := one.Project("team-b"); !ok || p != "team-b" {
+		t.Errorf("the namespaced reader: team-b acts in %q (known %v), want team-b", p, ok)
+	}
+	if _, ok := one.Project("team-a"); ok {
+		t.Error("the namespaced reader knows team-a")
+	}
+	if _, ok := all.Project("no-such-namespace"); ok {
+		t.Error("a namespace that does not exist is known")
+	}
+
+	patch := []byte(`{"metadata":{"labels":{"` + evalsi.LabelProject + `":"team-a"}}}`)
+	if _, err := cs.CoreV1().Namespaces().Patch(ctx, "team-b", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "team-b bound to team-a, from the watch and from the namespaced reader", func() error {
+		mu.Lock()
+		told := len(changed) > 0 && changed[len(changed)-1] == "team-b"
+		mu.Unlock()
+		p1, _ := all.Project("team-b")
+		p2, _ := one.Project("team-b")
+		if !told || p1 != "team-a" || p2 != "team-a" {
+			return context.DeadlineExceeded
+		}
+		return nil
+	})
+}

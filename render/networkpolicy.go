@@ -1,0 +1,199 @@
+package render
+
+import (
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Pools run code the platform does not review: an evaluator's plugins, and in sandboxes the code
+// a model wrote. Each pool gets a NetworkPolicy that admits no traffic in, and lets its pods reach
+// only cluster DNS, evalsid and what its spec opens (spec.egress, NetworkPolicy egress rules as
+// Kubernetes takes them): not the API server, not a cloud's metadata endpoint, not the cluster's
+// other Services. The policy needs a CNI that enforces NetworkPolicies (Calico, Cilium,
+// Antrea, and the cloud CNIs with policy enabled); on one that does not, it is inert.
+
+// EgressRule is a NetworkPolicy egress rule, as Kubernetes takes it: where a pool's pods may
+// connect besides cluster DNS and evalsid (spec.egress of Evaluators and SandboxClasses).
+type EgressRule struct {
+	To    []NetworkPeer `json:"to,omitempty"`
+	Ports []NetworkPort `json:"ports,omitempty"`
+}
+
+// NetworkPeer is one destination of an EgressRule.
+type NetworkPeer struct {
+	IPBlock           *IPBlock              `json:"ipBlock,omitempty"`
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	PodSelector       *metav1.LabelSelector `json:"podSelector,omitempty"`
+}
+
+// IPBlock is a range of addresses, less some of its parts.
+type IPBlock struct {
+	CIDR   string   `json:"cidr"`
+	Except []string `json:"except,omitempty"`
+}
+
+// NetworkPort is a port, or a range of ports, of an EgressRule.
+type NetworkPort struct {
+	Protocol string `json:"protocol,omitempty"`
+	Port     *int32 `json:"port,omitempty"`
+	EndPort  *int32 `json:"endPort,omitempty"`
+}
+
+// checkEgress applies the API server's rules of NetworkPolicy egress rules that the schema
+// cannot say: valid CIDRs, exceptions inside their block, selectors, and a range's end after its
+// start.
+func checkEgress(p pointer, rules []EgressRule, ps *problems) {
+	for i, r := range rules {
+		at := p.index(i)
+		for j, peer := range r.To {
+			pat := at.at("to").index(j)
+			set := 0
+			for _, s := range []bool{peer.IPBlock != nil, peer.NamespaceSelector != nil, peer.PodSelector != nil} {
+				if s {
+					set++
+				}
+			}
+			switch {
+			case set == 0:
+				ps.add(pat, "a peer sets ipBlock, namespaceSelector or podSelector")
+			case peer.IPBlock != nil && set > 1:
+				ps.add(pat.at("ipBlock"), "an ipBlock peer sets no selector")
+			}
+			if b := peer.IPBlock; b != nil {
+				_, block, err := net.ParseCIDR(b.CIDR)
+				if err != nil {
+					ps.add(pat.at("ipBlock").at("cidr"), "%q is not a CIDR such as \"10.0.0.0/16\"", b.CIDR)
+				}
+				for k, e := range b.Except {
+					ip, _, err := net.ParseCIDR(e)
+					switch {
+					case err != nil:
+						ps.add(pat.at("ipBlock").at("except").index(k), "%q is not a CIDR such as \"10.0.1.0/24\"", e)
+					case block != nil && !block.Contains(ip):
+						ps.add(pat.at("ipBlock").at("except").index(k), "%s is not inside %s", e, b.CIDR)
+					}
+				}
+			}
+			if s := peer.NamespaceSelector; s != nil {
+				checkLabelSelector(pat.at("namespaceSelector"), s, ps)
+			}
+			if s := peer.PodSelector; s != nil {
+				checkLabelSelector(pat.at("podSelector"), s, ps)
+			}
+		}
+		for j, port := range r.Ports {
+			if port.EndPort == nil {
+				continue
+			}
+			switch {
+			case port.Port == nil:
+				ps.add(at.at("ports").index(j).at("endPort"), "endPort needs port, the start of the range")
+			case *port.EndPort < *port.Port:
+				ps.add(at.at("ports").index(j).at("endPort"), "must not be below port")
+			}
+		}
+	}
+}
+
+// renderEgress returns rules as the maps of a NetworkPolicy's spec.egress.
+func renderEgress(rules []EgressRule) []map[string]any {
+	out := make([]map[string]any, 0, len(rules))
+	for _, r := range rules {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&r)
+		if err != nil {
+			continue // a checked rule always converts
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// privateRanges are the address ranges a pool may not reach by the default rule for an evalsid
+// outside the cluster: private networks (where a cluster's API server, nodes and Services live),
+// shared and link-local addresses (a cloud's metadata endpoint is 169.254.169.254) and loopback.
+var privateRanges = []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"}
+
+// dnsEgress lets pods resolve names with the cluster's DNS (kube-system's kube-dns pods, which
+// CoreDNS keeps the label of).
+func dnsEgress() map[string]any {
+	return map[string]any{
+		"to": []any{map[string]any{
+			"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "kube-system"}},
+			"podSelector":       map[string]any{"matchLabels": map[string]any{"k8s-app": "kube-dns"}},
+		}},
+		"ports": []any{
+			map[string]any{"protocol": "UDP", "port": int64(53)},
+			map[string]any{"protocol": "TCP", "port": int64(53)},
+		},
+	}
+}
+
+// apiEgress is the egress rule that lets pods reach evalsid: the peers the operator was given
+// (Options.APIPeers), else ones read from evalsid's URL:
+//   - an IP address: that address alone, on the URL's port;
+//   - a Service name, <service>.<namespace>.svc[.cluster.local]: the pods of that namespace (a
+//     Service's port is not its pods' port, so no port is set);
+//   - any other host, outside the cluster: any address on the URL's port except private,
+//     shared, link-local and loopback ranges.
+//
+// A short name (evalsid, the Service in the pool's own namespace) needs APIPeers: a policy cannot
+// name a Service, and the namespace's other pods are not evalsid.
+func apiEgress(opts Options) map[string]any {
+	if len(opts.APIPeers) > 0 {
+		return map[string]any{"to": opts.APIPeers}
+	}
+	u, err := url.Parse(opts.APIURL)
+	if err != nil || u.Hostname() == "" {
+		return nil
+	}
+	host := u.Hostname()
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443"}[u.Scheme]
+		if port == "" {
+			port = "80"
+		}
+	}
+	n, _ := strconv.ParseInt(port, 10, 32)
+	ports := []any{map[string]any{"protocol": "TCP", "port": n}}
+	if ip := net.ParseIP(host); ip != nil {
+		bits := "/32"
+		if ip.To4() == nil {
+			bits = "/128"
+		}
+		return map[string]any{"to": []any{map[string]any{"ipBlock": map[string]any{"cidr": ip.String() + bits}}}, "ports": ports}
+	}
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	if len(labels) >= 3 && labels[2] == "svc" {
+		return map[string]any{"to": []any{map[string]any{
+			"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": labels[1]}},
+		}}}
+	}
+	return map[string]any{
+		"to":    []any{map[string]any{"ipBlock": map[string]any{"cidr": "0.0.0.0/0", "except": privateRanges}}},
+		"ports": ports,
+	}
+}
+
+// networkPolicy renders the NetworkPolicy of a pool named name: no ingress, egress to DNS, evalsid
+// and the spec's own rules.
+func (o Owner) networkPolicy(name, namespace, component string, extra []EgressRule, opts Options) *unstructured.Unstructured {
+	egress := []any{dnsEgress()}
+	if api := apiEgress(opts); api != nil {
+		egress = append(egress, api)
+	}
+	for _, rule := range renderEgress(extra) {
+		egress = append(egress, rule)
+	}
+	return o.object("networking.k8s.io/v1", "NetworkPolicy", name, namespace, component, map[string]any{"spec": map[string]any{
+		"podSelector": map[string]any{"matchLabels": o.selector()},
+		"policyTypes": []any{"Ingress", "Egress"},
+		"egress":      egress,
+	}})
+}

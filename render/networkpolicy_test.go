@@ -1,0 +1,97 @@
+package render
+
+import (
+	"net"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// admits reports whether an egress rule's peer lets pods reach ip: an ipBlock that holds it and
+// no exception of which does, or a selector (which selects pods, never an outside address).
+func admits(peer map[string]any, ip net.IP) bool {
+	block, ok := peer["ipBlock"].(map[string]any)
+	if !ok {
+		return false
+	}
+	_, cidr, err := net.ParseCIDR(block["cidr"].(string))
+	if err != nil || !cidr.Contains(ip) {
+		return false
+	}
+	except, _ := block["except"].([]any)
+	for _, e := range except {
+		if _, x, err := net.ParseCIDR(e.(string)); err == nil && x.Contains(ip) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestPoolNetworkPoliciesFence renders an Evaluator and a sandbox pool with evalsid at each kind
+// of address: each pool's NetworkPolicy admits no ingress, lets the pods reach DNS and evalsid
+// only, and no rule admits a cloud's metadata endpoint or the API server's usual addresses (a
+// Service ClusterIP, a private node address, loopback), nor selects every pod.
+func TestPoolNetworkPoliciesFence(t *testing.T) {
+	forbidden := []string{"169.254.169.254", "10.96.0.1", "172.20.0.1", "192.168.1.10", "127.0.0.1", "100.64.0.1"}
+	pools := map[string]*unstructured.Unstructured{
+		"Evaluator": {Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
+			"metadata": map[string]any{"name": "judge", "namespace": "team-a", "uid": "u"}, "spec": map[string]any{}}},
+		"SandboxClass": {Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "SandboxClass",
+			"metadata": map[string]any{"name": "landlock", "uid": "u"}, "spec": map[string]any{"rung": "landlock"}}},
+	}
+	for name, api := range map[string]Options{
+		"a Service name":           {APIURL: "http://evalsid.evalsi.svc:8080"},
+		"a fully qualified name":   {APIURL: "https://evalsid.platform.svc.cluster.local"},
+		"an address":               {APIURL: "http://10.200.0.7:8080"},
+		"a host outside":           {APIURL: "https://evals.example.com"},
+		"peers given by the chart": {APIURL: "http://evalsid:8080", APIPeers: []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/component": "evalsid"}}}}},
+	} {
+		for kind, obj := range pools {
+			t.Run(name+"/"+kind, func(t *testing.T) {
+				opts := goldenOptions
+				opts.APIURL, opts.APIPeers = api.APIURL, api.APIPeers
+				res, err := Object(obj, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var policy *unstructured.Unstructured
+				for _, o := range res.Objects {
+					if o.GetKind() == "NetworkPolicy" {
+						policy = o
+					}
+				}
+				if policy == nil {
+					t.Fatal("no NetworkPolicy")
+				}
+				types, _, _ := unstructured.NestedStringSlice(policy.Object, "spec", "policyTypes")
+				if len(types) != 2 {
+					t.Errorf("policyTypes %v, want Ingress and Egress", types)
+				}
+				if _, has := policy.Object["spec"].(map[string]any)["ingress"]; has {
+					t.Error("the policy admits ingress")
+				}
+				egress, _, _ := unstructured.NestedSlice(policy.Object, "spec", "egress")
+				if len(egress) != 2 {
+					t.Errorf("%d egress rules, want DNS and evalsid", len(egress))
+				}
+				for i, r := range egress {
+					to, _ := r.(map[string]any)["to"].([]any)
+					if len(to) == 0 {
+						t.Errorf("egress rule %d has no destination, so admits every one", i)
+					}
+					for _, p := range to {
+						peer := p.(map[string]any)
+						if sel, ok := peer["podSelector"].(map[string]any); ok && len(sel) == 0 && peer["namespaceSelector"] == nil {
+							t.Errorf("egress rule %d selects every pod of the namespace", i)
+						}
+						for _, addr := range forbidden {
+							if admits(peer, net.ParseIP(addr)) {
+								t.Errorf("egress rule %d admits %s: %v", i, addr, peer)
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
