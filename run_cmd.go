@@ -12,6 +12,7 @@ import (
 	"evals.si/operator/apiclient"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile"
+	"evals.si/operator/reconcile/process"
 	"evals.si/operator/render"
 )
 
@@ -127,14 +128,16 @@ func runCommand() *cli.Command {
 					AllowUnsupportedMinor: !c.Bool("require-supported-minor"),
 					Log:                   log,
 				},
-				LeaderElect:             c.Bool("leader-elect"),
-				LeaderElectionNamespace: leNamespace,
-				LeaderElectionName:      c.String("leader-election-id"),
-				HealthAddr:              c.String("health-probe-bind-address"),
-				MetricsAddr:             c.String("metrics-bind-address"),
-				PprofAddr:               c.String("pprof-bind-address"),
-				MetricsSecure:           c.Bool("metrics-secure"),
-				MetricsCertDir:          c.String("metrics-cert-dir"),
+				Config: process.Config{
+					LeaderElect:             c.Bool("leader-elect"),
+					LeaderElectionNamespace: leNamespace,
+					LeaderElectionName:      c.String("leader-election-id"),
+					HealthAddr:              c.String("health-probe-bind-address"),
+					MetricsAddr:             c.String("metrics-bind-address"),
+					PprofAddr:               c.String("pprof-bind-address"),
+					MetricsSecure:           c.Bool("metrics-secure"),
+					MetricsCertDir:          c.String("metrics-cert-dir"),
+				},
 			})
 		},
 	}

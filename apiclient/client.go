@@ -35,6 +35,8 @@ type Options struct {
 	CallTimeout time.Duration
 	// Observe, when set, is told each call's method and result code ("ok" or a Connect code).
 	Observe func(method, code string)
+	// Interceptors run around every call, after the client's own (token, deadline, Observe).
+	Interceptors []connect.Interceptor
 }
 
 // Client holds the Connect clients of both services.
@@ -56,7 +58,7 @@ func New(opts Options) (*Client, error) {
 		return nil, err
 	}
 	base := strings.TrimRight(opts.URL, "/")
-	interceptors := connect.WithInterceptors(callInterceptor(opts, &tokenFile{path: opts.TokenFile}))
+	interceptors := connect.WithInterceptors(append([]connect.Interceptor{callInterceptor(opts, &tokenFile{path: opts.TokenFile})}, opts.Interceptors...)...)
 	return &Client{
 		Runs:    evalsiv1connect.NewRunServiceClient(hc, base, interceptors),
 		Monitor: evalsiv1connect.NewMonitorServiceClient(hc, base, interceptors),

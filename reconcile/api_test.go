@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,7 +182,7 @@ func TestRunningEvalRunsAreReadInBatches(t *testing.T) {
 	}
 
 	reconciles := func() float64 {
-		return e.metrics.reconcileCount("evalrun", "success") + e.metrics.reconcileCount("evalrun", "requeue")
+		return e.Metrics().ReconcileCount("evalrun", "success") + e.Metrics().ReconcileCount("evalrun", "requeue")
 	}
 	gets, batches, before := api.Calls("GetRun"), api.Calls("BatchGetRuns"), reconciles()
 	const intervals = 10
@@ -215,13 +216,24 @@ func TestEvalRunSurvivesACrashBetweenCreateAndStatus(t *testing.T) {
 	api := startEvalsid(t, evalsid.Schedule{})
 	cfg := api.apiConfig(ns)
 
+	// The first operator dies right after CreateRun returns, before it writes the status: its
+	// client's interceptor stops it and fails the call, as a crash would.
 	crashed := make(chan struct{})
+	var stopFirst func()
+	var once sync.Once
+	cfg.API.Interceptors = []connect.Interceptor{connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			resp, err := next(ctx, req)
+			if err != nil || !strings.HasSuffix(req.Spec().Procedure, "/CreateRun") {
+				return resp, err
+			}
+			once.Do(func() { close(crashed); stopFirst() })
+			return nil, errors.New("killed after CreateRun")
+		}
+	})}
 	first := startEngineNoCleanup(t, cfg)
-	first.afterCreateRun = func() error {
-		close(crashed)
-		first.stop()
-		return errors.New("killed after CreateRun")
-	}
+	stopFirst = first.stop
+	cfg.API.Interceptors = nil
 	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "once", runSpec(map[string]any{"labels": map[string]any{"team": "a"}}))
 	select {
 	case <-crashed:

@@ -15,12 +15,13 @@ import (
 	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine"
 )
 
 // BenchmarkCachedObjectBytes measures the heap one cached object takes, by kind, for an
 // autoscaled Evaluator and its children as the API server serves them once the pool is Ready:
 // as decoded, with managedFields dropped (the informers' transform before pruning), and as the
-// informers keep it now (decodeChild, newCachedOwner). The side-by-side comparison with a controller-runtime
+// informers keep it now (engine.CachedForm). The side-by-side comparison with a controller-runtime
 // operator is in package bench.
 func BenchmarkCachedObjectBytes(b *testing.B) {
 	needCluster(b)
@@ -54,7 +55,7 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 	kinds := []struct {
 		gvr   schema.GroupVersionResource
 		child bool
-	}{{evalsi.Evaluators, false}, {evalsi.Deployments, true}, {evalsi.ServiceAccounts, true}, {evalsi.ScaledObjects, true}, {evalsi.TriggerAuthentications, true}}
+	}{{evalsi.Evaluators, false}, {evalsi.Deployments, true}, {evalsi.ServiceAccounts, true}, {evalsi.ScaledObjects, true}, {evalsi.TriggerAuthentications, true}, {evalsi.NetworkPolicies, true}}
 	for range b.N {
 		fmt.Printf("%-22s %10s %18s %10s\n", "bytes per object", "decoded", "no managedFields", "cached")
 		for _, k := range kinds {
@@ -72,16 +73,7 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 				u.SetManagedFields(nil)
 				return u, err
 			})
-			cached := heapPerObject(b, raw, func(raw []byte) (any, error) {
-				if k.child {
-					return decodeChild(raw)
-				}
-				u, err := decodeUnstructured(raw)
-				if err != nil {
-					return nil, err
-				}
-				return newCachedOwner(u)
-			})
+			cached := heapPerObject(b, raw, func(raw []byte) (any, error) { return engine.CachedForm(raw, k.child) })
 			fmt.Printf("%-22s %10.0f %18.0f %10.0f\n", list.Items[0].GetKind(), decoded, noManaged, cached)
 			b.ReportMetric(cached, k.gvr.Resource+"-B")
 		}
@@ -117,7 +109,7 @@ func heapPerObject(b *testing.B, raw []byte, decode func([]byte) (any, error)) f
 // BenchmarkRecoveryAfterEvalsidOutage measures how long after evalsid comes back from a 60 s
 // outage the EvalRuns created during it have their runs (Pending with a run id), at the engine's
 // default poll and backoff: their own per-object backoff had grown past a minute, and the first
-// answered call requeues them all (apiwait.go).
+// answered call requeues them all (engine/waiters.go).
 func BenchmarkRecoveryAfterEvalsidOutage(b *testing.B) {
 	needCluster(b)
 	const runs = 50

@@ -20,6 +20,7 @@ import (
 
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/render"
 )
 
@@ -50,7 +51,7 @@ var testOptions = render.Options{
 
 // runningEngine is an engine under test with its captured log.
 type runningEngine struct {
-	*Engine
+	*Operator
 	logs *syncBuffer
 	stop func()
 	done chan struct{}
@@ -103,7 +104,7 @@ func startEngineNoCleanup(t testing.TB, cfg Config) runningEngine {
 			t.Errorf("engine: %v", err)
 		}
 	}()
-	return runningEngine{Engine: e, logs: logs, stop: cancel, done: done}
+	return runningEngine{Operator: e, logs: logs, stop: cancel, done: done}
 }
 
 type testWriter struct{ t testing.TB }
@@ -234,7 +235,7 @@ func getObj(t testing.TB, ctx context.Context, gvr schema.GroupVersionResource, 
 // settled waits until the engine has sent no write for a second (events are sent
 // asynchronously, after the status write that caused them), so that what follows measures
 // steady state.
-func settled(t *testing.T, ctx context.Context, e *Engine) {
+func settled(t *testing.T, ctx context.Context, e *engine.Engine) {
 	t.Helper()
 	last := writes(e)
 	clustertest.Eventually(t, ctx, "the engine settles", func() error {
@@ -249,12 +250,12 @@ func settled(t *testing.T, ctx context.Context, e *Engine) {
 }
 
 // writes counts the write requests an engine made, other than its leader Lease.
-func writes(e *Engine) float64 {
+func writes(e *engine.Engine) float64 {
 	var n float64
 	for _, verb := range []string{"POST", "PUT", "PATCH", "DELETE"} {
 		// Every resource: children, statuses of every kind, finalizer patches, events; but not
 		// the leader Lease, whose renewals are the one write a quiet leader makes.
-		n += e.metrics.kubeRequests(verb, "") - e.metrics.kubeRequests(verb, "leases")
+		n += e.Metrics().KubeRequests(verb, "") - e.Metrics().KubeRequests(verb, "leases")
 	}
 	return n
 }

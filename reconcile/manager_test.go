@@ -18,6 +18,7 @@ import (
 
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/process"
 )
 
 func freeAddr(t *testing.T) string {
@@ -41,8 +42,8 @@ func TestManagerLeadsServesHealthAndMetrics(t *testing.T) {
 		done <- RunManager(mctx, ManagerConfig{
 			Engine: Config{Rest: env.Config, Namespace: ns, Render: testOptions,
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
-			LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator",
-			HealthAddr: health, MetricsAddr: metrics, PprofAddr: profiles,
+			Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator",
+				HealthAddr: health, MetricsAddr: metrics, PprofAddr: profiles},
 		})
 	}()
 	defer func() {
@@ -96,8 +97,8 @@ func TestSecureMetrics(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- RunManager(mctx, ManagerConfig{
-			Engine:      Config{Rest: env.Config, Namespace: ns, Render: testOptions, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
-			MetricsAddr: metrics, MetricsSecure: true,
+			Engine: Config{Rest: env.Config, Namespace: ns, Render: testOptions, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+			Config: process.Config{MetricsAddr: metrics, MetricsSecure: true},
 		})
 	}()
 	defer func() { cancel(); <-done }()

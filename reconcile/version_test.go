@@ -19,28 +19,6 @@ import (
 	"evals.si/operator/evalsi"
 )
 
-func TestVersionVerdict(t *testing.T) {
-	for name, tc := range map[string]struct {
-		major, minor   string
-		require        bool
-		supported, run bool
-		why            string
-	}{
-		"the supported minor":                  {"1", "37", true, true, true, ""},
-		"the supported minor with a plus":      {"1", "37+", true, true, true, ""},
-		"a newer minor is refused":             {"1", "38", true, false, false, "not the supported minor 1.37: not reconciling"},
-		"an older minor is refused":            {"1", "36", true, false, false, "not the supported minor 1.37: not reconciling"},
-		"a newer minor, allowed, is warned of": {"1", "38", false, false, true, "reconciling anyway"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			supported, run, why := versionVerdict(&version.Info{Major: tc.major, Minor: tc.minor, GitVersion: "v" + tc.major + "." + tc.minor + ".0"}, tc.require)
-			if supported != tc.supported || run != tc.run || !strings.Contains(why, tc.why) {
-				t.Errorf("versionVerdict = %v, %v, %q; want %v, %v, containing %q", supported, run, why, tc.supported, tc.run, tc.why)
-			}
-		})
-	}
-}
-
 // versionProxy is an API server that says it is gitVersion: a proxy in front of the test control
 // plane that answers /version itself and passes everything else on with the admin identity.
 func versionProxy(t *testing.T, gitVersion, minor string) *rest.Config {
@@ -87,8 +65,11 @@ func TestUnsupportedMinor(t *testing.T) {
 	if !strings.Contains(refused.logs.String(), "Kubernetes v1.38.0 (minor 1.38) is not the supported minor 1.37: not reconciling") {
 		t.Errorf("no refusal in the log:\n%s", refused.logs.String())
 	}
-	if v := testutil.ToFloat64(refused.metrics.server.WithLabelValues("v1.38.0", evalsi.KubernetesMinor)); v != 0 {
-		t.Errorf("evalsi_kubernetes_version_supported{version=v1.38.0} = %v, want 0", v)
+	want := "# HELP evalsi_kubernetes_version_supported 1 when the API server's Kubernetes minor (label version) is the one the operator supports, else 0.\n" +
+		"# TYPE evalsi_kubernetes_version_supported gauge\n" +
+		"evalsi_kubernetes_version_supported{supported_minor=\"" + evalsi.KubernetesMinor + "\",version=\"v1.38.0\"} 0\n"
+	if err := testutil.GatherAndCompare(refused.Registry(), strings.NewReader(want), "evalsi_kubernetes_version_supported"); err != nil {
+		t.Error(err)
 	}
 	refused.stop()
 	refused.wait(t)

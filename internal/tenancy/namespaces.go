@@ -34,16 +34,27 @@ type Namespaces struct {
 	listeners []func(namespace string)
 }
 
-// WatchNamespaces reads the labels of the cluster's Namespaces until ctx ends, from a watch, so
-// that a binding made on a Namespace is known within moments without a read per question. With
-// only set it reads that one Namespace, by a GET every PollInterval: a namespaced component (the
-// evalsi chart's operator and evalsid) may get its own Namespace with a Role in it, while a
-// list or watch of Namespaces, even of one by name, needs a cluster role.
+// NewNamespaces returns Namespaces that know nothing until Watch has read them.
+func NewNamespaces() *Namespaces {
+	return &Namespaces{labels: map[string]map[string]string{}}
+}
+
+// WatchNamespaces is NewNamespaces and Watch.
 func WatchNamespaces(ctx context.Context, kube kubernetes.Interface, only string) *Namespaces {
-	n := &Namespaces{labels: map[string]map[string]string{}}
+	n := NewNamespaces()
+	n.Watch(ctx, kube, only)
+	return n
+}
+
+// Watch reads the labels of the cluster's Namespaces until ctx ends, from a watch, so that a
+// binding made on a Namespace is known within moments without a read per question. With only set
+// it reads that one Namespace, by a GET every PollInterval: a namespaced component (the evalsi
+// chart's operator and evalsid) may get its own Namespace with a Role in it, while a list or
+// watch of Namespaces, even of one by name, needs a cluster role.
+func (n *Namespaces) Watch(ctx context.Context, kube kubernetes.Interface, only string) {
 	if only != "" {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) { n.poll(ctx, kube, only) }, PollInterval)
-		return n
+		return
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 30*time.Minute)
 	inf := factory.Core().V1().Namespaces().Informer()
@@ -72,7 +83,13 @@ func WatchNamespaces(ctx context.Context, kube kubernetes.Interface, only string
 			n.mu.Unlock()
 		}
 	}()
-	return n
+}
+
+// WaitForSync waits until the first read is done, or ctx ends; it reports whether it is done.
+func (n *Namespaces) WaitForSync(ctx context.Context) bool {
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return n.HasSynced(), nil
+	}) == nil
 }
 
 // poll reads the one Namespace; one that does not exist is known to have no labels.

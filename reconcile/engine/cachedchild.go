@@ -1,0 +1,294 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unique"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"evals.si/operator/evalsi"
+)
+
+// Child is what the engine keeps of a child in its caches, under a kilobyte where the
+// object is many: its identity, owners and spec hash; the fields the operator's apply set (its
+// managed-fields entry), which the drift check holds the rendering to; and of a Deployment the
+// replicas and counts its rollout is read from. It is never written back: every apply sends the
+// rendering.
+type Child struct {
+	metav1.TypeMeta
+	// ObjectMeta holds the identity and owners; Annotations only on a watch's bookmark (the end
+	// of its initial events), as a map per child would outweigh the rest.
+	metav1.ObjectMeta
+	// specHash is the child's spec-hash annotation: the rendering it was applied from.
+	specHash string
+	// owned is the FieldsV1 JSON of the operator's apply with the controller owner's UID replaced
+	// by ownerPlaceholder, interned: children rendered alike share one copy. hasOwned is false
+	// when the operator never applied this child (or another manager took every field).
+	owned    unique.Handle[string]
+	hasOwned bool
+	// replicas and rollout are a Deployment's spec.replicas (nil when unset) and the status
+	// counts rolloutOf reads; rollout is nil for other kinds.
+	replicas *int64
+	rollout  *rolloutCounts
+}
+
+// rolloutCounts are the Deployment status fields a rollout is read from (absent reads as 0).
+type rolloutCounts struct {
+	ObservedGeneration int64 `json:"observedGeneration"`
+	Replicas           int64 `json:"replicas"`
+	ReadyReplicas      int64 `json:"readyReplicas"`
+	UpdatedReplicas    int64 `json:"updatedReplicas"`
+	AvailableReplicas  int64 `json:"availableReplicas"`
+}
+
+// ownerPlaceholder stands for the controller owner's UID in an interned field set.
+const ownerPlaceholder = "<controller-owner-uid>"
+
+// childJSON is a child as the API server sends it (an object, or a watch event's object),
+// decoded only as far as a Child reads: encoding/json skips the rest without building it,
+// which costs a fraction of decoding the whole object into maps. The Code, Reason and Message of
+// a Status (a watch's ERROR event) are decoded too; a Status's "status" is a string, a child's an
+// object, so status is kept raw and read for Deployments only.
+type childJSON struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		objectIdentity
+		Annotations       map[string]string       `json:"annotations"`
+		OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
+		DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
+		ManagedFields     []struct {
+			Manager     string          `json:"manager"`
+			Operation   string          `json:"operation"`
+			Subresource string          `json:"subresource"`
+			FieldsV1    json.RawMessage `json:"fieldsV1"`
+		} `json:"managedFields"`
+	} `json:"metadata"`
+	Spec struct {
+		Replicas *int64 `json:"replicas"`
+	} `json:"spec"`
+	Status  json.RawMessage     `json:"status"`
+	Code    int32               `json:"code"`
+	Reason  metav1.StatusReason `json:"reason"`
+	Message string              `json:"message"`
+}
+
+// objectIdentity is an object's identity as its JSON metadata carries it.
+type objectIdentity struct {
+	Name            string    `json:"name"`
+	Namespace       string    `json:"namespace"`
+	UID             types.UID `json:"uid"`
+	ResourceVersion string    `json:"resourceVersion"`
+	Generation      int64     `json:"generation"`
+}
+
+// objectMeta returns the identity as the cache keeps it, the namespace interned.
+func (id objectIdentity) objectMeta() metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: id.Name, Namespace: intern(id.Namespace), UID: id.UID, ResourceVersion: id.ResourceVersion, Generation: id.Generation}
+}
+
+// decodeChild decodes a child's JSON into what the engine keeps of it.
+func decodeChild(raw []byte) (*Child, error) {
+	var j childJSON
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, fmt.Errorf("decoding a child: %w", err)
+	}
+	return j.cached()
+}
+
+// cached returns what the engine keeps of j.
+func (j *childJSON) cached() (*Child, error) {
+	m := &j.Metadata
+	c := &Child{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, ObjectMeta: m.objectMeta()}
+	c.OwnerReferences, c.DeletionTimestamp = m.OwnerReferences, m.DeletionTimestamp
+	for i := range c.OwnerReferences {
+		ref := &c.OwnerReferences[i]
+		ref.APIVersion, ref.Kind = intern(ref.APIVersion), intern(ref.Kind)
+	}
+	c.specHash = m.Annotations[evalsi.AnnotationSpecHash]
+	if end, ok := m.Annotations[metav1.InitialEventsAnnotationKey]; ok {
+		c.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: end}
+	}
+	for _, e := range m.ManagedFields {
+		if e.Manager != FieldManager || e.Operation != string(metav1.ManagedFieldsOperationApply) || e.Subresource != "" {
+			continue
+		}
+		owned := string(e.FieldsV1)
+		if ref := metav1.GetControllerOfNoCopy(c); ref != nil {
+			owned = strings.ReplaceAll(owned, string(ref.UID), ownerPlaceholder)
+		}
+		c.owned, c.hasOwned = unique.Make(owned), true
+	}
+	if c.Kind != "Deployment" {
+		return c, nil
+	}
+	c.replicas, c.rollout = j.Spec.Replicas, &rolloutCounts{}
+	if len(j.Status) == 0 {
+		return c, nil
+	}
+	if err := json.Unmarshal(j.Status, c.rollout); err != nil {
+		return nil, fmt.Errorf("decoding the status of Deployment %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	return c, nil
+}
+
+// intern returns the one copy of s kept for all children: kinds, API versions and namespaces
+// repeat across thousands of them.
+func intern(s string) string { return unique.Make(s).Value() }
+
+// DeepCopyObject returns a copy of c (a Child is a runtime.Object, as the informer
+// machinery needs); the interned field set is shared, as it never changes.
+func (c *Child) DeepCopyObject() runtime.Object {
+	out := *c
+	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if c.replicas != nil {
+		r := *c.replicas
+		out.replicas = &r
+	}
+	if c.rollout != nil {
+		r := *c.rollout
+		out.rollout = &r
+	}
+	return &out
+}
+
+// unowned returns the first field that want sets and the operator's apply no longer owns (another
+// writer changed it, which moves its ownership to that writer), or "" when it owns them all.
+// Server-side apply keeps a field's value while its owner does, so ownership is the drift check:
+// it needs no copy of the values, and a value the API server normalizes is not drift.
+func (c *Child) unowned(want *unstructured.Unstructured) string {
+	if !c.hasOwned {
+		return "."
+	}
+	owned := c.owned.Value()
+	if ref := metav1.GetControllerOfNoCopy(c); ref != nil {
+		owned = strings.ReplaceAll(owned, ownerPlaceholder, string(ref.UID))
+	}
+	var fields map[string]any
+	if err := json.Unmarshal([]byte(owned), &fields); err != nil {
+		return "."
+	}
+	// The type and the name identify the object; field sets do not list them.
+	top := maps.Clone(want.Object)
+	delete(top, "apiVersion")
+	delete(top, "kind")
+	if meta, ok := top["metadata"].(map[string]any); ok {
+		meta = maps.Clone(meta)
+		delete(meta, "name")
+		delete(meta, "namespace")
+		top["metadata"] = meta
+	}
+	return uncoveredValue(fields, top, "")
+}
+
+// uncovered returns the path of the first field under key (with value v) that the field set fs
+// (a FieldsV1 object) does not hold, or "". Empty values are not compared (an apply of an empty
+// list or map may leave no field); a field set entry with nothing under it holds its whole
+// value (an atomic list or map). List elements are found by their keys ("k:{...}", matched on the
+// key fields the element has), their value ("v:...") or their index ("i:N").
+func uncovered(fs map[string]any, key string, v any, path string) string {
+	path += "." + key
+	if empty(v) {
+		return ""
+	}
+	sub, ok := fs["f:"+key].(map[string]any)
+	if !ok {
+		return path
+	}
+	return uncoveredValue(sub, v, path)
+}
+
+func uncoveredValue(fs map[string]any, v any, path string) string {
+	if len(fs) == 0 || len(fs) == 1 && fs["."] != nil {
+		return "" // the whole value is owned
+	}
+	switch w := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(w)) {
+			if p := uncovered(fs, k, w[k], path); p != "" {
+				return p
+			}
+		}
+	case []any:
+		for i, el := range w {
+			sub := elementFields(fs, el, i)
+			if sub == nil {
+				return fmt.Sprintf("%s[%d]", path, i)
+			}
+			if p := uncoveredValue(sub, el, fmt.Sprintf("%s[%d]", path, i)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// elementFields returns the field set of list element el (the i-th), or nil when fs has none:
+// an object by its key fields, a scalar by its value, either by its index.
+func elementFields(fs map[string]any, el any, i int) map[string]any {
+	if sub, ok := fs[fmt.Sprintf("i:%d", i)].(map[string]any); ok {
+		return sub
+	}
+	m, isMap := el.(map[string]any)
+	if !isMap {
+		raw, _ := json.Marshal(el)
+		sub, _ := fs["v:"+string(raw)].(map[string]any)
+		return sub
+	}
+	for k, sub := range fs {
+		keyJSON, ok := strings.CutPrefix(k, "k:")
+		if !ok {
+			continue
+		}
+		var keyFields map[string]any
+		if json.Unmarshal([]byte(keyJSON), &keyFields) != nil {
+			continue
+		}
+		if keyMatches(keyFields, m) {
+			s, _ := sub.(map[string]any)
+			return s
+		}
+	}
+	return nil
+}
+
+// keyMatches reports whether element m has the values of keyFields, for the key fields it sets
+// (a key field the API server defaulted, such as a port's protocol, is not in the rendering).
+func keyMatches(keyFields, m map[string]any) bool {
+	matched := 0
+	for f, kv := range keyFields {
+		ev, ok := m[f]
+		if !ok {
+			continue
+		}
+		if en, ok := number(ev); ok {
+			if kn, _ := number(kv); kn != en {
+				return false
+			}
+		} else if ev != kv {
+			return false
+		}
+		matched++
+	}
+	return matched > 0
+}
+
+// empty reports whether v is nil or an empty map or list.
+func empty(v any) bool {
+	switch w := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		return len(w) == 0
+	case []any:
+		return len(w) == 0
+	}
+	return false
+}

@@ -1,0 +1,96 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// cachedOwner is what the engine keeps of an owner (an object of the operator's kinds) in its
+// cache: its identity, for the cache's keys, indexes and versions, and the object as JSON without
+// managedFields and kubectl's last-applied copy (pruneOwner). JSON takes a third of the heap of
+// the same object decoded into maps, and every reconcile decodes a copy of its own, which it may
+// change: the cache is never written through.
+type cachedOwner struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	raw []byte
+}
+
+// newCachedOwner keeps of u, an owner as the API server returned it, what the engine reads; u is
+// pruned in place.
+func newCachedOwner(u *unstructured.Unstructured) (*cachedOwner, error) {
+	pruneOwner(u)
+	raw, err := u.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s %s/%s for the cache: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+	}
+	id := objectIdentity{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration()}
+	return &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(u.GetAPIVersion()), Kind: intern(u.GetKind())}, ObjectMeta: id.objectMeta(), raw: raw}, nil
+}
+
+// decodeOwner keeps raw, an owner as the API server answered a write, as the cache would until
+// the informer shows it: its identity is decoded, and the rest stays as it came (pruned when it
+// is decoded, by object).
+func decodeOwner(raw []byte) (*cachedOwner, error) {
+	var j struct {
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Metadata   objectIdentity `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, fmt.Errorf("decoding an owner: %w", err)
+	}
+	return &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, ObjectMeta: j.Metadata.objectMeta(), raw: raw}, nil
+}
+
+// object decodes a copy of the owner.
+func (o *cachedOwner) object() (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(o.raw); err != nil {
+		return nil, fmt.Errorf("decoding %s %s/%s from the cache: %w", o.Kind, o.Namespace, o.Name, err)
+	}
+	pruneOwner(u)
+	return u, nil
+}
+
+// DeepCopyObject returns a copy of o (a cachedOwner is a runtime.Object, as the informer
+// machinery needs); the JSON is shared, as it never changes.
+func (o *cachedOwner) DeepCopyObject() runtime.Object {
+	out := *o
+	o.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return &out
+}
+
+// lastAppliedAnnotation is kubectl apply's copy of the whole object, as large as the object.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// pruneOwner drops from an owner what the engine never reads: managedFields and kubectl's
+// last-applied copy.
+func pruneOwner(u *unstructured.Unstructured) {
+	meta, _ := u.Object["metadata"].(map[string]any)
+	delete(meta, "managedFields")
+	if annotations, _ := meta["annotations"].(map[string]any); annotations != nil {
+		delete(annotations, lastAppliedAnnotation)
+		if len(annotations) == 0 {
+			delete(meta, "annotations")
+		}
+	}
+}
+
+// CachedForm returns what the engine's caches keep of raw, an object as the API server serves
+// it: a Child for a child (one labelled managed-by), else the owner's pruned JSON. Benchmarks
+// measure its size.
+func CachedForm(raw []byte, child bool) (any, error) {
+	if child {
+		return decodeChild(raw)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		return nil, err
+	}
+	return newCachedOwner(u)
+}

@@ -1,0 +1,304 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+
+	"evals.si/operator/evalsi"
+)
+
+// errCacheNotSynced says that a child informer has not listed yet: the reconcile comes back
+// shortly rather than take every child for missing.
+var errCacheNotSynced = errors.New("the children's cache has not synced yet")
+
+// replicasHandoverManager briefly owns a Deployment's spec.replicas while the operator stops
+// applying it, so that dropping the field from the operator's apply does not reset it to 1.
+const replicasHandoverManager = "evalsi-operator-replicas-handover"
+
+// Children maps a child's "Kind/namespace/name" to what the cache holds of it.
+type Children map[string]*Child
+
+func childKey(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
+
+// Get returns the live child of kind in namespace called name, or nil.
+func (c Children) Get(kind, namespace, name string) *Child {
+	return c[childKey(kind, namespace, name)]
+}
+
+// SyncChildren makes the children of r's object what desired says: each desired child that is
+// missing, changed by the rendering (its spec hash), or drifted (a field the rendering sets is no
+// longer the operator's) is applied with server-side apply; children of the owner that are no
+// longer desired are deleted. Children that already match are left alone, so steady state writes
+// nothing. A child whose rendering the API server refused for the object's generation
+// (Request.Refused) is not applied again: the refusal stands. It returns the live children after
+// the changes.
+func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*unstructured.Unstructured) (Children, error) {
+	e, owner := c.e, r.Object
+	live := Children{}
+	ns := c.childNamespace()
+	informers := map[string]*informer{}
+	for _, gvr := range c.kind.Children {
+		inf := e.childInformer(gvr, ns)
+		if inf == nil {
+			continue
+		}
+		if !inf.shared.HasSynced() {
+			return nil, errCacheNotSynced
+		}
+		informers[gvr.Resource] = inf
+		objs, err := inf.ownedBy(string(owner.GetUID()))
+		if err != nil {
+			return nil, fmt.Errorf("listing children: %w", err)
+		}
+		for _, c := range objs {
+			live[childKey(c.Kind, c.Namespace, c.Name)] = c
+		}
+	}
+
+	out := Children{}
+	var stale []pendingApply
+	for _, want := range desired {
+		key := childKey(want.GetKind(), want.GetNamespace(), want.GetName())
+		cur := live[key]
+		delete(live, key)
+		why := staleness(want, cur)
+		if why == "" {
+			out[key] = cur
+			continue
+		}
+		if r.Refused == rendering(want) {
+			// The API server refused this very rendering for this generation: applying it again
+			// on every resync would be refused again. A new spec or operator setting renders
+			// something else and is applied.
+			return nil, &TerminalError{Reason: evalsi.ReasonInvalidSpec, Refused: r.Refused, Err: errors.New(stalledMessage(owner))}
+		}
+		e.log.Debug("applying child", "owner", owner.GetName(), "child", key, "why", why)
+		stale = append(stale, pendingApply{key: key, want: want, cur: cur, why: why})
+	}
+	// The applies of a wave go out together, so that a new pool waits for two round trips rather
+	// than one per child. Every applied child is remembered, even when another of its wave failed.
+	var applied []string
+	for _, wave := range applyWaves(stale) {
+		e.applyWave(ctx, wave, informers)
+		var first error // in the rendering's order, as when the applies went one by one
+		for _, a := range wave {
+			if a.err != nil {
+				first = cmp.Or(first, a.err)
+				continue
+			}
+			if a.cur != nil {
+				// Creating children is what a new object is for; an event says when one had to
+				// change (a new spec, or drift repaired).
+				applied = append(applied, fmt.Sprintf("%s %s (%s)", a.want.GetKind(), a.want.GetName(), a.why))
+			}
+			out[a.key] = a.obj
+		}
+		if first != nil {
+			return nil, first
+		}
+	}
+	if len(applied) > 0 {
+		c.Eventf(owner, corev1.EventTypeNormal, "Updated", "updated %s", strings.Join(applied, ", "))
+	}
+	for _, stale := range live {
+		if err := e.deleteChild(ctx, stale); err != nil {
+			return nil, err
+		}
+		c.Eventf(owner, corev1.EventTypeNormal, "Deleted", "deleted %s %s: no longer desired", stale.Kind, stale.Name)
+	}
+	return out, nil
+}
+
+// pendingApply is a child to apply (want, over the cached cur, for the reason why) and, once
+// applied, the API server's answer or error.
+type pendingApply struct {
+	key, why string
+	want     *unstructured.Unstructured
+	cur      *Child
+	obj      *Child
+	err      error
+}
+
+// applyWave applies the children of wave at once, each remembered by its informer as soon as its
+// apply returns, before the informer can show it: its echo queues nothing.
+func (e *Engine) applyWave(ctx context.Context, wave []pendingApply, informers map[string]*informer) {
+	var wg sync.WaitGroup
+	for i := range wave {
+		a := &wave[i]
+		inf := informers[evalsi.ChildResources[a.want.GetKind()].Resource]
+		wg.Go(func() {
+			if a.obj, a.err = e.apply(ctx, a.want, a.cur); a.err == nil && inf != nil {
+				inf.written.remember(a.obj)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// applyWaves splits the children to apply into the waves they go out in: ServiceAccounts first,
+// as a pod the Deployment controller creates before its service account exists is refused and
+// retried only after a backoff; then every other child at once.
+func applyWaves(stale []pendingApply) [][]pendingApply {
+	var accounts, rest []pendingApply
+	for _, a := range stale {
+		if a.want.GetKind() == "ServiceAccount" {
+			accounts = append(accounts, a)
+		} else {
+			rest = append(rest, a)
+		}
+	}
+	return slices.DeleteFunc([][]pendingApply{accounts, rest}, func(w []pendingApply) bool { return len(w) == 0 })
+}
+
+// staleness says why live is not the applied form of want, or "" when it is: the rendering
+// changed (spec hash), or a field that want sets is no longer the operator's (drift: another
+// writer changed it). Fields others add or the API server defaults are not compared.
+func staleness(want *unstructured.Unstructured, live *Child) string {
+	if live == nil {
+		return "missing"
+	}
+	if want.GetAnnotations()[evalsi.AnnotationSpecHash] != live.specHash {
+		return "rendering changed"
+	}
+	if path := live.unowned(want); path != "" {
+		return "drifted at " + path
+	}
+	return ""
+}
+
+// apply writes want with server-side apply under the operator's field manager, taking over
+// conflicting fields, and returns what the API server answered as the caches keep it. A
+// Deployment rendered without spec.replicas (a ScaledObject owns scaling) first hands its
+// replicas to a separate manager, if the operator owned them; cur is the cached live object, nil
+// when there is none.
+func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur *Child) (*Child, error) {
+	gvr, ok := evalsi.ChildResources[want.GetKind()]
+	if !ok {
+		return nil, fmt.Errorf("no resource known for kind %s", want.GetKind())
+	}
+	if gvr == evalsi.Deployments && cur != nil {
+		if _, set, _ := unstructured.NestedFieldNoCopy(want.Object, "spec", "replicas"); !set {
+			if err := e.handOverReplicas(ctx, want); err != nil {
+				return nil, err
+			}
+		}
+	}
+	body, err := want.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s %s/%s: %w", want.GetKind(), want.GetNamespace(), want.GetName(), err)
+	}
+	force := true
+	raw, err := rawResult(e.rest.Patch(types.ApplyPatchType).AbsPath(resourcePath(gvr, want.GetNamespace()), want.GetName()).
+		VersionedParams(&metav1.PatchOptions{FieldManager: FieldManager, Force: &force}, metav1.ParameterCodec).
+		Body(body).Do(ctx))
+	if apierrors.IsInvalid(err) {
+		// The spec rendered into something the API server rejects; retrying cannot help.
+		return nil, refusedChild(want, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("applying %s %s/%s: %w", want.GetKind(), want.GetNamespace(), want.GetName(), err)
+	}
+	return decodeChild(raw)
+}
+
+// rendering names one rendering of a child: its kind, name and spec hash.
+func rendering(want *unstructured.Unstructured) string {
+	return fmt.Sprintf("%s %s rendering %s", want.GetKind(), want.GetName(), want.GetAnnotations()[evalsi.AnnotationSpecHash])
+}
+
+// refusedChild is the terminal error of a child's rendering that the API server refused: it
+// records the rendering, so that it is not applied again for the same generation.
+func refusedChild(want *unstructured.Unstructured, err error) error {
+	return &TerminalError{Reason: evalsi.ReasonInvalidSpec, Refused: rendering(want),
+		Err: fmt.Errorf("%s %s (rendering %s) was refused by the API server: %w",
+			want.GetKind(), want.GetName(), want.GetAnnotations()[evalsi.AnnotationSpecHash], err)}
+}
+
+// handOverReplicas keeps a Deployment's current replica count when the operator stops applying
+// spec.replicas: if the operator's manager owns the field, another manager applies the same value
+// first, so that the field stays owned and is not reset to its default of 1.
+func (e *Engine) handOverReplicas(ctx context.Context, want *unstructured.Unstructured) error {
+	client := e.client.Resource(evalsi.Deployments).Namespace(want.GetNamespace())
+	cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading Deployment %s/%s: %w", want.GetNamespace(), want.GetName(), err)
+	}
+	owns, err := ownsReplicas(cur)
+	if err != nil || !owns {
+		return err
+	}
+	replicas, _, _ := unstructured.NestedInt64(cur.Object, "spec", "replicas")
+	handover := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": want.GetName(), "namespace": want.GetNamespace()},
+		"spec":     map[string]any{"replicas": replicas},
+	}}
+	_, err = client.Apply(ctx, want.GetName(), handover, metav1.ApplyOptions{FieldManager: replicasHandoverManager, Force: true})
+	if err != nil {
+		return fmt.Errorf("handing over replicas of Deployment %s/%s: %w", want.GetNamespace(), want.GetName(), err)
+	}
+	return nil
+}
+
+// ownsReplicas reports whether the operator's apply manager owns deploy's spec.replicas, read
+// from its managed fields by client-go's ExtractDeployment.
+func ownsReplicas(deploy *unstructured.Unstructured) (bool, error) {
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(deploy.Object, &d); err != nil {
+		return false, fmt.Errorf("reading Deployment %s: %w", deploy.GetName(), err)
+	}
+	owned, err := appsv1ac.ExtractDeployment(&d, FieldManager)
+	if err != nil {
+		return false, fmt.Errorf("reading the fields the operator owns in Deployment %s: %w", deploy.GetName(), err)
+	}
+	return owned.Spec != nil && owned.Spec.Replicas != nil, nil
+}
+
+// deleteChild deletes a child that is no longer desired, if it is still the object seen.
+func (e *Engine) deleteChild(ctx context.Context, child *Child) error {
+	gvr := evalsi.ChildResources[child.Kind]
+	if gvr == (schema.GroupVersionResource{}) {
+		return fmt.Errorf("no resource known for kind %s", child.Kind)
+	}
+	uid := child.UID
+	err := e.client.Resource(gvr).Namespace(child.Namespace).Delete(ctx, child.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uid},
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s %s/%s: %w", child.Kind, child.Namespace, child.Name, err)
+	}
+	return nil
+}
+
+// Staleness says why live, a child as the API server holds it, is not the applied form of want
+// (the rendering changed, or a field want sets is no longer the operator's), or "" when it is:
+// what SyncChildren asks of each child before it applies it.
+func Staleness(want, live *unstructured.Unstructured) (string, error) {
+	raw, err := live.MarshalJSON()
+	if err != nil {
+		return "", err
+	}
+	child, err := decodeChild(raw)
+	if err != nil {
+		return "", err
+	}
+	return staleness(want, child), nil
+}

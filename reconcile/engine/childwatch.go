@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Children are listed and watched as JSON decoded straight into Child (childJSON), not
+// through the dynamic client: a child's watch events are most of what the operator reads (a
+// Deployment's status changes with each pod), and decoding each whole object into maps, only for
+// the cache's transform to drop all but a few fields, was the largest cost of converging.
+
+// childListWatch lists and watches the children of resource gvr in namespace ("" for all) that
+// match selector, over rc (a REST client of dynamic.ConfigFor's JSON config).
+func childListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector string) cache.ListerWatcher {
+	request := func(options metav1.ListOptions) *rest.Request {
+		options.LabelSelector = selector
+		return rc.Get().AbsPath(resourcePath(gvr, namespace)).VersionedParams(&options, metav1.ParameterCodec)
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			raw, err := rawResult(request(options).Do(ctx))
+			if err != nil {
+				return nil, err
+			}
+			return decodeChildList(raw)
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			options.Watch = true
+			body, err := request(options).Stream(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return newChildWatch(body), nil
+		},
+	}
+}
+
+// resourcePath is the API path of gvr's objects in namespace ("" for all namespaces).
+func resourcePath(gvr schema.GroupVersionResource, namespace string) string {
+	path := "/apis/" + gvr.Group + "/" + gvr.Version
+	if gvr.Group == "" {
+		path = "/api/" + gvr.Version
+	}
+	if namespace != "" {
+		path += "/namespaces/" + namespace
+	}
+	return path + "/" + gvr.Resource
+}
+
+// rawResult returns the body of a request's result, or its error as the API server's Status
+// says it (Result.Raw alone gives only the HTTP code's generic message).
+func rawResult(res rest.Result) ([]byte, error) {
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	return res.Raw()
+}
+
+// childList is a list of children: what a list request returns, as the reflector reads it.
+type childList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+	Items []*Child
+}
+
+// DeepCopyObject returns a copy of l.
+func (l *childList) DeepCopyObject() runtime.Object {
+	out := &childList{TypeMeta: l.TypeMeta, Items: make([]*Child, len(l.Items))}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	for i, c := range l.Items {
+		out.Items[i] = c.DeepCopyObject().(*Child)
+	}
+	return out
+}
+
+// decodeChildList decodes a list response of children.
+func decodeChildList(raw []byte) (*childList, error) {
+	var j struct {
+		Metadata metav1.ListMeta `json:"metadata"`
+		Items    []childJSON     `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, fmt.Errorf("decoding a list of children: %w", err)
+	}
+	l := &childList{ListMeta: j.Metadata, Items: make([]*Child, 0, len(j.Items))}
+	for i := range j.Items {
+		c, err := j.Items[i].cached()
+		if err != nil {
+			return nil, err
+		}
+		l.Items = append(l.Items, c)
+	}
+	return l, nil
+}
+
+// childWatch is a watch of children: each event of the stream, decoded in one pass.
+type childWatch struct {
+	body   io.ReadCloser
+	events chan watch.Event
+	done   chan struct{}
+	stop   sync.Once
+}
+
+func newChildWatch(body io.ReadCloser) *childWatch {
+	w := &childWatch{body: body, events: make(chan watch.Event), done: make(chan struct{})}
+	go w.receive()
+	return w
+}
+
+// Stop ends the watch and closes its stream.
+func (w *childWatch) Stop() {
+	w.stop.Do(func() {
+		close(w.done)
+		w.body.Close()
+	})
+}
+
+// ResultChan returns the events; it is closed when the stream ends or the watch is stopped.
+func (w *childWatch) ResultChan() <-chan watch.Event { return w.events }
+
+// receive decodes the stream's events until it ends. A stream that ends or breaks closes the
+// channel: the reflector watches again from the last version it saw, so nothing is lost. An
+// ERROR event carries a Status (an expired version, say), which the reflector acts on.
+func (w *childWatch) receive() {
+	defer close(w.events)
+	defer w.Stop()
+	dec := json.NewDecoder(w.body)
+	for {
+		var ev struct {
+			Type   watch.EventType `json:"type"`
+			Object childJSON       `json:"object"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				select {
+				case <-w.done: // the stream was closed by Stop
+				case w.events <- watch.Event{Type: watch.Error, Object: &metav1.Status{
+					Status: metav1.StatusFailure, Message: "reading the watch stream: " + err.Error(),
+				}}:
+				}
+			}
+			return
+		}
+		var obj runtime.Object
+		switch ev.Type {
+		case watch.Error:
+			obj = &metav1.Status{Status: metav1.StatusFailure, Code: ev.Object.Code, Reason: ev.Object.Reason, Message: ev.Object.Message}
+		default:
+			c, err := ev.Object.cached()
+			if err != nil {
+				obj = &metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}
+				ev.Type = watch.Error
+				break
+			}
+			obj = c
+		}
+		select {
+		case w.events <- watch.Event{Type: ev.Type, Object: obj}:
+		case <-w.done:
+			return
+		}
+	}
+}

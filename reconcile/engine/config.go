@@ -1,0 +1,49 @@
+package engine
+
+import (
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+)
+
+// Config configures an engine.
+type Config struct {
+	// Rest is the client configuration; the engine wraps its transport to count requests, and
+	// its QPS and Burst are each resource's budget (limitPerResource).
+	Rest *rest.Config
+	// Namespace restricts every informer to one namespace; empty watches all.
+	Namespace string
+	// Kinds are every kind the engine can run; Controllers selects among them by name (empty
+	// runs all).
+	Kinds       []*Kind
+	Controllers []string
+	// Workers is the number of concurrent reconciles per controller (32 when 0).
+	Workers int
+	// Resync is how often every object is reconciled again without an event.
+	Resync time.Duration
+	// DiscoveryInterval is how often the engine looks for resources (its kinds', their
+	// children's) that appeared or went away.
+	DiscoveryInterval time.Duration
+	// ReconcileTimeout bounds one reconcile.
+	ReconcileTimeout time.Duration
+	// Tenancy decides the project each namespaced object acts in; nil: every object acts in the
+	// project named like its namespace.
+	Tenancy Tenancy
+	// Log is the engine's logger.
+	Log *slog.Logger
+	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor
+	// (with a warning); by default the engine refuses to.
+	AllowUnsupportedMinor bool
+}
+
+// Tenancy decides where an object may act.
+type Tenancy interface {
+	// Project returns the project obj acts in, or an error that says why it may act in none
+	// (the engine reports it as ProjectNotAllowed and makes no call and no child for it).
+	Project(obj *unstructured.Unstructured) (string, error)
+	// OnChange calls fn with each namespace whose bindings or labels changed, so that its
+	// objects are reconciled again.
+	OnChange(fn func(namespace string))
+}

@@ -1,0 +1,310 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"evals.si/operator/evalsi"
+)
+
+// Controller is the queue and workers of one kind, and what its Reconciler may use of the engine.
+type Controller struct {
+	e     *Engine
+	kind  *Kind
+	queue workqueue.TypedRateLimitingInterface[string]
+	inf   *informer
+}
+
+func newController(e *Engine, k *Kind) *Controller {
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Controller, MetricsProvider: e.metrics.queues},
+	)
+	return &Controller{e: e, kind: k, queue: q}
+}
+
+// Kind returns the controller's kind.
+func (c *Controller) Kind() *Kind { return c.kind }
+
+// Log returns the engine's logger.
+func (c *Controller) Log() *slog.Logger { return c.e.log }
+
+// Dynamic and Kube return the engine's clients, for what a kind reads that no cache holds.
+func (c *Controller) Dynamic() dynamic.Interface  { return c.e.client }
+func (c *Controller) Kube() kubernetes.Interface { return c.e.kube }
+
+// Project returns the project obj acts in, as the engine checks it before each reconcile.
+func (c *Controller) Project(obj *unstructured.Unstructured) (string, error) { return c.e.project(obj) }
+
+// Served reports whether discovery last saw gvr served.
+func (c *Controller) Served(gvr schema.GroupVersionResource) bool { return c.e.isServed(gvr) }
+
+// Synced reports whether the controller's cache has synced and the engine reconciles.
+func (c *Controller) Synced() bool {
+	return c.inf.shared.HasSynced() && c.e.VersionRefusal() == ""
+}
+
+// Enqueue adds the key namespace/name (name for a cluster-scoped kind) to the queue.
+func (c *Controller) Enqueue(key string) { c.queue.Add(key) }
+
+// Objects returns a copy of every object of the kind in the cache, with its key.
+func (c *Controller) Objects() map[string]*unstructured.Unstructured {
+	out := map[string]*unstructured.Unstructured{}
+	for _, o := range c.inf.shared.GetStore().List() {
+		co := o.(*cachedOwner)
+		obj, err := co.object()
+		if err != nil {
+			continue // its reconcile reports it
+		}
+		key := co.Name
+		if co.Namespace != "" {
+			key = co.Namespace + "/" + co.Name
+		}
+		out[key] = obj
+	}
+	return out
+}
+
+// Event records an Event about obj.
+func (c *Controller) Event(obj *unstructured.Unstructured, eventType, reason, message string) {
+	c.e.recorder.Event(obj, eventType, reason, message)
+}
+
+// Eventf records an Event about obj with a formatted message.
+func (c *Controller) Eventf(obj *unstructured.Unstructured, eventType, reason, format string, args ...any) {
+	c.e.recorder.Eventf(obj, eventType, reason, format, args...)
+}
+
+// Lookup returns a copy of the object name in namespace of resource gvr: from the cache of a
+// running controller of that resource, else read from the API server. It returns a NotFound
+// error when there is none.
+func (c *Controller) Lookup(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, error) {
+	if inf := c.e.ownerInformer(gvr); inf != nil && inf.shared.HasSynced() {
+		key := name
+		if namespace != "" {
+			key = namespace + "/" + name
+		}
+		obj, err := inf.owner(key)
+		if err != nil {
+			return nil, err
+		}
+		if obj == nil {
+			return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
+		}
+		return obj, nil
+	}
+	return c.e.client.Resource(gvr).Namespace(namespace).Get(ctx, name, metaGet)
+}
+
+// childNamespace is where the kind's children live, as informers watch them: the kind's
+// ChildNamespace, else the engine's namespace ("" for all).
+func (c *Controller) childNamespace() string {
+	if c.kind.ChildNamespace != "" {
+		return c.kind.ChildNamespace
+	}
+	return c.e.cfg.Namespace
+}
+
+// enqueue adds an object's namespace/name key.
+func (c *Controller) enqueue(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		c.e.log.Error("cannot key object", "controller", c.kind.Controller, "err", err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+// enqueueAll adds every object in the cache, for a change that concerns all of them.
+func (c *Controller) enqueueAll() {
+	if c.inf == nil {
+		return
+	}
+	for _, key := range c.inf.shared.GetStore().ListKeys() {
+		c.queue.Add(key)
+	}
+}
+
+// enqueueNamespace adds every object of namespace in the cache.
+func (c *Controller) enqueueNamespace(namespace string) {
+	objs, err := c.inf.shared.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	if err != nil {
+		c.e.log.Error("listing a namespace's objects", "controller", c.kind.Controller, "err", err)
+		return
+	}
+	for _, o := range objs {
+		c.enqueue(o)
+	}
+}
+
+// run waits for the cache, runs the workers until ctx ends, then drains.
+func (c *Controller) run(ctx context.Context) {
+	defer c.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.inf.shared.HasSynced) {
+		return
+	}
+	done := make(chan struct{})
+	for range c.e.cfg.Workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	for range c.e.cfg.Workers {
+		<-done
+	}
+}
+
+// processNext reconciles one key. Done is always called; Forget on success and on terminal
+// errors; a rate-limited requeue on other errors; AddAfter when the reconcile asked for it.
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+
+	start := time.Now()
+	outcome, err := c.reconcileKey(ctx, key)
+	c.e.waiters.note(c, key, err)
+	result := "success"
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+		if outcome.RequeueAfter > 0 {
+			result = "requeue"
+			c.queue.AddAfter(key, outcome.RequeueAfter)
+		}
+	case errors.Is(err, errCacheNotSynced):
+		// A child informer (KEDA's ScaledObjects, just discovered) is still listing.
+		result = "requeue"
+		c.queue.AddAfter(key, time.Second)
+	case apierrors.IsConflict(err):
+		// A write raced with another (often our own status write not yet in the cache): the
+		// informer brings the new version, and the retry starts from it.
+		result = "conflict"
+		c.e.log.Debug("conflict; retrying", "controller", c.kind.Controller, "key", key, "err", err)
+		c.queue.AddRateLimited(key)
+	case IsTerminal(err):
+		result = "terminal"
+		c.e.log.Warn("reconcile failed; not retrying until the object changes", "controller", c.kind.Controller, "key", key, "err", err)
+		c.queue.Forget(key)
+	default:
+		result = "error"
+		c.e.log.Error("reconcile failed; retrying", "controller", c.kind.Controller, "key", key, "err", err)
+		c.queue.AddRateLimited(key)
+	}
+	c.e.metrics.observeReconcile(c.kind.Controller, result, time.Since(start))
+	return true
+}
+
+// reconcileKey reads the object from the cache, runs the reconcile with a timeout and a panic
+// guard, and writes the status it decided.
+func (c *Controller) reconcileKey(ctx context.Context, key string) (outcome Outcome, err error) {
+	if c.e.VersionRefusal() != "" {
+		// On an unsupported Kubernetes minor nothing is written; discovery checks the version
+		// again, and the objects are looked at once it is supported.
+		return Outcome{RequeueAfter: c.e.cfg.DiscoveryInterval}, nil
+	}
+	obj, err := c.inf.owner(key)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("reading %s from the cache: %w", key, err)
+	}
+	if obj == nil {
+		// Deleted: children go with their owner (garbage collection); nothing to do.
+		c.e.validated.forget(key)
+		return Outcome{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.e.cfg.ReconcileTimeout)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic reconciling %s: %v\n%s", key, r, trimStack(debug.Stack()))
+		}
+	}()
+	outcome, err = c.reconcileObject(ctx, key, obj)
+	var te *TerminalError
+	errors.As(err, &te)
+	if outcome.Status == nil && te == nil {
+		return outcome, err
+	}
+	written, serr := c.e.writeStatus(ctx, c, obj, outcome.Status, te)
+	if serr != nil {
+		return outcome, errors.Join(err, serr)
+	}
+	if written != nil {
+		// Kept until the informer shows it or a newer version.
+		c.inf.written.remember(written)
+	}
+	return outcome, err
+}
+
+// reconcileObject runs the checks every object meets (its project; its spec, once a generation),
+// then the kind's Reconciler.
+func (c *Controller) reconcileObject(ctx context.Context, key string, obj *unstructured.Unstructured) (Outcome, error) {
+	r := &Request{Object: obj, Controller: c, Refused: refused(obj)}
+	if obj.GetNamespace() != "" {
+		// Before anything else: an object whose namespace may not act in the project it names
+		// makes no call and no child (a namespace editor must not act in another team's name).
+		project, err := c.e.project(obj)
+		if err != nil {
+			return c.projectNotAllowed(ctx, obj, err)
+		}
+		r.Project = project
+	}
+	if k := c.kind; k.Validate != nil && obj.GetDeletionTimestamp() == nil && r.Refused == "" {
+		// An object that entered while the webhook was off meets the same rules here, once per
+		// generation.
+		if err := c.e.validated.check(key, obj, k.Validate); err != nil {
+			return Outcome{}, Terminal(evalsi.ReasonInvalidSpec, err)
+		}
+	}
+	return c.kind.Reconciler.Reconcile(ctx, r)
+}
+
+// projectNotAllowed is the outcome of an object that names a project its namespace may not act
+// in: Ready=False ProjectNotAllowed and no call or child. It is not Stalled, since a binding made
+// later fixes it without a new spec. A deleted object lets its finalizer go without a call: the
+// operator had no authority to act in that project, so nothing was made there in its name.
+func (c *Controller) projectNotAllowed(ctx context.Context, obj *unstructured.Unstructured, err error) (Outcome, error) {
+	if obj.GetDeletionTimestamp() != nil {
+		if c.kind.Finalizer == "" {
+			return Outcome{}, nil
+		}
+		return Outcome{}, c.setFinalizer(ctx, obj, c.kind.Finalizer, false)
+	}
+	return Outcome{Status: NotReady(evalsi.ReasonProjectNotAllowed, err.Error())}, nil
+}
+
+// project is the project obj acts in.
+func (e *Engine) project(obj *unstructured.Unstructured) (string, error) {
+	if e.cfg.Tenancy == nil {
+		return obj.GetNamespace(), nil
+	}
+	return e.cfg.Tenancy.Project(obj)
+}
+
+// trimStack keeps the first lines of a stack trace for a log line.
+func trimStack(stack []byte) string {
+	lines := strings.Split(string(stack), "\n")
+	if len(lines) > 30 {
+		lines = lines[:30]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// wanted returns the kinds of the selected controllers.
+func (e *Engine) wanted() []*Kind {
+	var out []*Kind
+	for _, k := range e.cfg.Kinds {
+		if len(e.cfg.Controllers) == 0 || slices.Contains(e.cfg.Controllers, k.Controller) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// discover asks the API server which of the resources the selected controllers need are served,
+// starts controllers and child informers that became available, and stops child informers of
+// resources that went away. Objects whose children changed availability are reconciled again.
+func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
+	if !e.checkServerVersion() {
+		// Controllers already running see the refusal and write nothing; none starts.
+		return
+	}
+	want := map[schema.GroupVersionResource]bool{}
+	for _, k := range e.wanted() {
+		want[k.Resource] = true
+		for _, c := range k.Children {
+			want[c] = true
+		}
+	}
+	served := e.servedResources(want)
+	var changed []schema.GroupVersionResource
+	e.mu.Lock()
+	for gvr := range want {
+		if served[gvr] != e.served[gvr] {
+			changed = append(changed, gvr)
+		}
+	}
+	e.served = served
+	e.mu.Unlock()
+
+	for _, k := range e.wanted() {
+		if k.Off != nil {
+			if why := k.Off(); why != "" {
+				if !e.offLogged[k.Controller] {
+					e.log.Warn("controller off: "+why, "controller", k.Controller)
+					e.offLogged[k.Controller] = true
+				}
+				continue
+			}
+		}
+		if !served[k.Resource] {
+			if !e.offLogged[k.Controller] {
+				e.log.Warn("controller off: its CRD is not served; it starts when the CRD is installed", "controller", k.Controller, "resource", k.Resource.String())
+				e.offLogged[k.Controller] = true
+			}
+			continue
+		}
+		e.mu.Lock()
+		c := e.controllers[k.Controller]
+		e.mu.Unlock()
+		if c == nil {
+			c = e.startController(ctx, k, wg)
+		}
+		for _, gvr := range k.Children {
+			if !slices.Contains(changed, gvr) {
+				continue
+			}
+			if served[gvr] {
+				e.log.Info("child resource served, watching it", "controller", k.Controller, "resource", gvr.String())
+				e.ensureInformer(ctx, gvr, c.childNamespace(), true, e.enqueueOwner)
+			} else {
+				e.log.Warn("child resource no longer served", "controller", k.Controller, "resource", gvr.String())
+				e.stopInformer(informerKey{gvr, c.childNamespace()})
+			}
+			c.enqueueAll()
+		}
+	}
+	e.mu.Lock()
+	e.synced = true
+	e.mu.Unlock()
+}
+
+// servedResources returns which of want the API server serves, by discovery of their groups.
+func (e *Engine) servedResources(want map[schema.GroupVersionResource]bool) map[schema.GroupVersionResource]bool {
+	out := map[schema.GroupVersionResource]bool{}
+	byGV := map[schema.GroupVersion][]schema.GroupVersionResource{}
+	for gvr := range want {
+		byGV[gvr.GroupVersion()] = append(byGV[gvr.GroupVersion()], gvr)
+	}
+	for gv, gvrs := range byGV {
+		list, err := e.kube.Discovery().ServerResourcesForGroupVersion(gv.String())
+		if err != nil {
+			e.mu.Lock()
+			prev := e.served
+			e.mu.Unlock()
+			if !apierrors.IsNotFound(err) {
+				// Keep what was known rather than tear controllers down on a passing error.
+				e.log.Warn("discovery failed", "groupVersion", gv.String(), "err", err)
+				for _, gvr := range gvrs {
+					out[gvr] = prev[gvr]
+				}
+			}
+			continue
+		}
+		for _, r := range list.APIResources {
+			for _, gvr := range gvrs {
+				if r.Name == gvr.Resource {
+					out[gvr] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// isServed reports whether discovery last saw gvr.
+func (e *Engine) isServed(gvr schema.GroupVersionResource) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.served[gvr]
+}

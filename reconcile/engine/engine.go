@@ -1,0 +1,258 @@
+// Package engine is the operator's kind-neutral engine: discovery, dynamic informers and the
+// caches tuned to what it reads, a rate-limited queue and workers per kind, server-side apply of
+// children, one status writer, one finalizer lifecycle for objects kept in an external API, and
+// the metrics of all of it. It names no evals.si kind: kinds register themselves (Kind) with what
+// they watch, own and need, and are reconciled through their Reconciler. doc.go walks the flow.
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+
+	"evals.si/operator/evalsi"
+)
+
+// FieldManager is the one field manager of every write the operator makes.
+const FieldManager = evalsi.FieldManager
+
+// Engine runs the controllers of its kinds.
+type Engine struct {
+	cfg    Config
+	client dynamic.Interface
+	kube   kubernetes.Interface
+	// rest is the dynamic client's kind of REST client (JSON), for what the engine decodes
+	// itself: children (childListWatch, apply) and the answers to status writes.
+	rest     rest.Interface
+	recorder record.EventRecorder
+	metrics  *Metrics
+	log      *slog.Logger
+
+	mu          sync.Mutex
+	served      map[schema.GroupVersionResource]bool
+	informers   map[informerKey]*informer
+	controllers map[string]*Controller
+	synced      bool
+
+	// offLogged remembers controllers whose "off" line was written; only Run's goroutine uses it.
+	offLogged map[string]bool
+	// refusal is why the engine does not reconcile on this server's Kubernetes version ("" when
+	// it does); lastVersionWhy is the version verdict last logged (Run's goroutine only).
+	refusal        atomic.Value
+	lastVersionWhy string
+	// waiters are the objects waiting for an external API to come back.
+	waiters waiters
+	// validated remembers the spec checks already passed (Kind.Validate), by object.
+	validated validations
+}
+
+// New returns an engine for cfg. It makes no request until Run.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 32
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 10 * time.Minute
+	}
+	if cfg.DiscoveryInterval <= 0 {
+		cfg.DiscoveryInterval = 30 * time.Second
+	}
+	if cfg.ReconcileTimeout <= 0 {
+		cfg.ReconcileTimeout = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	for _, name := range cfg.Controllers {
+		if !slices.ContainsFunc(cfg.Kinds, func(k *Kind) bool { return k.Controller == name }) {
+			return nil, fmt.Errorf("unknown controller %q (known: %v)", name, ControllerNames(cfg.Kinds))
+		}
+	}
+	m := NewMetrics()
+	rc := rest.CopyConfig(cfg.Rest)
+	limitPerResource(rc)
+	rc.Wrap(m.countRequests)
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("creating the HTTP client: %w", err)
+	}
+	client, err := dynamic.NewForConfigAndClient(rc, hc)
+	if err != nil {
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
+	}
+	rcl, err := rest.UnversionedRESTClientForConfigAndClient(dynamic.ConfigFor(rc), hc)
+	if err != nil {
+		return nil, fmt.Errorf("creating REST client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfigAndClient(rc, hc)
+	if err != nil {
+		return nil, fmt.Errorf("creating client: %w", err)
+	}
+	return &Engine{
+		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log,
+		served:      map[schema.GroupVersionResource]bool{},
+		informers:   map[informerKey]*informer{},
+		controllers: map[string]*Controller{},
+		offLogged:   map[string]bool{},
+	}, nil
+}
+
+// ControllerNames lists the controller names of kinds, in order.
+func ControllerNames(kinds []*Kind) []string {
+	var out []string
+	for _, k := range kinds {
+		out = append(out, k.Controller)
+	}
+	return out
+}
+
+// Kube returns the engine's typed client (for leader election and events).
+func (e *Engine) Kube() kubernetes.Interface { return e.kube }
+
+// Metrics returns the engine's metrics.
+func (e *Engine) Metrics() *Metrics { return e.metrics }
+
+// Synced reports whether discovery has run and the caches of the running controllers have
+// synced, on a Kubernetes version the engine reconciles on.
+func (e *Engine) Synced() bool {
+	if e.VersionRefusal() != "" {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.synced {
+		return false
+	}
+	for _, c := range e.controllers {
+		if !c.inf.shared.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// ExternalAnswered is told that an external API answered a call (as opposed to being away): every
+// object waiting on it goes back on its queue now (waiters.go).
+func (e *Engine) ExternalAnswered() { e.waiters.answered() }
+
+// eventKeys bounds each of the event recorder's three caches (similar events aggregated, repeats
+// counted, spam filtered per object), which keep a key and a record per distinct event: at
+// client-go's 4,096 they grew with every pool that had an event (a heap profile held about 1.5 MB
+// more of them at 2,000 pools than at 500). A repeat of an event pushed out by over a thousand
+// newer ones is recorded as a new Event instead of counted.
+const eventKeys = 1024
+
+// Run starts the controllers whose resources are served and keeps looking for resources that
+// appear later, until ctx ends.
+func (e *Engine) Run(ctx context.Context) error {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventKeys}))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.kube.CoreV1().Events(e.cfg.Namespace)})
+	defer broadcaster.Shutdown()
+	e.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+	if t := e.cfg.Tenancy; t != nil {
+		t.OnChange(e.enqueueNamespace)
+	}
+
+	var wg sync.WaitGroup
+	defer func() {
+		e.stopInformers()
+		wg.Wait()
+	}()
+	wg.Add(1)
+	// While objects wait on an external API, one is retried every canaryInterval (waiters.go).
+	go func() {
+		defer wg.Done()
+		wait.UntilWithContext(ctx, func(context.Context) { e.waiters.retryOne() }, canaryInterval)
+	}()
+	t := time.NewTicker(e.cfg.DiscoveryInterval)
+	defer t.Stop()
+	for {
+		e.discover(ctx, &wg)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// startController starts the informer, the child informers, the workers and the Run of kind k.
+func (e *Engine) startController(ctx context.Context, k *Kind, wg *sync.WaitGroup) *Controller {
+	c := newController(e, k)
+	ns := e.cfg.Namespace
+	if !k.Namespaced {
+		ns = ""
+	}
+	c.inf = e.ensureInformer(ctx, k.Resource, ns, false, c.enqueue)
+	for _, gvr := range k.Children {
+		if e.isServed(gvr) {
+			e.ensureInformer(ctx, gvr, c.childNamespace(), true, e.enqueueOwner)
+		}
+	}
+	// Published only once built: Synced (behind /readyz) reads c.inf of every published controller.
+	e.mu.Lock()
+	e.controllers[k.Controller] = c
+	e.mu.Unlock()
+	e.log.Info("controller started", "controller", k.Controller, "workers", e.cfg.Workers)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.run(ctx)
+	}()
+	if k.Run != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k.Run(ctx, c)
+		}()
+	}
+	return c
+}
+
+// enqueueNamespace queues every object of namespace, of every running controller: its binding or
+// labels changed.
+func (e *Engine) enqueueNamespace(namespace string) {
+	e.mu.Lock()
+	controllers := make([]*Controller, 0, len(e.controllers))
+	for _, c := range e.controllers {
+		controllers = append(controllers, c)
+	}
+	e.mu.Unlock()
+	e.log.Info("namespace labels changed (project binding, sandbox class access); reconciling its objects", "namespace", namespace)
+	for _, c := range controllers {
+		c.enqueueNamespace(namespace)
+	}
+}
+
+// controller returns the running controller of kind name (its Kind), or nil.
+func (e *Engine) controllerOfKind(name string) *Controller {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range e.controllers {
+		if c.kind.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// Registry returns the registry of the engine's metrics.
+func (e *Engine) Registry() *prometheus.Registry { return e.metrics.Registry }
+
+// Log returns the engine's logger.
+func (e *Engine) Log() *slog.Logger { return e.log }

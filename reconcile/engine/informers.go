@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"evals.si/operator/evalsi"
+)
+
+// informerKey names one informer: a resource in a namespace ("" for all).
+type informerKey struct {
+	gvr       schema.GroupVersionResource
+	namespace string
+}
+
+// informer is a running shared informer and the operator's own writes it has not shown yet.
+type informer struct {
+	shared cache.SharedIndexInformer
+	stop   chan struct{}
+	// written holds objects the operator just wrote, until the informer has seen them, so that
+	// a reconcile right after a write neither writes again nor conflicts with it.
+	written *recentWrites
+}
+
+// owner returns a copy of the owner of key: the informer's, or the operator's newer write of it;
+// nil when the informer does not have it (deleted, whatever status was last written).
+func (i *informer) owner(key string) (*unstructured.Unstructured, error) {
+	o, exists, err := i.shared.GetStore().GetByKey(key)
+	if err != nil || !exists {
+		return nil, err
+	}
+	return i.written.newer(key, o.(*cachedOwner)).(*cachedOwner).object()
+}
+
+// ownedBy returns the children whose controller owner has the UID owner, each the informer's or
+// the operator's newer write of it, with those written but not shown yet.
+func (i *informer) ownedBy(owner string) ([]*Child, error) {
+	objs, err := i.shared.GetIndexer().ByIndex(ownerIndex, owner)
+	if err != nil {
+		return nil, err
+	}
+	written := i.written.ownedBy(owner)
+	out := make([]*Child, 0, len(objs)+len(written))
+	for _, o := range objs {
+		c := o.(*Child)
+		key := c.Namespace + "/" + c.Name
+		delete(written, key)
+		out = append(out, i.written.newer(key, c).(*Child))
+	}
+	for _, w := range written {
+		out = append(out, w.(*Child))
+	}
+	return out, nil
+}
+
+// ownerIndex indexes children by the UID of their controller owner.
+const ownerIndex = "owner"
+
+// ensureInformer starts (once) an informer of gvr in namespace whose events go to enqueue. Child
+// informers select by the managed-by label and index by controller owner; their events go to the
+// owner's controller (enqueueOwner). Objects are pruned to what the engine reads before they
+// enter the cache.
+func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, child bool, enqueue func(obj any)) *informer {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := informerKey{gvr, namespace}
+	if i, ok := e.informers[key]; ok {
+		return i
+	}
+	var inf cache.SharedIndexInformer
+	if child {
+		lw := childListWatch(e.rest, gvr, namespace, evalsi.LabelManagedBy+"="+evalsi.ManagedBy)
+		inf = cache.NewSharedIndexInformerWithOptions(lw, &Child{}, cache.SharedIndexInformerOptions{
+			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{ownerIndex: indexByOwner}, ObjectDescription: gvr.String(),
+		})
+	} else {
+		indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+		inf = dynamicinformer.NewFilteredDynamicInformer(e.client, gvr, namespace, e.cfg.Resync, indexers, nil).Informer()
+		inf.SetTransform(ownerTransform)
+	}
+	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
+	// One handler, so that an event is known for the operator's own write coming back (an echo,
+	// which tells a reconcile nothing new) before it is routed: echoes enqueue nothing.
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, err := meta.Accessor(obj); err == nil && !i.written.seen(o) {
+				enqueue(obj)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			o, err := meta.Accessor(obj)
+			before, err2 := meta.Accessor(old)
+			if err != nil || err2 != nil {
+				return
+			}
+			resync := before.GetResourceVersion() == o.GetResourceVersion()
+			// A resync reconciles owners again; it tells a child's owner nothing.
+			if echo := i.written.seen(o); echo || resync && child {
+				return
+			}
+			enqueue(obj)
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if o, err := meta.Accessor(obj); err == nil {
+				i.written.seen(o)
+			}
+			enqueue(obj)
+		},
+	})
+	e.informers[key] = i
+	go inf.RunWithContext(stopContext(ctx, i.stop))
+	return i
+}
+
+// stopContext returns a context that ends with ctx or when stop is closed.
+func stopContext(ctx context.Context, stop chan struct{}) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx
+}
+
+func (e *Engine) stopInformer(key informerKey) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if i, ok := e.informers[key]; ok {
+		close(i.stop)
+		delete(e.informers, key)
+	}
+}
+
+func (e *Engine) stopInformers() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for key, i := range e.informers {
+		close(i.stop)
+		delete(e.informers, key)
+	}
+}
+
+// childInformer returns the running informer of a child resource, or nil when it is not served.
+func (e *Engine) childInformer(gvr schema.GroupVersionResource, namespace string) *informer {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.informers[informerKey{gvr, namespace}]
+}
+
+// ownerInformer returns the informer of the running controller whose kind's resource is gvr, or
+// nil.
+func (e *Engine) ownerInformer(gvr schema.GroupVersionResource) *informer {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range e.controllers {
+		if c.kind.Resource == gvr && c.inf != nil {
+			return c.inf
+		}
+	}
+	return nil
+}
+
+// enqueueOwner queues the controller owner of a child.
+func (e *Engine) enqueueOwner(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	child, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	ref := metav1.GetControllerOfNoCopy(child)
+	if ref == nil {
+		return
+	}
+	c := e.controllerOfKind(ref.Kind)
+	if c == nil {
+		return
+	}
+	key := ref.Name
+	if c.kind.Namespaced {
+		key = child.GetNamespace() + "/" + ref.Name
+	}
+	c.queue.Add(key)
+}
+
+// indexByOwner indexes an object under the UID of its controller owner.
+func indexByOwner(obj any) ([]string, error) {
+	o, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, nil
+	}
+	if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+		return []string{string(ref.UID)}, nil
+	}
+	return nil, nil
+}
+
+// The informers keep only what the engine reads: a cached object is never written back, so
+// nothing it lacks can reach the API server. Children are decoded into a Child
+// (childListWatch). Owners are handed to render and their status is written from them, so they
+// keep everything but managedFields and kubectl's copy of the last applied object (cachedOwner).
+
+// ownerTransform is the owner informers' transform (cachedOwner).
+func ownerTransform(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return newCachedOwner(u)
+	}
+	return obj, nil
+}

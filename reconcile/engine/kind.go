@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Kind is one kind of object the engine runs a controller for: what it watches and owns, and the
+// Reconciler that makes the world match each of its objects. Kinds register themselves with the
+// engine (Config.Kinds); the engine knows none by name.
+type Kind struct {
+	// Controller is the name --controllers selects it by.
+	Controller string
+	// Name is the Kind, as children's owner references name it.
+	Name       string
+	Resource   schema.GroupVersionResource
+	Namespaced bool
+	// Children are the resources of its children, watched by the managed-by label.
+	Children []schema.GroupVersionResource
+	// ChildNamespace, when set, is where all of its children live (a cluster-scoped kind's pools);
+	// else the owner's namespace.
+	ChildNamespace string
+	// Finalizer is the finalizer the kind puts on its objects ("" for none); the engine releases
+	// it for an object that may not act (its project) and when the operator is uninstalled.
+	Finalizer string
+	// Validate, when set, checks an object's spec before it is reconciled; a refusal is terminal
+	// (InvalidSpec). The engine remembers the verdict of each object's generation.
+	Validate func(*unstructured.Unstructured) error
+	// Reconciler makes the world match one object.
+	Reconciler Reconciler
+	// Run, when set, runs beside the controller until ctx ends (a follower of external state
+	// that sends no events).
+	Run func(ctx context.Context, c *Controller)
+	// Off, when it returns a sentence, keeps the controller off (its configuration lacks what it
+	// needs); the engine logs the sentence once.
+	Off func() string
+}
+
+// Reconciler makes the world match one object and says what the object's status should be.
+type Reconciler interface {
+	Reconcile(ctx context.Context, r *Request) (Outcome, error)
+}
+
+// ReconcilerFunc is a Reconciler of one function.
+type ReconcilerFunc func(ctx context.Context, r *Request) (Outcome, error)
+
+// Reconcile calls f.
+func (f ReconcilerFunc) Reconcile(ctx context.Context, r *Request) (Outcome, error) { return f(ctx, r) }
+
+// Request is one object to reconcile, with what the engine gathered for every kind.
+type Request struct {
+	// Object is a copy of the object, the reconcile's own.
+	Object *unstructured.Unstructured
+	// Project is the project the object acts in ("" for a cluster-scoped kind), checked once per
+	// reconcile before the kind's Reconciler runs.
+	Project string
+	// Refused is what the API server or the external API refused for the object's current
+	// generation (TerminalError.Refused), "" when nothing: the kind does not try it again.
+	Refused string
+	// Controller is the object's controller: its kind and the engine's services.
+	Controller *Controller
+}

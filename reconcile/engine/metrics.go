@@ -1,0 +1,227 @@
+package engine
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+	"k8s.io/client-go/util/workqueue"
+
+	"evals.si/operator/evalsi"
+)
+
+// Metrics are the engine's Prometheus metrics, in a registry of their own.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	reconciles *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	requests   *prometheus.CounterVec
+	apiCalls   *prometheus.CounterVec
+	queues     queueMetrics
+	// server is 1 for the server's Kubernetes version when its minor is the supported one, else 0.
+	server *prometheus.GaugeVec
+}
+
+// NewMetrics returns the engine's metrics, registered with the Go and process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "evalsi_reconcile_total",
+			Help: "Reconciles by controller and result (success, requeue, error, terminal).",
+		}, []string{"controller", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "evalsi_reconcile_duration_seconds",
+			Help:    "Time one reconcile took, by controller.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"controller"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "evalsi_kube_requests_total",
+			Help: "Requests to the Kubernetes API server by verb, resource and status code.",
+		}, []string{"verb", "resource", "code"}),
+		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "evalsi_api_calls_total",
+			Help: "Calls to evalsid by method and result code.",
+		}, []string{"method", "code"}),
+	}
+	m.server = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "evalsi_kubernetes_version_supported",
+		Help: "1 when the API server's Kubernetes minor (label version) is the one the operator supports, else 0.",
+	}, []string{"version", "supported_minor"})
+	m.queues = newQueueMetrics(m.Registry)
+	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls, m.server,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// setServerVersion records the server's version and whether its minor is supported; a version
+// seen before (an upgraded server) is dropped.
+func (m *Metrics) setServerVersion(v string, supported bool) {
+	m.server.Reset()
+	value := 0.0
+	if supported {
+		value = 1
+	}
+	m.server.WithLabelValues(v, evalsi.KubernetesMinor).Set(value)
+}
+
+func (m *Metrics) observeReconcile(controller, result string, d time.Duration) {
+	m.reconciles.WithLabelValues(controller, result).Inc()
+	m.duration.WithLabelValues(controller).Observe(d.Seconds())
+}
+
+// KubeRequests returns the count of requests with verb to resource ("" for any) so far (tests
+// use it to prove that steady state writes nothing).
+func (m *Metrics) KubeRequests(verb, resource string) float64 {
+	match := map[string]string{"verb": verb}
+	if resource != "" {
+		match["resource"] = resource
+	}
+	return counterSum(m.requests, match)
+}
+
+// ReconcileCount returns the reconciles of controller that ended with result.
+func (m *Metrics) ReconcileCount(controller, result string) float64 {
+	return counterSum(m.reconciles, map[string]string{"controller": controller, "result": result})
+}
+
+// counterSum adds up the counters of vec whose labels include match.
+func counterSum(vec *prometheus.CounterVec, match map[string]string) float64 {
+	var total float64
+	ch := make(chan prometheus.Metric, 64)
+	go func() { vec.Collect(ch); close(ch) }()
+	for metric := range ch {
+		var d dto.Metric
+		if err := metric.Write(&d); err != nil {
+			continue
+		}
+		n := 0
+		for _, l := range d.GetLabel() {
+			if v, ok := match[l.GetName()]; ok && v == l.GetValue() {
+				n++
+			}
+		}
+		if n == len(match) {
+			total += d.GetCounter().GetValue()
+		}
+	}
+	return total
+}
+
+// ObserveAPICall counts a call of an external API by method and result code.
+func (m *Metrics) ObserveAPICall(method, code string) {
+	m.apiCalls.WithLabelValues(method, code).Inc()
+}
+
+// countRequests wraps a client transport to count requests by verb, resource and code.
+func (m *Metrics) countRequests(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		code := "error"
+		if err == nil {
+			code = strconv.Itoa(resp.StatusCode)
+		}
+		verb := req.Method
+		if req.URL.Query().Get("watch") == "true" {
+			verb = "WATCH"
+		}
+		m.requests.WithLabelValues(verb, resourceOf(req.URL.Path), code).Inc()
+		return resp, err
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// resourceOf returns the resource (and subresource) a request path names:
+// /apis/apps/v1/namespaces/x/deployments/y/status is "deployments/status".
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return "discovery"
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		if len(parts) == 2 {
+			return "namespaces"
+		}
+		parts = parts[2:]
+	}
+	if len(parts) >= 3 {
+		return parts[0] + "/" + parts[2]
+	}
+	if len(parts) == 0 {
+		return "discovery"
+	}
+	return parts[0]
+}
+
+// queueMetrics implements client-go's workqueue.MetricsProvider on the engine's registry.
+type queueMetrics struct {
+	depth                            *prometheus.GaugeVec
+	addsCounter, retriesCounter      *prometheus.CounterVec
+	latency, workDuration            *prometheus.HistogramVec
+	unfinishedWork, longestRunningOp *prometheus.GaugeVec
+}
+
+func newQueueMetrics(reg *prometheus.Registry) queueMetrics {
+	q := queueMetrics{
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "evalsi_workqueue_depth", Help: "Current depth of the work queue.",
+		}, []string{"name"}),
+		addsCounter: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "evalsi_workqueue_adds_total", Help: "Adds handled by the work queue.",
+		}, []string{"name"}),
+		retriesCounter: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "evalsi_workqueue_retries_total", Help: "Retries handled by the work queue.",
+		}, []string{"name"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "evalsi_workqueue_queue_duration_seconds", Help: "How long an item waits in the queue.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12),
+		}, []string{"name"}),
+		workDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "evalsi_workqueue_work_duration_seconds", Help: "How long processing an item takes.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12),
+		}, []string{"name"}),
+		unfinishedWork: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "evalsi_workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration.",
+		}, []string{"name"}),
+		longestRunningOp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "evalsi_workqueue_longest_running_processor_seconds", Help: "Seconds the longest-running processor has been running.",
+		}, []string{"name"}),
+	}
+	reg.MustRegister(q.depth, q.addsCounter, q.retriesCounter, q.latency, q.workDuration, q.unfinishedWork, q.longestRunningOp)
+	return q
+}
+
+func (q queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return q.depth.WithLabelValues(name)
+}
+func (q queueMetrics) NewAddsMetric(name string) workqueue.CounterMetric {
+	return q.addsCounter.WithLabelValues(name)
+}
+func (q queueMetrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return q.latency.WithLabelValues(name)
+}
+func (q queueMetrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return q.workDuration.WithLabelValues(name)
+}
+func (q queueMetrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.unfinishedWork.WithLabelValues(name)
+}
+func (q queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.longestRunningOp.WithLabelValues(name)
+}
+func (q queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return q.retriesCounter.WithLabelValues(name)
+}

@@ -1,0 +1,43 @@
+package engine
+
+import "fmt"
+
+// Rollout is how far a Deployment has rolled out its current spec.
+type Rollout struct {
+	Done     bool
+	Message  string // why it is not done
+	Replicas int64  // pods of the Deployment
+	Ready    int64  // ready pods
+}
+
+// RolloutOf reads a Deployment's rollout from its status: done when the Deployment controller has
+// seen the current generation, every desired replica runs the current template, no old pod is
+// left and the updated ones are available. A nil Deployment is not rolled out.
+func RolloutOf(d *Child) Rollout {
+	if d == nil {
+		return Rollout{Message: "waiting for the Deployment to be created"}
+	}
+	var st rolloutCounts
+	if d.rollout != nil {
+		st = *d.rollout
+	}
+	want := int64(1) // spec.replicas left to an autoscaler defaults to 1
+	if d.replicas != nil {
+		want = *d.replicas
+	}
+	r := Rollout{Replicas: st.Replicas, Ready: st.ReadyReplicas}
+	updated, available := st.UpdatedReplicas, st.AvailableReplicas
+	switch {
+	case st.ObservedGeneration < d.Generation:
+		r.Message = fmt.Sprintf("waiting for Deployment %s to observe its new spec", d.Name)
+	case updated < want:
+		r.Message = fmt.Sprintf("Deployment %s: %d of %d replicas run the current spec", d.Name, updated, want)
+	case r.Replicas > updated:
+		r.Message = fmt.Sprintf("Deployment %s: %d old replicas are terminating", d.Name, r.Replicas-updated)
+	case available < updated:
+		r.Message = fmt.Sprintf("Deployment %s: %d of %d replicas are available", d.Name, available, updated)
+	default:
+		r.Done = true
+	}
+	return r
+}

@@ -1,0 +1,165 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"evals.si/operator/apiclient"
+	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/tenancy"
+	"evals.si/operator/reconcile/apicall"
+	"evals.si/operator/reconcile/engine"
+	"evals.si/operator/reconcile/monitors"
+	"evals.si/operator/reconcile/process"
+	"evals.si/operator/reconcile/runs"
+	"evals.si/operator/reconcile/workloads"
+	"evals.si/operator/render"
+)
+
+// Config configures the operator: its engine, its kinds, and their evalsid client.
+type Config struct {
+	// Rest is the client configuration; its QPS and Burst are each resource's budget.
+	Rest *rest.Config
+	// Namespace restricts everything to one namespace; empty watches all.
+	Namespace string
+	// Controllers are the controller names to run (ControllerNames); empty runs all.
+	Controllers []string
+	// Workers is the number of concurrent reconciles per controller (32 when 0).
+	Workers int
+	// Resync is how often every object is reconciled again without an event.
+	Resync time.Duration
+	// DiscoveryInterval is how often the engine looks for CRDs (its own, KEDA's) that appeared
+	// or went away.
+	DiscoveryInterval time.Duration
+	// ReconcileTimeout bounds one reconcile.
+	ReconcileTimeout time.Duration
+	// Render are the rendering options of the workload kinds; Autoscaling is set from discovery.
+	Render render.Options
+	// API configures the evalsid client of the EvalRun, OnlineEvalPolicy and TraceSource kinds;
+	// without a URL they stay off.
+	API apiclient.Options
+	// RunPollInterval is how often a running EvalRun's run is read (with jitter).
+	RunPollInterval time.Duration
+	// Log is the operator's logger.
+	Log *slog.Logger
+	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor
+	// (with a warning); by default the engine refuses to.
+	AllowUnsupportedMinor bool
+}
+
+// ControllerNames lists the controllers that --controllers accepts.
+func ControllerNames() []string { return engine.ControllerNames(kinds(Config{}, nil, nil)) }
+
+// kinds are every kind the operator runs, in a fixed order: the workload kinds render into
+// Kubernetes objects, the others are kept in evalsid through api (nil: they stay off).
+func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces) []*engine.Kind {
+	w := workloads.Options{Render: cfg.Render}
+	if namespaces != nil {
+		w.NamespaceLabels = func(ns string) map[string]string {
+			labels, _ := namespaces.Labels(ns)
+			return labels
+		}
+	}
+	return []*engine.Kind{
+		workloads.Evaluators(w),
+		workloads.SandboxClasses(w),
+		workloads.CheckpointServers(w),
+		runs.Kind(api, runs.Options{PollInterval: cfg.RunPollInterval, ClassRefusal: w.ClassRefusal}),
+		monitors.Policies(api),
+		monitors.TraceSources(api),
+	}
+}
+
+// Operator is the engine with the operator's kinds, and the namespaces it reads bindings from.
+type Operator struct {
+	*engine.Engine
+	kube       kubernetes.Interface
+	namespace  string
+	namespaces *tenancy.Namespaces
+}
+
+// New returns an operator for cfg. It makes no request until Run.
+func New(cfg Config) (*Operator, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	op := &Operator{namespace: cfg.Namespace, namespaces: tenancy.NewNamespaces()}
+	var api *apiclient.Client
+	if cfg.API.URL != "" {
+		opts := cfg.API
+		opts.Observe = func(method, code string) {
+			op.Metrics().ObserveAPICall(method, code)
+			if apicall.Answered(code) {
+				op.ExternalAnswered()
+			}
+		}
+		var err error
+		if api, err = apiclient.New(opts); err != nil {
+			return nil, fmt.Errorf("creating the evalsid client: %w", err)
+		}
+	}
+	e, err := engine.New(engine.Config{
+		Rest: cfg.Rest, Namespace: cfg.Namespace, Kinds: kinds(cfg, api, op.namespaces), Controllers: cfg.Controllers,
+		Workers: cfg.Workers, Resync: cfg.Resync, DiscoveryInterval: cfg.DiscoveryInterval, ReconcileTimeout: cfg.ReconcileTimeout,
+		Tenancy: projects{op.namespaces}, Log: cfg.Log, AllowUnsupportedMinor: cfg.AllowUnsupportedMinor,
+	})
+	if err != nil {
+		return nil, err
+	}
+	op.Engine, op.kube = e, e.Kube()
+	return op, nil
+}
+
+// namespacesWait bounds how long Run waits for the first read of the namespaces' bindings before
+// it reconciles: an operator that may not read them acts as if no namespace were bound.
+const namespacesWait = 30 * time.Second
+
+// Run reads the namespaces' bindings (all of them, or the operator's one namespace) and runs the
+// engine until ctx ends.
+func (op *Operator) Run(ctx context.Context) error {
+	op.namespaces.Watch(ctx, op.kube, op.namespace)
+	wait, cancel := context.WithTimeout(ctx, namespacesWait)
+	if !op.namespaces.WaitForSync(wait) && ctx.Err() == nil {
+		op.Log().Warn("the namespaces' project bindings are not read; every namespace acts in the project named like it until they are")
+	}
+	cancel()
+	return op.Engine.Run(ctx)
+}
+
+// projects is the engine's Tenancy: the project a namespace is bound to (its Namespace's label,
+// read by package tenancy), else the one named like it; an object may name no other.
+type projects struct{ namespaces *tenancy.Namespaces }
+
+// Project returns the project obj acts in (render.Project).
+func (p projects) Project(obj *unstructured.Unstructured) (string, error) {
+	bindings := map[string]string{}
+	if labels, ok := p.namespaces.Labels(obj.GetNamespace()); ok && labels[evalsi.LabelProject] != "" {
+		bindings[obj.GetNamespace()] = labels[evalsi.LabelProject]
+	}
+	return render.Project(obj, render.Options{Limits: render.Limits{ProjectBindings: bindings}})
+}
+
+// OnChange calls fn with each namespace whose labels change.
+func (p projects) OnChange(fn func(namespace string)) { p.namespaces.OnLabelsChanged(fn) }
+
+// ManagerConfig configures the operator's process: the operator and its endpoints and leader
+// election.
+type ManagerConfig struct {
+	Engine Config
+	process.Config
+}
+
+// RunManager runs the operator in its process (package process) until ctx ends.
+func RunManager(ctx context.Context, cfg ManagerConfig) error {
+	op, err := New(cfg.Engine)
+	if err != nil {
+		return err
+	}
+	return process.Run(ctx, cfg.Config, op)
+}

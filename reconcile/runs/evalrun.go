@@ -1,0 +1,211 @@
+// Package runs is the EvalRun kind: a run in evalsid's RunService, created once per object
+// (idempotency key: the object's uid), followed until it ends, and cancelled when the object is
+// deleted before it ended. It is an engine.External run by the engine's Managed lifecycle; the
+// run follower (follower.go) reads the running runs in batches.
+package runs
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"connectrpc.com/connect"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/apiclient"
+	v1 "evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/apicall"
+	"evals.si/operator/reconcile/engine"
+	"evals.si/operator/render"
+)
+
+// Options configure the EvalRun kind.
+type Options struct {
+	// PollInterval is how often the running runs are read (with jitter); 10s when zero.
+	PollInterval time.Duration
+	// ClassRefusal returns the Ready condition of an object in namespace that may not use the
+	// SandboxClass class, or nil when it may (the workload kinds' check).
+	ClassRefusal func(ctx context.Context, c *engine.Controller, namespace, class string) *engine.Condition
+}
+
+// classRecheck is how often a run waiting on its SandboxClass looks again; a change of its
+// namespace's labels reconciles it at once.
+const classRecheck = 30 * time.Second
+
+// targetRecheck is how often a run waiting on its CheckpointServer looks again.
+const targetRecheck = 2 * time.Second
+
+// Kind is the EvalRun kind, reconciled through api.
+func Kind(api *apiclient.Client, opts Options) *engine.Kind {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 10 * time.Second
+	}
+	r := &evalRuns{api: api, opts: opts}
+	return &engine.Kind{
+		Controller: "evalrun", Name: "EvalRun", Resource: evalsi.EvalRuns, Namespaced: true,
+		Finalizer:  evalsi.FinalizerCancelRun,
+		Validate:   func(obj *unstructured.Unstructured) error { return render.Validate(obj, render.Limits{}) },
+		Reconciler: engine.Managed(evalsi.FinalizerCancelRun, r),
+		Run:        r.follow,
+		Off: func() string {
+			if api == nil {
+				return "no evalsid URL (--api-url)"
+			}
+			return ""
+		},
+	}
+}
+
+// evalRuns is the EvalRun kind's External.
+type evalRuns struct {
+	api      *apiclient.Client
+	opts     Options
+	follower follower
+}
+
+// Observe reads the object's run: from the follower's last batch when it is fresh, else with
+// GetRun. A run that ended needs nothing more; an object with no run yet has none.
+func (er *evalRuns) Observe(ctx context.Context, r *engine.Request) (engine.Observation, error) {
+	runID, _, _ := unstructured.NestedString(r.Object.Object, "status", "runId")
+	phase, _, _ := unstructured.NestedString(r.Object.Object, "status", "phase")
+	switch {
+	case evalsi.TerminalPhase(phase):
+		return engine.Observation{Exists: true, UpToDate: true}, nil
+	case runID == "":
+		return engine.Observation{}, nil
+	}
+	run, ok := er.follower.fresh(r.Project, runID, er.opts.PollInterval)
+	if !ok {
+		resp, err := er.api.Runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: r.Project, Id: runID}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return engine.Observation{}, engine.Terminalf(evalsi.ReasonRunNotFound, "run %s is not on the server any more", runID)
+		}
+		if err != nil {
+			return engine.Observation{}, apicall.Failure("reading the run", err)
+		}
+		run = resp.Msg.Run
+	}
+	return er.observed(run), nil
+}
+
+// observed is the Observation of run: its status, and a look again while it runs.
+func (er *evalRuns) observed(run *v1.Run) engine.Observation {
+	st := runStatus(run)
+	obs := engine.Observation{Exists: true, UpToDate: true, Status: st}
+	if !evalsi.TerminalPhase(st.Fields["phase"].(string)) {
+		// The server sends no events: the follower reads every running run each poll interval
+		// and queues the EvalRuns whose run changed; this requeue is the fallback when it could
+		// not.
+		obs.RequeueAfter = er.fallback()
+	}
+	return obs
+}
+
+// Create creates the object's run, once: the idempotency key is the object's uid, so a crash
+// between the create and the status write never makes a second run. It waits for the SandboxClass
+// to admit the namespace and for a target CheckpointServer to be Ready.
+func (er *evalRuns) Create(ctx context.Context, r *engine.Request) (engine.Observation, error) {
+	obj := r.Object
+	spec, err := render.RunSpec(obj)
+	if err != nil {
+		return engine.Observation{}, engine.Terminal(evalsi.ReasonInvalidSpec, err)
+	}
+	if er.opts.ClassRefusal != nil {
+		if refused := er.opts.ClassRefusal(ctx, r.Controller, obj.GetNamespace(), spec.SandboxClass); refused != nil {
+			return engine.Observation{Status: &engine.Status{Conditions: []engine.Condition{*refused}}, RequeueAfter: classRecheck}, nil
+		}
+	}
+	if waiting, err := resolveTarget(ctx, r, spec); err != nil || waiting != nil {
+		return engine.Observation{Status: waiting, RequeueAfter: targetRecheck}, err
+	}
+	resp, err := er.api.Runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+		Project:        r.Project,
+		IdempotencyKey: string(obj.GetUID()),
+		Creator:        obj.GetAnnotations()[evalsi.AnnotationCreatedBy],
+		Spec:           spec,
+		Name:           obj.GetNamespace() + "/" + obj.GetName(),
+		Namespace:      obj.GetNamespace(),
+	}))
+	if err != nil {
+		return engine.Observation{}, apicall.Failure("creating the run", err)
+	}
+	run := resp.Msg.Run
+	r.Controller.Eventf(obj, corev1.EventTypeNormal, "Created", "created run %s in project %s", run.Id, r.Project)
+	return er.observed(run), nil
+}
+
+// Update has nothing to do: an EvalRun's spec is immutable, and its run is never changed.
+func (er *evalRuns) Update(context.Context, *engine.Request) (engine.Observation, error) {
+	return engine.Observation{Exists: true, UpToDate: true}, nil
+}
+
+// Delete cancels the run of a deleted EvalRun unless it has ended; its results so far stay on
+// the server. While the server cannot confirm, the finalizer stays and the condition says why.
+func (er *evalRuns) Delete(ctx context.Context, r *engine.Request) error {
+	obj := r.Object
+	runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
+	phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
+	if evalsi.TerminalPhase(phase) {
+		return nil
+	}
+	if runID == "" {
+		// A crash between the create and the status write leaves the id unknown here; the
+		// idempotency key finds the run, if it was made.
+		resp, err := er.api.Runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: r.Project, IdempotencyKey: string(obj.GetUID())}))
+		switch {
+		case connect.CodeOf(err) == connect.CodeNotFound:
+			return nil
+		case err != nil:
+			return apicall.Failure("finding the run to cancel", err)
+		}
+		runID = resp.Msg.Run.Id
+	}
+	if _, err := er.api.Runs.CancelRun(ctx, connect.NewRequest(&v1.CancelRunRequest{Project: r.Project, Id: runID})); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+		return apicall.Failure("cancelling the run before deletion", err)
+	}
+	r.Controller.Log().Info("cancelled the run of a deleted EvalRun; its results so far are kept", "namespace", obj.GetNamespace(), "name", obj.GetName(), "run", runID)
+	r.Controller.Eventf(obj, corev1.EventTypeNormal, evalsi.PhaseCancelled, "cancelled run %s because the EvalRun was deleted; its results so far are kept", runID)
+	return nil
+}
+
+// resolveTarget fills in the endpoint of a target that names a CheckpointServer. While the
+// CheckpointServer is missing or not Ready, it returns the status that says so.
+func resolveTarget(ctx context.Context, r *engine.Request, spec *v1.RunSpec) (*engine.Status, error) {
+	name := spec.GetTarget().GetCheckpointServer()
+	if name == "" {
+		return nil, nil
+	}
+	cs, err := r.Controller.Lookup(ctx, evalsi.CheckpointServers, r.Object.GetNamespace(), name)
+	if apierrors.IsNotFound(err) {
+		return engine.NotReady(evalsi.ReasonWaitingForTarget, fmt.Sprintf("waiting for CheckpointServer %s to exist", name)), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading CheckpointServer %s: %w", name, err)
+	}
+	observed, _, _ := unstructured.NestedInt64(cs.Object, "status", "observedGeneration")
+	csStatus, _, _ := unstructured.NestedMap(cs.Object, "status")
+	if engine.ReadyOf(csStatus)["status"] != "True" || observed != cs.GetGeneration() {
+		return engine.NotReady(evalsi.ReasonWaitingForTarget, fmt.Sprintf("waiting for CheckpointServer %s to be Ready", name)), nil
+	}
+	endpoint, _, _ := unstructured.NestedString(cs.Object, "status", "endpoint")
+	model, _, _ := unstructured.NestedString(cs.Object, "status", "servedModelName")
+	if spec.Target.Endpoint == nil {
+		spec.Target.Endpoint = &v1.EndpointTarget{}
+	}
+	spec.Target.Endpoint.Url, spec.Target.Endpoint.Model = endpoint, model
+	spec.Target.Endpoint.ApiKeyEnv = spec.Target.ApiKeyEnv
+	return nil, nil
+}
+
+// fallback is how long a running EvalRun waits for its next reconcile when nothing changes: a
+// few poll intervals, for the follower to have read its run in between.
+func (er *evalRuns) fallback() time.Duration { return jitter(3 * er.opts.PollInterval) }
+
+// jitter returns d spread by ±20%.
+func jitter(d time.Duration) time.Duration {
+	return d*4/5 + time.Duration(rand.Int64N(int64(d)*2/5+1))
+}

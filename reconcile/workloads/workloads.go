@@ -1,0 +1,135 @@
+// Package workloads is the kinds the operator renders into Kubernetes objects: Evaluator and
+// SandboxClass pools (a Deployment, its service account, NetworkPolicy and, when autoscaled, a
+// KEDA ScaledObject) and CheckpointServers (a vLLM Deployment and Service). Each reconcile gathers
+// its inputs (the rendering from package render, the live children from the engine's caches, a
+// SandboxClass or service account it names), decides the status with a pure function
+// (statuses.go), and acts through the engine (Controller.SyncChildren).
+package workloads
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine"
+	"evals.si/operator/render"
+)
+
+// Options configure the workload kinds.
+type Options struct {
+	// Render are the rendering options; Autoscaling and the project are set per reconcile.
+	Render render.Options
+	// NamespaceLabels returns the labels of a namespace, for the SandboxClass check (nil: none
+	// known, which a class that selects namespaces does not admit).
+	NamespaceLabels func(namespace string) map[string]string
+}
+
+// classRecheck is how often an object whose SandboxClass or service account is missing or not
+// allowed looks again; a change of its namespace's labels reconciles it at once.
+const classRecheck = 30 * time.Second
+
+// poolChildren are the resources of an Evaluator's or a SandboxClass's children.
+var poolChildren = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.ScaledObjects, evalsi.TriggerAuthentications, evalsi.NetworkPolicies}
+
+// Evaluators is the Evaluator kind.
+func Evaluators(opts Options) *engine.Kind {
+	return &engine.Kind{
+		Controller: "evaluator", Name: "Evaluator", Resource: evalsi.Evaluators, Namespaced: true,
+		Children:   poolChildren,
+		Reconciler: pools{opts: opts},
+	}
+}
+
+// SandboxClasses is the SandboxClass kind: cluster-scoped, with its pools in the sandbox namespace.
+func SandboxClasses(opts Options) *engine.Kind {
+	return &engine.Kind{
+		Controller: "sandboxclass", Name: "SandboxClass", Resource: evalsi.SandboxClasses,
+		Children:       poolChildren,
+		ChildNamespace: opts.Render.SandboxNamespace,
+		Reconciler:     pools{opts: opts, sandbox: true},
+	}
+}
+
+// CheckpointServers is the CheckpointServer kind.
+func CheckpointServers(opts Options) *engine.Kind {
+	return &engine.Kind{
+		Controller: "checkpointserver", Name: "CheckpointServer", Resource: evalsi.CheckpointServers, Namespaced: true,
+		Children:   []schema.GroupVersionResource{evalsi.Deployments, evalsi.Services},
+		Reconciler: checkpointServers{opts: opts},
+	}
+}
+
+// render renders r's object with the options of this reconcile: autoscaling when KEDA's
+// resources are served, and the project the engine found. A spec that does not render is
+// terminal (InvalidSpec); the object is rendered again at each reconcile, so that a fixed
+// operator setting is picked up.
+func (o Options) render(r *engine.Request) (render.Result, error) {
+	opts := o.Render
+	opts.Autoscaling = r.Controller.Served(evalsi.ScaledObjects) && r.Controller.Served(evalsi.TriggerAuthentications)
+	if ns := r.Object.GetNamespace(); ns != "" {
+		opts.ProjectBindings = map[string]string{ns: r.Project}
+	}
+	res, err := render.Object(r.Object, opts)
+	if err != nil {
+		return res, engine.Terminal(evalsi.ReasonInvalidSpec, err)
+	}
+	return res, nil
+}
+
+// pools reconciles Evaluators and SandboxClasses.
+type pools struct {
+	opts    Options
+	sandbox bool
+}
+
+// Reconcile renders the pool, syncs its children and reports the Deployment's rollout. A pool
+// whose SandboxClass or service account it may not use has no children.
+func (p pools) Reconcile(ctx context.Context, r *engine.Request) (engine.Outcome, error) {
+	c, obj := r.Controller, r.Object
+	refused := p.opts.ClassRefusal(ctx, c, obj.GetNamespace(), stringAt(obj, "spec", "sandboxClass"))
+	if refused == nil && !p.sandbox {
+		refused = accountRefusal(ctx, c, obj)
+	}
+	if refused != nil {
+		if _, err := c.SyncChildren(ctx, r, nil); err != nil {
+			return engine.Outcome{}, err
+		}
+		return engine.Outcome{Status: &engine.Status{Conditions: []engine.Condition{*refused}}, RequeueAfter: classRecheck}, nil
+	}
+	res, err := p.opts.render(r)
+	if err != nil {
+		return engine.Outcome{}, err
+	}
+	live, err := c.SyncChildren(ctx, r, res.Objects)
+	if err != nil {
+		return engine.Outcome{}, err
+	}
+	deploy := live.Get("Deployment", res.Pool.Namespace, res.Pool.Deployment)
+	return engine.Outcome{Status: poolStatus(res.Pool, p.sandbox, engine.RolloutOf(deploy))}, nil
+}
+
+// checkpointServers reconciles CheckpointServers.
+type checkpointServers struct{ opts Options }
+
+// Reconcile renders the vLLM Deployment and Service, syncs them, and reports the endpoint.
+func (cs checkpointServers) Reconcile(ctx context.Context, r *engine.Request) (engine.Outcome, error) {
+	res, err := cs.opts.render(r)
+	if err != nil {
+		return engine.Outcome{}, err
+	}
+	live, err := r.Controller.SyncChildren(ctx, r, res.Objects)
+	if err != nil {
+		return engine.Outcome{}, err
+	}
+	deploy := live.Get("Deployment", r.Object.GetNamespace(), res.Served.Deployment)
+	return engine.Outcome{Status: checkpointServerStatus(res.Served, engine.RolloutOf(deploy))}, nil
+}
+
+// stringAt returns the string at path in obj, "" when there is none.
+func stringAt(obj *unstructured.Unstructured, path ...string) string {
+	s, _, _ := unstructured.NestedString(obj.Object, path...)
+	return s
+}
