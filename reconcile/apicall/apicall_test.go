@@ -45,4 +45,3 @@ func TestAPIFailure(t *testing.T) {
 		})
 	}
 }
-

@@ -43,7 +43,7 @@ func (c *Controller) Kind() *Kind { return c.kind }
 func (c *Controller) Log() *slog.Logger { return c.e.log }
 
 // Dynamic and Kube return the engine's clients, for what a kind reads that no cache holds.
-func (c *Controller) Dynamic() dynamic.Interface  { return c.e.client }
+func (c *Controller) Dynamic() dynamic.Interface { return c.e.client }
 func (c *Controller) Kube() kubernetes.Interface { return c.e.kube }
 
 // Project returns the project obj acts in, as the engine checks it before each reconcile.

@@ -28,4 +28,3 @@ func TestVersionVerdict(t *testing.T) {
 		})
 	}
 }
-

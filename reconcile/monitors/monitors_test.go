@@ -27,4 +27,3 @@ func TestAppliedStatus(t *testing.T) {
 		t.Errorf("fields %v", st.Fields)
 	}
 }
-

@@ -70,4 +70,3 @@ func TestRunStatus(t *testing.T) {
 		})
 	}
 }
-

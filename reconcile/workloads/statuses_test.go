@@ -158,4 +158,3 @@ func TestAccountRefusal(t *testing.T) {
 		})
 	}
 }
-
