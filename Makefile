@@ -21,7 +21,7 @@ GO_RUN        := CGO_ENABLED=0 go run -trimpath
 
 # A local control plane, the operator and the examples, with a live table of their state.
 dev:
-	go run -ldflags "$(LDFLAGS)" . dev
+	go run ./cmd/evalsi-dev
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/evalsi-operator .

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"evals.si/operator/apiclient/evalsid"
+	"evals.si/operator/internal/command"
 )
 
 func evalsidCommand() *cli.Command {
@@ -23,7 +24,7 @@ func evalsidCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8090", Usage: "address to serve on"},
 			&cli.StringFlag{Name: "tokens", Usage: "file of accepted bearer tokens, one \"TOKEN IDENTITY\" per line"},
 			&cli.StringFlag{Name: "kubernetes-audience", Usage: "accept the cluster's service-account tokens for this audience (the kubernetes: provider), verified with the API server's issuer discovery"},
-			kubeconfigFlag("of the cluster whose tokens are accepted"),
+			command.KubeconfigFlag("of the cluster whose tokens are accepted"),
 			&cli.StringFlag{Name: "tls-cert-file", Usage: "serve HTTPS with this certificate"},
 			&cli.StringFlag{Name: "tls-key-file", Usage: "key of --tls-cert-file"},
 			&cli.StringFlag{Name: "client-ca-file", Usage: "require client certificates that this CA bundle verifies (mutual TLS; needs --tls-cert-file)"},
@@ -36,7 +37,7 @@ func evalsidCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.String("tokens") == "" && c.String("kubernetes-audience") == "" {
-				return cli.Exit("evalsid: give --tokens, --kubernetes-audience or both, or no call is accepted", exitUsage)
+				return cli.Exit("evalsid: give --tokens, --kubernetes-audience or both, or no call is accepted", command.ExitUsage)
 			}
 			tokens := map[string]string{}
 			if path := c.String("tokens"); path != "" {
@@ -58,7 +59,7 @@ func evalsidCommand() *cli.Command {
 			srv.SetSandboxNamespace(c.String("sandbox-namespace"))
 			aud := c.String("kubernetes-audience")
 			if aud != "" || c.Bool("cluster") {
-				rc, err := kubeConfig(c.String("kubeconfig"))
+				rc, err := command.KubeConfig(c.String("kubeconfig"))
 				if err != nil {
 					return err
 				}
@@ -77,7 +78,7 @@ func evalsidCommand() *cli.Command {
 			}
 			if c.String("tls-cert-file") == "" {
 				if c.String("client-ca-file") != "" {
-					return cli.Exit("evalsid: --client-ca-file needs --tls-cert-file", exitUsage)
+					return cli.Exit("evalsid: --client-ca-file needs --tls-cert-file", command.ExitUsage)
 				}
 				fmt.Fprintf(c.App.ErrWriter, "evalsid serving on %s\n", l.Addr())
 				return srv.Serve(c.Context, l)
@@ -114,13 +115,6 @@ func readTokens(path string) (map[string]string, error) {
 	}
 	return tokens, sc.Err()
 }
-
-// devToken is the token the operator of `dev` uses against the reference evalsid, as
-// devOperatorIdentity.
-const (
-	devToken            = "dev-operator-token"
-	devOperatorIdentity = "system:serviceaccount:evalsi:evalsi-operator"
-)
 
 // serverTLS loads evalsid's serving certificate and, when caFile is set, the CAs that client
 // certificates must chain to. The certificate is read again on each handshake, so that a renewed

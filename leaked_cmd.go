@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/command"
 )
 
 func leakedServersCommand() *cli.Command {
@@ -33,12 +34,12 @@ Example:
   evalsi-operator leaked-servers --older-than=6h
   evalsi-operator leaked-servers -n team-a`,
 		Flags: []cli.Flag{
-			kubeconfigFlag(""),
+			command.KubeconfigFlag(""),
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "look in this namespace only (default: all)"},
 			&cli.DurationFlag{Name: "older-than", Value: 24 * time.Hour, Usage: "age from which a server without an owner counts as leaked"},
 		},
 		Action: func(c *cli.Context) error {
-			rc, err := kubeConfig(c.String("kubeconfig"))
+			rc, err := command.KubeConfig(c.String("kubeconfig"))
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"errors"
+	"evals.si/operator/internal/command"
 	"fmt"
 	"io"
 	"os"
@@ -48,7 +49,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 // newApp is the command line: every command, with usage errors as exit status 2.
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
-	usageError := func(_ *cli.Context, err error, _ bool) error { return cli.Exit(err.Error(), exitUsage) }
+	usageError := func(_ *cli.Context, err error, _ bool) error { return cli.Exit(err.Error(), command.ExitUsage) }
 	app := &cli.App{
 		Name:    "evalsi-operator",
 		Usage:   "the Kubernetes operator of the Evals.si evaluation platform",
@@ -57,7 +58,6 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			runCommand(),
 			renderCommand(),
-			devCommand(),
 			evalsidCommand(),
 			validateCommand(),
 			webhookCommand(),
@@ -68,7 +68,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		// An unknown command is a usage error, not a help topic.
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
-				return cli.Exit(fmt.Sprintf("%q is not a command; run evalsi-operator --help", c.Args().First()), exitUsage)
+				return cli.Exit(fmt.Sprintf("%q is not a command; run evalsi-operator --help", c.Args().First()), command.ExitUsage)
 			}
 			return cli.ShowAppHelp(c)
 		},

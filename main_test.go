@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +68,6 @@ func TestCommandOutput(t *testing.T) {
 		"render-no-input":           {args: "render"},
 		"unknown-command":           {args: "valdiate -f " + in + "good.yaml"},
 		"version-flag":              {args: "--version"},
-		"dev-refuses-api-url":       {args: "dev --api-url=http://elsewhere:8080"},
 		"validate-admission-cases":  {args: "validate -f testdata/admission/valid.yaml testdata/admission/invalid.yaml"},
 		"validate-project-offline":  {args: "validate -f " + in + "projects.yaml"},
 		"validate-project-unbound":  {args: "validate -f " + in + "projects.yaml --project-binding none"},
@@ -126,4 +127,23 @@ func TestWebhookChecksCABundleOften(t *testing.T) {
 		}
 	}
 	t.Error("the webhook command has no --check-interval")
+}
+
+// TestProductLinksNoDevelopmentCode holds the operator's binary to what it runs in a cluster: it
+// links neither the local control plane (package cluster, which builds Kubernetes from source),
+// nor the development environment, nor the reference evalsid's fault injection.
+func TestProductLinksNoDevelopmentCode(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "evals.si/operator/reconcile") {
+		t.Fatalf("go list -deps lacks the engine: %v", deps)
+	}
+	for _, dev := range []string{"evals.si/operator/cluster", "evals.si/operator/cluster/clustertest", "evals.si/operator/internal/devenv", "evals.si/operator/apiclient/evalsid/evalsidtest"} {
+		if slices.Contains(deps, dev) {
+			t.Errorf("the operator's binary links %s", dev)
+		}
+	}
 }

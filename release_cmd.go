@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/command"
 	"evals.si/operator/reconcile"
 )
 
@@ -22,18 +23,18 @@ func releaseFinalizersCommand() *cli.Command {
 		Name:  "release-finalizers",
 		Usage: "remove the operator's finalizers from every evals.si object in a namespace (the evalsi chart runs it when it is uninstalled)",
 		Flags: append([]cli.Flag{
-			kubeconfigFlag(""),
+			command.KubeconfigFlag(""),
 			&cli.StringFlag{Name: "namespace", Required: true, Usage: "the namespace of the uninstalled operator"},
 			&cli.StringSliceFlag{Name: "controllers", Usage: "the controllers whose finalizers to remove (default: all)"},
 			&cli.StringFlag{Name: "leader-election-id", Value: evalsi.LeaderElectionID, Usage: "the operator's Lease, waited on until no replica holds it"},
 			&cli.DurationFlag{Name: "wait", Value: time.Minute, Usage: "how long to wait for the operator to let go of its Lease"},
-		}, logFlags...),
+		}, command.LogFlags...),
 		Action: func(c *cli.Context) error {
-			log, err := newLogger(c, os.Stderr)
+			log, err := command.NewLogger(c, os.Stderr)
 			if err != nil {
 				return err
 			}
-			rc, err := kubeConfig(c.String("kubeconfig"))
+			rc, err := command.KubeConfig(c.String("kubeconfig"))
 			if err != nil {
 				return err
 			}

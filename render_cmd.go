@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"evals.si/operator/internal/command"
 	"evals.si/operator/render"
 )
 
@@ -21,16 +22,16 @@ func renderCommand() *cli.Command {
 			"  evalsi-operator render -f evaluator.yaml --default-image=registry.example/evalsi/platform:1.4.0\n" +
 			"  evalsi-operator render -f manifests/ --autoscaling=false",
 		Flags: append([]cli.Flag{
-			filenameFlag,
+			command.FilenameFlag,
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default", Usage: "namespace of resources that name none"},
 			&cli.BoolFlag{Name: "autoscaling", Value: true, Usage: "render as if KEDA's ScaledObject is served"},
-		}, renderFlags...),
+		}, command.RenderFlags...),
 		Action: func(c *cli.Context) error {
-			docs, err := readManifests(c)
+			docs, err := command.ReadManifests(c)
 			if err != nil {
 				return err
 			}
-			opts, err := renderOptions(c)
+			opts, err := command.RenderOptions(c)
 			if err != nil {
 				return err
 			}
@@ -45,8 +46,8 @@ func renderCommand() *cli.Command {
 				r, err := render.Object(obj, opts)
 				if err != nil {
 					failed++
-					if !reportInvalid(c.App.ErrWriter, d, err) {
-						return cli.Exit("cannot render with these settings", exitUsage)
+					if !command.ReportInvalid(c.App.ErrWriter, d, err) {
+						return cli.Exit("cannot render with these settings", command.ExitUsage)
 					}
 					continue
 				}
@@ -56,7 +57,7 @@ func renderCommand() *cli.Command {
 				return err
 			}
 			if failed > 0 {
-				return cli.Exit(fmt.Sprintf("%d resources did not render", failed), exitInvalid)
+				return cli.Exit(fmt.Sprintf("%d resources did not render", failed), command.ExitInvalid)
 			}
 			return nil
 		},

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -11,53 +9,14 @@ import (
 
 	"evals.si/operator/apiclient"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/command"
 	"evals.si/operator/reconcile"
 	"evals.si/operator/reconcile/process"
-	"evals.si/operator/render"
 )
-
-// renderFlags are the operator settings that rendering depends on, shared by run and render.
-var renderFlags = []cli.Flag{
-	&cli.StringFlag{Name: "default-image", Value: "evalsi/platform:latest", Usage: "platform image of Evaluators and SandboxClasses that name none"},
-	&cli.StringFlag{Name: "vllm-image", Value: render.DefaultVLLMImage, Usage: "image of CheckpointServers that name none"},
-	&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "namespace that SandboxClass pools run in"},
-	&cli.StringFlag{Name: "api-url", Value: "http://evalsid:8080", Usage: "evalsid's base URL, given to workers and to KEDA's queue-depth trigger"},
-	&cli.StringFlag{Name: "pool-token-audience", Value: render.DefaultTokenAudience, Usage: "audience of the projected service-account tokens pool pods present to evalsid"},
-	maxPoolReplicasFlag,
-	&cli.StringFlag{Name: "api-network-peers", Usage: "the NetworkPolicy peers through which pools reach evalsid, a JSON list such as [{\"podSelector\":{\"matchLabels\":{\"app\":\"evalsid\"}}}]; default: read from --api-url"},
-}
-
-// maxPoolReplicasFlag is the platform's bound on an Evaluator's replicas, which admission,
-// validate and the operator hold specs to.
-var maxPoolReplicasFlag = &cli.IntFlag{Name: "max-pool-replicas", Value: render.DefaultMaxPoolReplicas,
-	Usage: "most replicas an Evaluator may ask for (spec.replicas and every count of spec.autoscaling); 0: no bound"}
-
-// renderOptions reads renderFlags.
-func renderOptions(c *cli.Context) (render.Options, error) {
-	var peers []any
-	if p := c.String("api-network-peers"); p != "" {
-		var list []map[string]any
-		if err := json.Unmarshal([]byte(p), &list); err != nil {
-			return render.Options{}, cli.Exit(fmt.Sprintf("--api-network-peers %s: not a JSON list of objects: %v", p, err), exitUsage)
-		}
-		for _, peer := range list {
-			peers = append(peers, peer)
-		}
-	}
-	return render.Options{
-		DefaultImage:     c.String("default-image"),
-		VLLMImage:        c.String("vllm-image"),
-		SandboxNamespace: c.String("sandbox-namespace"),
-		APIURL:           strings.TrimRight(c.String("api-url"), "/"),
-		TokenAudience:    c.String("pool-token-audience"),
-		Limits:           render.Limits{MaxPoolReplicas: int32(c.Int("max-pool-replicas"))},
-		APIPeers:         peers,
-	}, nil
-}
 
 func runCommand() *cli.Command {
 	flags := []cli.Flag{
-		kubeconfigFlag(""),
+		command.KubeconfigFlag(""),
 		&cli.StringFlag{Name: "namespace", Usage: "watch and write only this namespace (default: all)"},
 		&cli.StringSliceFlag{Name: "controllers", Usage: "controllers to run (default: all): " + strings.Join(reconcile.ControllerNames(), ", ")},
 		&cli.IntFlag{Name: "workers", Value: 32, Usage: "concurrent reconciles per controller (they mostly wait on the API server; the rate limits bound the requests)"},
@@ -84,17 +43,17 @@ func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "run",
 		Usage: "run the operator's controllers",
-		Flags: append(append(flags, renderFlags...), logFlags...),
+		Flags: append(append(flags, command.RenderFlags...), command.LogFlags...),
 		Action: func(c *cli.Context) error {
-			log, err := newLogger(c, os.Stderr)
+			log, err := command.NewLogger(c, os.Stderr)
 			if err != nil {
 				return err
 			}
-			opts, err := renderOptions(c)
+			opts, err := command.RenderOptions(c)
 			if err != nil {
 				return err
 			}
-			rc, err := kubeConfig(c.String("kubeconfig"))
+			rc, err := command.KubeConfig(c.String("kubeconfig"))
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/command"
 	"evals.si/operator/render"
 )
 
@@ -28,12 +29,12 @@ func validateCommand() *cli.Command {
 			"Namespace's evals.si/project label, set by a cluster administrator; else the namespace's name). Give\n" +
 			"each binding with --project-binding NAMESPACE=PROJECT (--project-binding none when there are none)\n" +
 			"to check it; without, a label naming another project is noted as not checked offline.",
-		Flags: []cli.Flag{filenameFlag,
+		Flags: []cli.Flag{command.FilenameFlag,
 			&cli.StringSliceFlag{Name: "project-binding", Usage: "NAMESPACE=PROJECT, the project a namespace is bound to; repeatable; 'none' for no bindings"},
-			maxPoolReplicasFlag,
+			command.MaxPoolReplicasFlag,
 		},
 		Action: func(c *cli.Context) error {
-			docs, err := readManifests(c)
+			docs, err := command.ReadManifests(c)
 			if err != nil {
 				return err
 			}
@@ -50,13 +51,13 @@ func validateCommand() *cli.Command {
 				limits := render.Limits{ProjectBindings: bindings, MaxPoolReplicas: int32(c.Int("max-pool-replicas"))}
 				if err := render.Validate(d.Object, limits); err != nil {
 					invalid++
-					if !reportInvalid(c.App.Writer, d, err) {
-						return cli.Exit("cannot validate", exitUsage)
+					if !command.ReportInvalid(c.App.Writer, d, err) {
+						return cli.Exit("cannot validate", command.ExitUsage)
 					}
 				}
 			}
 			if invalid > 0 {
-				return cli.Exit(fmt.Sprintf("%d of %d resources are invalid", invalid, len(docs)), exitInvalid)
+				return cli.Exit(fmt.Sprintf("%d of %d resources are invalid", invalid, len(docs)), command.ExitInvalid)
 			}
 			return nil
 		},
@@ -76,7 +77,7 @@ func projectBindings(values []string) (map[string]string, error) {
 		}
 		ns, project, ok := strings.Cut(v, "=")
 		if !ok || ns == "" || project == "" {
-			return nil, cli.Exit(fmt.Sprintf("--project-binding %q: want NAMESPACE=PROJECT", v), exitUsage)
+			return nil, cli.Exit(fmt.Sprintf("--project-binding %q: want NAMESPACE=PROJECT", v), command.ExitUsage)
 		}
 		out[ns] = project
 	}

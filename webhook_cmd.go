@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"evals.si/operator/internal/command"
 	"evals.si/operator/webhook"
 )
 
@@ -22,7 +23,7 @@ func webhookCommand() *cli.Command {
 			&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (0 disables)"},
 			&cli.StringFlag{Name: "cert-dir", Usage: "directory with tls.crt and tls.key (cert-manager or a Secret), read again when they change"},
 			&cli.BoolFlag{Name: "self-signed", Usage: "make and rotate a CA and serving certificate, kept in --secret-name, and patch the caBundle of the webhook configurations"},
-			kubeconfigFlag("to read Namespaces' project bindings and, with --self-signed, to keep certificates"),
+			command.KubeconfigFlag("to read Namespaces' project bindings and, with --self-signed, to keep certificates"),
 			&cli.StringFlag{Name: "namespace", EnvVars: []string{"POD_NAMESPACE"}, Value: "evalsi-system", Usage: "namespace of the Secret and the Service"},
 			&cli.StringFlag{Name: "secret-name", Value: "evalsi-webhook-certs", Usage: "Secret that holds the self-signed certificates"},
 			&cli.StringFlag{Name: "service-name", Value: "evalsi-webhook", Usage: "Service in front of the webhook (the certificate's names)"},
@@ -35,9 +36,9 @@ func webhookCommand() *cli.Command {
 			&cli.DurationFlag{Name: "dry-run-timeout", Value: 2 * time.Second, Usage: "bound of the dry runs of one request; past it the object is admitted with a warning"},
 			&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API (dry runs: two or three per admitted workload object)"},
 			&cli.IntFlag{Name: "kube-api-burst", Value: 400, Usage: "burst of requests to the Kubernetes API"},
-		}, append(renderFlags, logFlags...)...),
+		}, append(command.RenderFlags, command.LogFlags...)...),
 		Action: func(c *cli.Context) error {
-			log, err := newLogger(c, os.Stderr)
+			log, err := command.NewLogger(c, os.Stderr)
 			if err != nil {
 				return err
 			}
@@ -51,7 +52,7 @@ func webhookCommand() *cli.Command {
 					return err
 				}
 			}
-			rc, err := kubeConfig(c.String("kubeconfig"))
+			rc, err := command.KubeConfig(c.String("kubeconfig"))
 			if err != nil {
 				return err
 			}
@@ -62,7 +63,7 @@ func webhookCommand() *cli.Command {
 				return err
 			}
 			cfg.Kube = kube
-			opts, err := renderOptions(c)
+			opts, err := command.RenderOptions(c)
 			if err != nil {
 				return err
 			}

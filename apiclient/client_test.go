@@ -17,6 +17,7 @@ import (
 
 	"evals.si/operator/apiclient"
 	"evals.si/operator/apiclient/evalsid"
+	"evals.si/operator/apiclient/evalsid/evalsidtest"
 	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/internal/pki"
 )
@@ -114,7 +115,7 @@ func TestMutualTLS(t *testing.T) {
 // TestCallDeadline gives up on a server that does not answer within the call timeout.
 func TestCallDeadline(t *testing.T) {
 	api := evalsid.New(map[string]string{"tok": "system:serviceaccount:p:evalsi-operator"}, evalsid.Schedule{})
-	api.SetLatency(2 * time.Second)
+	evalsidtest.Inject(api).SetLatency(2 * time.Second)
 	srv := httptest.NewServer(api.Handler())
 	defer srv.Close()
 	token := filepath.Join(t.TempDir(), "token")

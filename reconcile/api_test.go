@@ -21,6 +21,7 @@ import (
 
 	"evals.si/operator/apiclient"
 	"evals.si/operator/apiclient/evalsid"
+	"evals.si/operator/apiclient/evalsid/evalsidtest"
 	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
@@ -29,6 +30,7 @@ import (
 // testEvalsid is the reference server on loopback with the operator's token in a file.
 type testEvalsid struct {
 	*evalsid.Server
+	*evalsidtest.Faults
 	URL, TokenFile string
 }
 
@@ -38,6 +40,7 @@ func startEvalsid(t testing.TB, schedule evalsid.Schedule) testEvalsid {
 	// The engines of these tests act in the projects of many namespaces, as a cluster-wide
 	// operator does.
 	srv.TrustPlatform("system:serviceaccount:evalsi:evalsi-operator")
+	faults := evalsidtest.Inject(srv)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +56,7 @@ func startEvalsid(t testing.TB, schedule evalsid.Schedule) testEvalsid {
 	if err := os.WriteFile(token, []byte("operator-token-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return testEvalsid{Server: srv, URL: "http://" + l.Addr().String(), TokenFile: token}
+	return testEvalsid{Server: srv, Faults: faults, URL: "http://" + l.Addr().String(), TokenFile: token}
 }
 
 // apiConfig is an engine configuration against the test server.
@@ -492,8 +495,35 @@ func TestTraceSourceReportsIngestEndpoint(t *testing.T) {
 	startEngine(t, api.apiConfig(ns))
 	create(t, ctx, evalsi.TraceSources, ns, "TraceSource", "prod", map[string]any{"type": "otlp"})
 	got := waitReady(t, ctx, evalsi.TraceSources, ns, "prod", "True", "Applied")
-	if ep, _, _ := unstructured.NestedString(got.Object, "status", "ingestEndpoint"); !strings.Contains(ep, "/ingest/"+ns+"/prod/") {
-		t.Errorf("status.ingestEndpoint = %q", ep)
+	endpoint, _, _ := unstructured.NestedString(got.Object, "status", "ingestEndpoint")
+	if !strings.Contains(endpoint, "/ingest/"+ns+"/prod/") {
+		t.Errorf("status.ingestEndpoint = %q", endpoint)
+	}
+
+	// evalsid away: the status says so, and keeps the endpoint it reported.
+	api.Refuse("GetTraceSource", connect.CodeUnavailable)
+	mergePatch(t, ctx, evalsi.TraceSources, ns, "prod", `{"metadata":{"labels":{"nudge":"1"}}}`)
+	got = waitReady(t, ctx, evalsi.TraceSources, ns, "prod", "False", evalsi.ReasonAPIUnavailable)
+	if ep, _, _ := unstructured.NestedString(got.Object, "status", "ingestEndpoint"); ep != endpoint {
+		t.Errorf("status.ingestEndpoint during the outage = %q, want %q kept", ep, endpoint)
+	}
+	oneOfEachType(t, got)
+	api.Refuse("GetTraceSource", 0)
+	got = waitReady(t, ctx, evalsi.TraceSources, ns, "prod", "True", evalsi.ReasonApplied)
+	oneOfEachType(t, got)
+}
+
+// oneOfEachType fails when obj's status holds two conditions of one type.
+func oneOfEachType(t *testing.T, obj *unstructured.Unstructured) {
+	t.Helper()
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	seen := map[any]bool{}
+	for _, c := range conds {
+		typ := c.(map[string]any)["type"]
+		if seen[typ] {
+			t.Errorf("two %v conditions: %v", typ, conds)
+		}
+		seen[typ] = true
 	}
 }
 

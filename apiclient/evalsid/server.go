@@ -1,7 +1,8 @@
 // Package evalsid is a reference, in-memory implementation of the platform API server's
 // RunService and MonitorService, with the semantics the operator relies on: idempotency keys,
 // runs that move through their phases on a schedule, cancel that keeps results, global policy
-// names owned by projects, bearer-token checks, and fault injection for tests.
+// names owned by projects, bearer-token checks and authorization by project (authorize.go). Tests
+// inject faults through Hook (package evalsidtest).
 package evalsid
 
 import (
@@ -48,7 +49,9 @@ type Server struct {
 	// sandboxNamespace is where SandboxClass pools run: its queue reader reads their queues.
 	sandboxNamespace string
 
-	faults faults
+	// wrap and before are hooks in front of every call (Hook).
+	wrap   func(http.Handler) http.Handler
+	before func(method string) error
 	calls  map[string]int
 	log    callLog
 }
@@ -124,7 +127,11 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(evalsiv1connect.NewMonitorServiceHandler(monitorService{s}, opts))
 	mux.Handle(evalsiv1connect.NewQueueServiceHandler(queueService{s}, opts))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	return s.faults.wrap(limitBody(mux))
+	h := limitBody(mux)
+	if s.wrap != nil {
+		h = s.wrap(h)
+	}
+	return h
 }
 
 // limitBody refuses a request whose declared body is larger than MaxRequestBytes before reading
@@ -212,8 +219,10 @@ func (s *Server) interceptor() connect.UnaryInterceptorFunc {
 }
 
 func (s *Server) call(ctx context.Context, method string, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
-	if err := s.faults.take(method); err != nil {
-		return nil, err
+	if before := s.before; before != nil {
+		if err := before(method); err != nil {
+			return nil, err
+		}
 	}
 	token, ok := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
 	if !ok {
@@ -303,18 +312,13 @@ func (s *Server) RevokeToken(token string) {
 	delete(s.tokens, token)
 }
 
-// FailNext makes the next n calls fail with code.
-func (s *Server) FailNext(n int, code connect.Code) { s.faults.failNext(n, code) }
-
-// SetLatency delays every call by d.
-func (s *Server) SetLatency(d time.Duration) { s.faults.setLatency(d) }
-
-// Refuse makes every call of method (such as "BatchGetRuns") fail with code; code 0 answers
-// them again.
-func (s *Server) Refuse(method string, code connect.Code) { s.faults.refuse(method, code) }
-
-// SetDown makes the server stop answering (connections are closed) or answer again.
-func (s *Server) SetDown(down bool) { s.faults.setDown(down) }
+// Hook puts wrap in front of the server's HTTP handler and before in front of every call (its
+// error fails the call), for a test's fault injection (package evalsidtest). Set before Handler.
+func (s *Server) Hook(wrap func(http.Handler) http.Handler, before func(method string) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wrap, s.before = wrap, before
+}
 
 // callLog keeps the most recent calls, at most max: a ring, so that a long-running server's
 // memory does not grow with every call it answers.

@@ -26,6 +26,9 @@ import (
 // shortly rather than take every child for missing.
 var errCacheNotSynced = errors.New("the children's cache has not synced yet")
 
+// deployments are apps/v1 Deployments, whose spec.replicas an autoscaler may own (handOverReplicas).
+var deployments = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+
 // replicasHandoverManager briefly owns a Deployment's spec.replicas while the operator stops
 // applying it, so that dropping the field from the operator's apply does not reset it to 1.
 const replicasHandoverManager = "evalsi-operator-replicas-handover"
@@ -140,7 +143,8 @@ func (e *Engine) applyWave(ctx context.Context, wave []pendingApply, informers m
 	var wg sync.WaitGroup
 	for i := range wave {
 		a := &wave[i]
-		inf := informers[evalsi.ChildResources[a.want.GetKind()].Resource]
+		gvr, _ := e.resourceOf(a.want.GetAPIVersion(), a.want.GetKind())
+		inf := informers[gvr.Resource]
 		wg.Go(func() {
 			if a.obj, a.err = e.apply(ctx, a.want, a.cur); a.err == nil && inf != nil {
 				inf.written.remember(a.obj)
@@ -187,11 +191,11 @@ func staleness(want *unstructured.Unstructured, live *Child) string {
 // replicas to a separate manager, if the operator owned them; cur is the cached live object, nil
 // when there is none.
 func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur *Child) (*Child, error) {
-	gvr, ok := evalsi.ChildResources[want.GetKind()]
+	gvr, ok := e.resourceOf(want.GetAPIVersion(), want.GetKind())
 	if !ok {
-		return nil, fmt.Errorf("no resource known for kind %s", want.GetKind())
+		return nil, fmt.Errorf("no served resource of %s %s: its kind declares no such child", want.GetAPIVersion(), want.GetKind())
 	}
-	if gvr == evalsi.Deployments && cur != nil {
+	if gvr == deployments && cur != nil {
 		if _, set, _ := unstructured.NestedFieldNoCopy(want.Object, "spec", "replicas"); !set {
 			if err := e.handOverReplicas(ctx, want); err != nil {
 				return nil, err
@@ -233,7 +237,7 @@ func refusedChild(want *unstructured.Unstructured, err error) error {
 // spec.replicas: if the operator's manager owns the field, another manager applies the same value
 // first, so that the field stays owned and is not reset to its default of 1.
 func (e *Engine) handOverReplicas(ctx context.Context, want *unstructured.Unstructured) error {
-	client := e.client.Resource(evalsi.Deployments).Namespace(want.GetNamespace())
+	client := e.client.Resource(deployments).Namespace(want.GetNamespace())
 	cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -274,9 +278,9 @@ func ownsReplicas(deploy *unstructured.Unstructured) (bool, error) {
 
 // deleteChild deletes a child that is no longer desired, if it is still the object seen.
 func (e *Engine) deleteChild(ctx context.Context, child *Child) error {
-	gvr := evalsi.ChildResources[child.Kind]
-	if gvr == (schema.GroupVersionResource{}) {
-		return fmt.Errorf("no resource known for kind %s", child.Kind)
+	gvr, ok := e.resourceOf(child.APIVersion, child.Kind)
+	if !ok {
+		return fmt.Errorf("no served resource of %s %s", child.APIVersion, child.Kind)
 	}
 	uid := child.UID
 	err := e.client.Resource(gvr).Namespace(child.Namespace).Delete(ctx, child.Name, metav1.DeleteOptions{

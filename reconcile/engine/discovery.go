@@ -114,11 +114,35 @@ func (e *Engine) servedResources(want map[schema.GroupVersionResource]bool) map[
 			for _, gvr := range gvrs {
 				if r.Name == gvr.Resource {
 					out[gvr] = true
+					e.mu.Lock()
+					e.kinds[gv.WithKind(r.Kind)] = gvr
+					e.mu.Unlock()
 				}
 			}
 		}
 	}
 	return out
+}
+
+// resourceOf returns the resource of objects of apiVersion and kind, as discovery saw it, and
+// false when discovery has not seen it served.
+func (e *Engine) resourceOf(apiVersion, kind string) (schema.GroupVersionResource, bool) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return schema.GroupVersionResource{}, false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if gvr, ok := e.kinds[gv.WithKind(kind)]; ok || apiVersion != "" {
+		return gvr, ok
+	}
+	// An object read without its apiVersion: the one served resource of its kind.
+	for gvk, gvr := range e.kinds {
+		if gvk.Kind == kind {
+			return gvr, true
+		}
+	}
+	return schema.GroupVersionResource{}, false
 }
 
 // isServed reports whether discovery last saw gvr.

@@ -43,8 +43,10 @@ type Engine struct {
 	metrics  *Metrics
 	log      *slog.Logger
 
-	mu          sync.Mutex
-	served      map[schema.GroupVersionResource]bool
+	mu     sync.Mutex
+	served map[schema.GroupVersionResource]bool
+	// kinds are the resources of the kinds discovery saw, for applying and deleting children.
+	kinds       map[schema.GroupVersionKind]schema.GroupVersionResource
 	informers   map[informerKey]*informer
 	controllers map[string]*Controller
 	synced      bool
@@ -106,6 +108,7 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{
 		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log,
 		served:      map[schema.GroupVersionResource]bool{},
+		kinds:       map[schema.GroupVersionKind]schema.GroupVersionResource{},
 		informers:   map[informerKey]*informer{},
 		controllers: map[string]*Controller{},
 		offLogged:   map[string]bool{},

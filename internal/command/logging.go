@@ -1,4 +1,4 @@
-package main
+package command
 
 import (
 	"fmt"
@@ -10,14 +10,14 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// logFlags are the logging flags of every long-running command.
-var logFlags = []cli.Flag{
+// LogFlags are the logging flags of every long-running command.
+var LogFlags = []cli.Flag{
 	&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
 	&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
 }
 
-// newLogger returns the slog logger the flags ask for and routes client-go's klog into it.
-func newLogger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
+// NewLogger returns the slog logger the flags ask for and routes client-go's klog into it.
+func NewLogger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)

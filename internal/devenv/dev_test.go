@@ -1,4 +1,4 @@
-package main
+package devenv
 
 import (
 	"bytes"
@@ -10,16 +10,16 @@ import (
 	"evals.si/operator/render"
 )
 
-// TestDevBringsExamplesToReady runs `dev` until every example resource is Ready, as `make dev`
+// TestDevBringsExamplesToReady runs the development environment until every example resource is Ready, as `make dev`
 // does on a fresh machine.
 func TestDevBringsExamplesToReady(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	var last []devRow
-	err := runDev(ctx, devOptions{
+	var last []Row
+	err := Run(ctx, Options{
 		Render: render.Options{DefaultImage: "evalsi/platform:dev", VLLMImage: "vllm/vllm-openai:v0.11.0", SandboxNamespace: "evalsi-sandbox", APIURL: "http://evalsid:8080"}, GPUs: "8", KEDA: true,
-		Until: func(rows []devRow) bool {
+		Until: func(rows []Row) bool {
 			last = rows
 			if len(rows) < 8 {
 				return false

@@ -1,4 +1,7 @@
-package main
+// Package command holds what the commands of evalsi-operator and evalsi-dev share: their common
+// flags and how each is read into what a package takes, exit codes, and reading manifests. Each
+// command's own file only wires these and its own flags to a package.
+package command
 
 import (
 	"fmt"
@@ -9,9 +12,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// kubeconfigFlag is the --kubeconfig flag of the commands that talk to a cluster (also read from
+// KubeconfigFlag is the --kubeconfig flag of the commands that talk to a cluster (also read from
 // KUBECONFIG); what is the usage's note on what the cluster is for, or "".
-func kubeconfigFlag(what string) cli.Flag {
+func KubeconfigFlag(what string) cli.Flag {
 	usage := "kubeconfig file (default: in-cluster configuration)"
 	if what != "" {
 		usage += ", " + what
@@ -19,8 +22,8 @@ func kubeconfigFlag(what string) cli.Flag {
 	return &cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: usage}
 }
 
-// kubeConfig loads a kubeconfig file, or the in-cluster configuration when path is empty.
-func kubeConfig(path string) (*rest.Config, error) {
+// KubeConfig loads a kubeconfig file, or the in-cluster configuration when path is empty.
+func KubeConfig(path string) (*rest.Config, error) {
 	if path == "" {
 		rc, err := rest.InClusterConfig()
 		if err != nil {

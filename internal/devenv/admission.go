@@ -1,12 +1,10 @@
-package main
+package devenv
 
 import (
 	"bytes"
 	"context"
-	"embed"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -91,30 +89,19 @@ func startDevAdmission(ctx context.Context, c *cluster.Cluster, out io.Writer) (
 	return done, nil
 }
 
-// crdsChart is the evalsi-crds chart, whose admission policies dev installs as the chart would.
-//
-//go:embed all:chart/evalsi-crds
-var crdsChart embed.FS
-
 // devPolicies are the chart's templates of the admission policies built into the API server.
-var devPolicies = []string{"templates/creator.yaml", "templates/policy.yaml"}
+var devPolicies = []string{"templates/creator.yaml", "templates/policy.yaml", "templates/bindings.yaml"}
 
-// applyDevPolicies renders the evalsi-crds chart's admission policies with helm (built into the
-// cache on first use) and applies them: the creator written and held by the API server, and the
-// fence of the operator's service accounts.
-func applyDevPolicies(ctx context.Context, c *cluster.Cluster, out io.Writer) error {
+// applyDevPolicies renders the admission policies of the checkout's evalsi-crds chart (under
+// root) with helm (built into the cache on first use) and applies them: the creator written and
+// held by the API server, the fence of the operator's service accounts, and the guard of the
+// namespaces' project bindings.
+func applyDevPolicies(ctx context.Context, c *cluster.Cluster, root string, out io.Writer) error {
 	helm, err := cluster.Helm(ctx, out)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(c.Dir, "evalsi-crds")
-	chart, err := fs.Sub(crdsChart, "chart/evalsi-crds")
-	if err != nil {
-		return err
-	}
-	if err := os.CopyFS(dir, chart); err != nil {
-		return fmt.Errorf("writing the evalsi-crds chart: %w", err)
-	}
+	dir := filepath.Join(root, "chart", "evalsi-crds")
 	args := []string{"template", "evalsi-crds", dir, "--kube-version", evalsi.KubernetesMinor + ".0"}
 	for _, t := range devPolicies {
 		args = append(args, "--show-only", t)

@@ -1,11 +1,9 @@
-package main
+package devenv
 
 import (
 	"context"
-	"embed"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -15,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -35,58 +32,31 @@ import (
 	"evals.si/operator/render"
 )
 
-// The CRDs and the examples that `dev` installs, built into the binary.
-var (
-	//go:embed chart/evalsi-crds/files/crds/*.yaml
-	crdFiles embed.FS
-	//go:embed testdata/examples/*.yaml
-	exampleFiles embed.FS
+// devToken is the token the operator of a development session uses against the reference
+// evalsid, as devOperatorIdentity.
+const (
+	devToken            = "dev-operator-token"
+	devOperatorIdentity = "system:serviceaccount:evalsi:evalsi-operator"
 )
 
-// devOptions are the settings of a dev session.
-type devOptions struct {
+// Options are the settings of a development session.
+type Options struct {
 	Render render.Options
 	GPUs   string
 	KEDA   bool
 	// Until, when set, ends the session once it returns true for the table of resources.
-	Until func(rows []devRow) bool
+	Until func(rows []Row) bool
 }
 
-func devCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "dev",
-		Usage: "run a local control plane, the operator and the examples, and show their state (Ctrl-C stops it)",
-		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "gpus", Value: "8", Usage: "nvidia.com/gpu capacity of the KWOK node"},
-			&cli.BoolFlag{Name: "keda", Value: true, Usage: "install KEDA's ScaledObject CRD"},
-		}, devRenderFlags()...),
-		Action: func(c *cli.Context) error {
-			render, err := renderOptions(c)
-			if err != nil {
-				return err
-			}
-			opts := devOptions{Render: render, GPUs: c.String("gpus"), KEDA: c.Bool("keda")}
-			return runDev(c.Context, opts, c.App.Writer)
-		},
+// Run starts a control plane with a GPU node, installs the CRDs (and KEDA's), runs the admission
+// webhook, serves the reference evalsid, runs the operator, applies the examples, and prints a
+// table of the evals.si resources whenever it changes, until ctx ends (or opts.Until holds). It
+// reads the CRDs, the chart's policies and the examples from the checkout (Checkout).
+func Run(ctx context.Context, opts Options, out io.Writer) error {
+	root, err := Checkout()
+	if err != nil {
+		return err
 	}
-}
-
-// devRenderFlags are the render flags dev honours: all but --api-url, since dev serves the
-// reference evalsid itself and gives its address to the operator.
-func devRenderFlags() []cli.Flag {
-	var out []cli.Flag
-	for _, f := range renderFlags {
-		if f.Names()[0] != "api-url" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// runDev starts a control plane with a GPU node, installs the CRDs (and KEDA's), runs the
-// admission webhook, serves the reference evalsid, runs the operator, applies the examples, and prints a table of the evals.si resources whenever it
-// changes, until ctx ends (or opts.Until holds).
-func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 	fmt.Fprintln(out, "starting a local control plane (the first run builds it: about 8 minutes)")
 	c, err := cluster.Start(ctx, cluster.Options{
 		Nodes:        1,
@@ -97,7 +67,7 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 		return err
 	}
 	defer c.Stop()
-	crds, err := decodeEmbedded(crdFiles)
+	crds, err := readDocuments(root, "chart/evalsi-crds/files/crds/*.yaml")
 	if err != nil {
 		return err
 	}
@@ -115,7 +85,7 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := applyDevPolicies(ctx, c, out); err != nil {
+	if err := applyDevPolicies(ctx, c, root, out); err != nil {
 		return err
 	}
 
@@ -163,7 +133,7 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 		}})
 	}()
 
-	examples, err := decodeEmbedded(exampleFiles)
+	examples, err := readDocuments(root, "testdata/examples/*.yaml")
 	if err != nil {
 		return err
 	}
@@ -204,25 +174,6 @@ func runDev(ctx context.Context, opts devOptions, out io.Writer) error {
 		case <-t.C:
 		}
 	}
-}
-
-// decodeEmbedded decodes every YAML file of an embedded tree, in path order.
-func decodeEmbedded(files embed.FS) ([]manifest.Document, error) {
-	var docs []manifest.Document
-	err := fs.WalkDir(files, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		f, err := files.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		found, err := manifest.Decode(path, f)
-		docs = append(docs, found...)
-		return err
-	})
-	return docs, err
 }
 
 func objects(docs []manifest.Document) []*unstructured.Unstructured {
@@ -276,14 +227,14 @@ func applyAll(ctx context.Context, c *cluster.Cluster, docs []manifest.Document)
 	return nil
 }
 
-// devRow is one evals.si resource in the dev table.
-type devRow struct {
+// Row is one evals.si resource in the table.
+type Row struct {
 	Kind, Namespace, Name, Ready, Reason, Message string
 }
 
 // devTable lists every evals.si resource with its Ready condition.
-func devTable(ctx context.Context, c *cluster.Cluster) ([]devRow, error) {
-	var rows []devRow
+func devTable(ctx context.Context, c *cluster.Cluster) ([]Row, error) {
+	var rows []Row
 	for _, gvr := range []schema.GroupVersionResource{
 		evalsi.Evaluators, evalsi.SandboxClasses, evalsi.CheckpointServers,
 		evalsi.EvalRuns, evalsi.OnlineEvalPolicies, evalsi.TraceSources,
@@ -293,7 +244,7 @@ func devTable(ctx context.Context, c *cluster.Cluster) ([]devRow, error) {
 			return nil, err
 		}
 		for _, o := range list.Items {
-			row := devRow{Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(), Ready: "-"}
+			row := Row{Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(), Ready: "-"}
 			conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
 			for _, cond := range conds {
 				m, _ := cond.(map[string]any)
@@ -313,7 +264,7 @@ func devTable(ctx context.Context, c *cluster.Cluster) ([]devRow, error) {
 	return rows, nil
 }
 
-func formatRows(rows []devRow) string {
+func formatRows(rows []Row) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "KIND\tNAMESPACE\tNAME\tREADY\tREASON\tMESSAGE")

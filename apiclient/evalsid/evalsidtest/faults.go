@@ -1,4 +1,7 @@
-package evalsid
+// Package evalsidtest injects faults into the reference evalsid, for tests: the next N calls
+// failing with a code, a method refused, latency on every call, or the server not answering. It
+// is not linked into the operator's binary.
+package evalsidtest
 
 import (
 	"errors"
@@ -7,11 +10,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"evals.si/operator/apiclient/evalsid"
 )
 
-// faults are the failures a test injects: the next N calls failing with a code, latency on every
-// call, or the server not answering at all.
-type faults struct {
+// Faults are the failures a test injects into one server (Inject).
+type Faults struct {
 	mu       sync.Mutex
 	failN    int
 	failCode connect.Code
@@ -21,7 +25,16 @@ type faults struct {
 	refused map[string]connect.Code
 }
 
-func (f *faults) refuse(method string, code connect.Code) {
+// Inject puts new Faults in front of every call of s, and returns them.
+func Inject(s *evalsid.Server) *Faults {
+	f := &Faults{}
+	s.Hook(f.wrap, f.take)
+	return f
+}
+
+// Refuse makes every call of method (such as "BatchGetRuns") fail with code; code 0 answers
+// them again.
+func (f *Faults) Refuse(method string, code connect.Code) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.refused == nil {
@@ -34,26 +47,29 @@ func (f *faults) refuse(method string, code connect.Code) {
 	f.refused[method] = code
 }
 
-func (f *faults) failNext(n int, code connect.Code) {
+// FailNext makes the next n calls fail with code.
+func (f *Faults) FailNext(n int, code connect.Code) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.failN, f.failCode = n, code
 }
 
-func (f *faults) setLatency(d time.Duration) {
+// SetLatency delays every call by d.
+func (f *Faults) SetLatency(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.latency = d
 }
 
-func (f *faults) setDown(down bool) {
+// SetDown makes the server stop answering (connections are closed) or answer again.
+func (f *Faults) SetDown(down bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.down = down
 }
 
 // take returns the injected error for this call of method, if any.
-func (f *faults) take(method string) error {
+func (f *Faults) take(method string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if code, ok := f.refused[method]; ok {
@@ -68,7 +84,7 @@ func (f *faults) take(method string) error {
 
 // wrap applies latency and downtime in front of h. A down server aborts every request, so the
 // client sees the connection fail as it would with the server gone.
-func (f *faults) wrap(h http.Handler) http.Handler {
+func (f *Faults) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		latency, down := f.latency, f.down

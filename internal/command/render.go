@@ -1,0 +1,51 @@
+package command
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"evals.si/operator/render"
+)
+
+// RenderFlags are the operator settings that rendering depends on, shared by every command that
+// renders (run, render, webhook, dev).
+var RenderFlags = []cli.Flag{
+	&cli.StringFlag{Name: "default-image", Value: "evalsi/platform:latest", Usage: "platform image of Evaluators and SandboxClasses that name none"},
+	&cli.StringFlag{Name: "vllm-image", Value: render.DefaultVLLMImage, Usage: "image of CheckpointServers that name none"},
+	&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "namespace that SandboxClass pools run in"},
+	&cli.StringFlag{Name: "api-url", Value: "http://evalsid:8080", Usage: "evalsid's base URL, given to workers and to KEDA's queue-depth trigger"},
+	&cli.StringFlag{Name: "pool-token-audience", Value: render.DefaultTokenAudience, Usage: "audience of the projected service-account tokens pool pods present to evalsid"},
+	MaxPoolReplicasFlag,
+	&cli.StringFlag{Name: "api-network-peers", Usage: "the NetworkPolicy peers through which pools reach evalsid, a JSON list such as [{\"podSelector\":{\"matchLabels\":{\"app\":\"evalsid\"}}}]; default: read from --api-url"},
+}
+
+// MaxPoolReplicasFlag is the platform's bound on an Evaluator's replicas, which admission,
+// validate and the operator hold specs to.
+var MaxPoolReplicasFlag = &cli.IntFlag{Name: "max-pool-replicas", Value: render.DefaultMaxPoolReplicas,
+	Usage: "most replicas an Evaluator may ask for (spec.replicas and every count of spec.autoscaling); 0: no bound"}
+
+// RenderOptions reads RenderFlags.
+func RenderOptions(c *cli.Context) (render.Options, error) {
+	var peers []any
+	if p := c.String("api-network-peers"); p != "" {
+		var list []map[string]any
+		if err := json.Unmarshal([]byte(p), &list); err != nil {
+			return render.Options{}, cli.Exit(fmt.Sprintf("--api-network-peers %s: not a JSON list of objects: %v", p, err), ExitUsage)
+		}
+		for _, peer := range list {
+			peers = append(peers, peer)
+		}
+	}
+	return render.Options{
+		DefaultImage:     c.String("default-image"),
+		VLLMImage:        c.String("vllm-image"),
+		SandboxNamespace: c.String("sandbox-namespace"),
+		APIURL:           strings.TrimRight(c.String("api-url"), "/"),
+		TokenAudience:    c.String("pool-token-audience"),
+		Limits:           render.Limits{MaxPoolReplicas: int32(c.Int("max-pool-replicas"))},
+		APIPeers:         peers,
+	}, nil
+}
