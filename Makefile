@@ -59,6 +59,8 @@ FUZZ_TIME ?= 15s
 fuzz:
 	go test ./render -run '^$$' -fuzz FuzzRender -fuzztime $(FUZZ_TIME)
 	go test ./schemas -run '^$$' -fuzz FuzzValidate -fuzztime $(FUZZ_TIME)
+	go test ./reconcile/engine -run '^$$' -fuzz FuzzChildWatch -fuzztime $(FUZZ_TIME)
+	go test ./reconcile/engine -run '^$$' -fuzz FuzzDecodeChildList -fuzztime $(FUZZ_TIME)
 
 # Rewrite every golden file from the current code; review the diff like a pull request.
 # The packages are those whose tests use internal/golden (the -update flag).

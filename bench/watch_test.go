@@ -17,7 +17,7 @@ import (
 )
 
 // childKinds are the children of an autoscaled Evaluator.
-var childKinds = []schema.GroupVersionResource{evalsi.Deployments, evalsi.ServiceAccounts, evalsi.ScaledObjects, evalsi.TriggerAuthentications}
+var childKinds = []schema.GroupVersionResource{evalsi.Deployments, evalsi.ServiceAccounts, evalsi.ScaledObjects, evalsi.TriggerAuthentications, evalsi.NetworkPolicies}
 
 // namespaceWatch follows a round's Evaluators and their children with informers, so that
 // measuring convergence costs the API server a watch rather than repeated lists.
@@ -101,7 +101,7 @@ func outputs(t testing.TB, ctx context.Context, ns string) map[string]any {
 			if gvr == evalsi.ServiceAccounts && o.GetLabels()[evalsi.LabelManagedBy] != evalsi.ManagedBy {
 				continue // the namespace's default account
 			}
-			out[o.GetKind()+"/"+o.GetName()] = comparable(&o, ns)
+			out[o.GetKind()+"/"+o.GetName()] = comparable(t, &o, ns)
 		}
 	}
 	return out
@@ -109,7 +109,7 @@ func outputs(t testing.TB, ctx context.Context, ns string) map[string]any {
 
 // comparable keeps what a contender decides of obj, with what the API server or the round
 // chose (namespace, UIDs, versions, times) masked.
-func comparable(obj *unstructured.Unstructured, ns string) any {
+func comparable(t testing.TB, obj *unstructured.Unstructured, ns string) any {
 	refs := obj.GetOwnerReferences()
 	for i := range refs {
 		refs[i].UID = ""
@@ -136,8 +136,15 @@ func comparable(obj *unstructured.Unstructured, ns string) any {
 			}
 		}
 	}
-	raw, _ := json.Marshal(kept)
+	raw, err := json.Marshal(kept)
+	if err != nil {
+		t.Fatalf("encoding %s %s: %v", obj.GetKind(), obj.GetName(), err)
+	}
 	var masked any
-	_ = json.Unmarshal([]byte(strings.ReplaceAll(string(raw), ns, "NAMESPACE")), &masked)
+	if err := json.Unmarshal([]byte(strings.ReplaceAll(string(raw), ns, "NAMESPACE")), &masked); err != nil {
+		// A namespace that names part of the JSON's syntax would mask it into nonsense: the
+		// comparison must not pass for want of anything to compare.
+		t.Fatalf("masking %s %s: %v", obj.GetKind(), obj.GetName(), err)
+	}
 	return masked
 }

@@ -410,16 +410,25 @@ func TestInvalidArgumentIsTerminalAndUnavailableBacksOff(t *testing.T) {
 	}
 }
 
+// TestTokenFileRotation rotates the operator's token as the kubelet does (a new file renamed over
+// the old) while evalsid stops accepting the old token at once: the very next call the operator
+// makes carries the new token, so no call after the rotation is refused (a token cached for a
+// while, as client-go's cached token source does, would send the revoked one).
 func TestTokenFileRotation(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{})
 	startEngine(t, api.apiConfig(ns))
 	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "first", runSpec(nil))
-	waitPhase(t, ctx, ns, "first", "Pending")
+	first := waitPhase(t, ctx, ns, "first", "Pending")
+	// The first run ends, so that no call is in flight when the token rotates.
+	id, _, _ := unstructured.NestedString(first.Object, "status", "runId")
+	if err := api.SetPhase(id, v1.Phase_PHASE_SUCCEEDED); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ctx, ns, "first", "Succeeded")
 
 	api.SetToken("operator-token-2", "system:serviceaccount:evalsi:evalsi-operator")
-	api.RevokeToken("operator-token-1")
 	tmp := api.TokenFile + ".new"
 	if err := os.WriteFile(tmp, []byte("operator-token-2\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -427,8 +436,19 @@ func TestTokenFileRotation(t *testing.T) {
 	if err := os.Rename(tmp, api.TokenFile); err != nil {
 		t.Fatal(err)
 	}
+	api.RevokeToken("operator-token-1")
+	rotated := len(api.CallLog())
 	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "second", runSpec(nil))
 	waitPhase(t, ctx, ns, "second", "Pending")
+	after := api.CallLog()[rotated:]
+	if len(after) == 0 {
+		t.Fatal("no call after the rotation")
+	}
+	for _, c := range after {
+		if c.Code == connect.CodeUnauthenticated {
+			t.Errorf("a %s call after the rotation was refused: the old token was sent", c.Method)
+		}
+	}
 }
 
 func TestPolicyConflictsAndDrift(t *testing.T) {
@@ -619,10 +639,12 @@ func TestKubectlWaitsForTheRunToEnd(t *testing.T) {
 	}
 }
 
-// TestObjectsWaitingOnEvalsidRecoverAtOnce takes evalsid away long enough for the objects' own
-// backoff to grow past 15 s, then brings it back: the first answer (a waiting object retried as a
-// canary every 2 s) puts every waiting object back on its queue, so all converge within a few
-// seconds instead of one by one as their backoffs expire.
+// TestObjectsWaitingOnEvalsidRecoverAtOnce takes evalsid away while EvalRuns wait on it, then
+// brings it back: the first call it answers (a waiting object retried as a canary every 2 s) puts
+// every waiting object back on its queue at once, instead of each waiting out its own backoff.
+// How soon that is after the return is a benchmark figure (BenchmarkRecoveryAfterEvalsidOutage);
+// here the mechanism is checked: every object that waited is requeued by the answer, and all
+// converge with one CreateRun each.
 func TestObjectsWaitingOnEvalsidRecoverAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -630,20 +652,27 @@ func TestObjectsWaitingOnEvalsidRecoverAtOnce(t *testing.T) {
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{})
 	api.SetDown(true)
-	startEngine(t, api.apiConfig(ns))
+	e := startEngine(t, api.apiConfig(ns))
 	names := []string{"a", "b", "c", "d", "e", "f"}
 	for _, n := range names {
 		create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", n, runSpec(nil))
 	}
-	// Long enough for the per-object backoff (5 ms doubling) to pass 15 s.
-	time.Sleep(25 * time.Second)
+	// Every run has failed on evalsid and waits.
+	clustertest.Eventually(t, ctx, "every run waiting on evalsid", func() error {
+		for _, n := range names {
+			if _, reason, _ := readyCondition(getObj(t, ctx, evalsi.EvalRuns, ns, n)); reason != evalsi.ReasonAPIUnavailable {
+				return fmt.Errorf("%s: Ready reason %q", n, reason)
+			}
+		}
+		return nil
+	})
 	api.SetDown(false)
-	back := time.Now()
 	for _, n := range names {
 		waitPhase(t, ctx, ns, n, "Pending")
 	}
-	if took := time.Since(back); took > 8*time.Second {
-		t.Errorf("the runs converged %s after evalsid came back, want within a few seconds (their own backoff was past 15 s)", took.Round(100*time.Millisecond))
+	// The canary's answer puts back the others (and itself, when it was still marked waiting).
+	if r := e.Metrics().RequeuedOnAnswer(); r < float64(len(names)-1) {
+		t.Errorf("%v objects requeued by evalsid's answer, want every waiting one (%d or more)", r, len(names)-1)
 	}
 	if n := api.Calls("CreateRun"); n != len(names) {
 		t.Errorf("%d CreateRun calls answered, want %d (one per run)", n, len(names))

@@ -33,15 +33,15 @@ func main() {
 		workers, burst                    int
 		qps                               float64
 	)
-	// The defaults are the peer the performance issue describes: 16 workers and 200 QPS with a
-	// burst of 400, the operator's own defaults. (controller-runtime's own default is no
-	// client-side limit at all, leaning on the API server's priority and fairness.)
+	// The defaults are the operator's own: 32 workers (controller-runtime's default is 1, which
+	// no one would run 2,000 pools with) and 200 QPS with a burst of 400 (controller-runtime's own
+	// default is no client-side limit at all, leaning on the API server's priority and fairness).
 	flag.StringVar(&namespace, "namespace", "", "watch and write only this namespace (default: all)")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "address of /metrics (0 disables)")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "address of /debug/pprof (0 disables)")
 	flag.StringVar(&defaultImage, "default-image", "evalsi/platform:latest", "platform image of Evaluators that name none")
 	flag.StringVar(&apiURL, "api-url", "http://evalsid:8080", "evalsid's base URL")
-	flag.IntVar(&workers, "workers", 16, "concurrent reconciles")
+	flag.IntVar(&workers, "workers", 32, "concurrent reconciles")
 	flag.Float64Var(&qps, "kube-api-qps", 200, "steady requests per second to the Kubernetes API (-1: no client-side limit)")
 	flag.IntVar(&burst, "kube-api-burst", 400, "burst of requests to the Kubernetes API")
 	opts := zap.Options{}

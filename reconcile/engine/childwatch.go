@@ -157,7 +157,7 @@ func (w *childWatch) receive() {
 		switch ev.Type {
 		case watch.Error:
 			obj = &metav1.Status{Status: metav1.StatusFailure, Code: ev.Object.Code, Reason: ev.Object.Reason, Message: ev.Object.Message}
-		default:
+		case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
 			c, err := ev.Object.cached()
 			if err != nil {
 				obj = &metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}
@@ -165,6 +165,15 @@ func (w *childWatch) receive() {
 				break
 			}
 			obj = c
+		default:
+			// As client-go's own decoder: an event of no known type ends the watch with an error.
+			select {
+			case <-w.done:
+			case w.events <- watch.Event{Type: watch.Error, Object: &metav1.Status{
+				Status: metav1.StatusFailure, Message: fmt.Sprintf("a watch event of type %q", ev.Type),
+			}}:
+			}
+			return
 		}
 		select {
 		case w.events <- watch.Event{Type: ev.Type, Object: obj}:

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"io"
 	"strings"
 	"testing"
@@ -77,19 +78,95 @@ func TestChildWatchDecodesEachEvent(t *testing.T) {
 	}
 }
 
-// A stream that breaks mid-event ends the watch with an error event; the reflector watches again.
+// drain returns the events of w until its stream ends, failing after a bound.
+func drain(t testing.TB, w *childWatch) []watch.Event {
+	t.Helper()
+	var got []watch.Event
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return got
+			}
+			got = append(got, ev)
+		case <-timeout:
+			t.Fatal("the watch did not end with its stream within 10s")
+			return got
+		}
+	}
+}
+
+// A stream that breaks mid-event ends the watch; an event that does not decode is an error
+// event; the reflector watches again.
 func TestChildWatchEndsOnABrokenStream(t *testing.T) {
 	w := newChildWatch(io.NopCloser(strings.NewReader(`{"type":"ADDED","object":{"kind":`)))
 	defer w.Stop()
-	for ev := range w.ResultChan() {
+	for _, ev := range drain(t, w) {
 		t.Errorf("unexpected event %s %v", ev.Type, ev.Object)
 	}
 	w = newChildWatch(io.NopCloser(strings.NewReader(`{"type":"ADDED","object":{"kind":"Deployment","status":"x"}}`)))
-	ev := <-w.ResultChan()
-	if ev.Type != watch.Error {
-		t.Errorf("an undecodable Deployment status gave %s, want an error event", ev.Type)
+	defer w.Stop()
+	got := drain(t, w)
+	if len(got) == 0 || got[0].Type != watch.Error {
+		t.Errorf("an undecodable Deployment status gave %v, want an error event", got)
 	}
-	w.Stop()
+}
+
+// FuzzChildWatch feeds the child watch decoder arbitrary streams (the seeds: events of each type,
+// bookmarks, ERROR events, broken and concatenated streams): it never panics or hangs, ends when
+// the stream ends, and every event it gives is one a reflector takes (a Child for ADDED, MODIFIED
+// and DELETED, a Child for BOOKMARK, a Status for ERROR).
+func FuzzChildWatch(f *testing.F) {
+	for _, seed := range []string{
+		`{"type":"ADDED","object":` + deploymentJSON + "}\n",
+		`{"type":"MODIFIED","object":` + deploymentJSON + `}{"type":"DELETED","object":` + deploymentJSON + "}",
+		`{"type":"BOOKMARK","object":{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"resourceVersion":"8","annotations":{"k8s.io/initial-events-end":"true"}}}}`,
+		`{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old","reason":"Expired","code":410}}`,
+		`{"type":"ADDED","object":{"kind":`,
+		`{"type":"ADDED","object":{"kind":"Deployment","status":"x"}}`,
+		`{"type":"SURPRISE","object":{}}`,
+		``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		w := newChildWatch(io.NopCloser(bytes.NewReader(stream)))
+		defer w.Stop()
+		for _, ev := range drain(t, w) {
+			switch ev.Type {
+			case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
+				if _, ok := ev.Object.(*Child); !ok {
+					t.Errorf("%s event of a %T, want a *Child", ev.Type, ev.Object)
+				}
+			case watch.Error:
+				if _, ok := ev.Object.(*metav1.Status); !ok {
+					t.Errorf("ERROR event of a %T, want a *metav1.Status", ev.Object)
+				}
+			default:
+				t.Errorf("event of type %q", ev.Type)
+			}
+		}
+	})
+}
+
+// FuzzDecodeChildList feeds the list decoder arbitrary JSON: it never panics, and a list it
+// decodes holds only Children.
+func FuzzDecodeChildList(f *testing.F) {
+	f.Add([]byte(`{"apiVersion":"apps/v1","kind":"DeploymentList","metadata":{"resourceVersion":"9"},"items":[` + deploymentJSON + `]}`))
+	f.Add([]byte(`{"items":[{"kind":"Deployment","status":[]}]}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		l, err := decodeChildList(raw)
+		if err != nil {
+			return
+		}
+		for _, c := range l.Items {
+			if c == nil {
+				t.Error("a nil item")
+			}
+		}
+	})
 }
 
 func TestDecodeChildList(t *testing.T) {

@@ -107,6 +107,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	return &Engine{
 		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log,
+		waiters:     waiters{requeued: m.requeuedOnAnswer},
 		served:      map[schema.GroupVersionResource]bool{},
 		kinds:       map[schema.GroupVersionKind]schema.GroupVersionResource{},
 		informers:   map[informerKey]*informer{},

@@ -25,6 +25,9 @@ type Metrics struct {
 	queues     queueMetrics
 	// server is 1 for the server's Kubernetes version when its minor is the supported one, else 0.
 	server *prometheus.GaugeVec
+	// requeuedOnAnswer counts the objects put back on their queue at once because the external
+	// API answered again after they had waited on it (waiters.go).
+	requeuedOnAnswer prometheus.Counter
 }
 
 // NewMetrics returns the engine's metrics, registered with the Go and process collectors.
@@ -53,8 +56,12 @@ func NewMetrics() *Metrics {
 		Name: "evalsi_kubernetes_version_supported",
 		Help: "1 when the API server's Kubernetes minor (label version) is the one the operator supports, else 0.",
 	}, []string{"version", "supported_minor"})
+	m.requeuedOnAnswer = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "evalsi_external_requeued_on_answer_total",
+		Help: "Objects that had waited on evalsid, put back on their queue at once when it answered again.",
+	})
 	m.queues = newQueueMetrics(m.Registry)
-	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls, m.server,
+	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls, m.server, m.requeuedOnAnswer,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -111,6 +118,16 @@ func counterSum(vec *prometheus.CounterVec, match map[string]string) float64 {
 		}
 	}
 	return total
+}
+
+// RequeuedOnAnswer returns how many objects were put back on their queue because the external
+// API answered again.
+func (m *Metrics) RequeuedOnAnswer() float64 {
+	var d dto.Metric
+	if err := m.requeuedOnAnswer.Write(&d); err != nil {
+		return 0
+	}
+	return d.GetCounter().GetValue()
 }
 
 // ObserveAPICall counts a call of an external API by method and result code.

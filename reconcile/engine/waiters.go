@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // waiters are the objects whose last reconcile failed because an external API (evalsid) was away
@@ -16,6 +18,8 @@ import (
 type waiters struct {
 	mu   sync.Mutex
 	keys map[*Controller]map[string]bool
+	// requeued counts the objects answered puts back.
+	requeued prometheus.Counter
 }
 
 // canaryInterval is how often one waiting object is retried while the external API is away.
@@ -64,6 +68,7 @@ func (w *waiters) answered() {
 		for key := range keys {
 			c.queue.Forget(key)
 			c.queue.Add(key)
+			w.requeued.Inc()
 		}
 	}
 }
