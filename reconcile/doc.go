@@ -1,58 +1,68 @@
-// Package reconcile is the operator's engine: it makes the cluster and evalsid hold what each
-// evals.si object says, and says in the object's status how far that is true.
+// Package reconcile is the operator: it makes the cluster and evalsid hold what each evals.si
+// object says, and says in the object's status how far that is true. It composes the parts
+// below (operator.go): the kinds, registered with one engine, run in one process.
 //
-// # The flow
+// # Where things live
 //
-// kinds (registry.go) is the table of what the engine can run: for each kind, its resource, the
-// resources of its children, its finalizer and its reconcile function. Engine.Run discovers which
-// of those resources the API server serves (again every discovery interval, so a CRD installed
-// later starts its controller without a restart, and KEDA's arrival switches pools to
-// autoscaling), reads the namespaces' project bindings (bindings.go), and starts a controller per
-// served kind (controller.go): a dynamic shared informer, one rate-limited work queue keyed by
-// namespace/name, and workers. Children are watched through the managed-by label and routed to
-// their owner's queue by owner reference.
+//	reconcile/           the composition: Config, New (the kinds and the engine), RunManager,
+//	                     and the engine's Tenancy (the project of each object, read through
+//	                     internal/tenancy, as the webhook and evalsid read it)
+//	reconcile/engine     kind-neutral: discovery, informers and caches, queues and workers,
+//	                     SyncChildren (server-side apply, drift, deletion), the status writer,
+//	                     Managed (the finalizer lifecycle of objects kept in an external API),
+//	                     metrics; it names no evals.si kind
+//	reconcile/workloads  Evaluator, SandboxClass, CheckpointServer: rendered into children
+//	reconcile/runs       EvalRun: a run in evalsid, and the follower of running runs
+//	reconcile/monitors   OnlineEvalPolicy, TraceSource: objects kept in evalsid's MonitorService
+//	reconcile/apicall    evalsid's failures as conditions and retries (runs, monitors)
+//	reconcile/process    /healthz, /readyz, /metrics and its authentication, leader election
 //
-// A worker takes a key and reconcileKey reads the object from the informer's cache, then
-// reconcileObject runs the checks every object meets (its project binding; for the kinds served
-// by evalsid, the spec) and the kind's reconcile function. A reconcile function gathers its
-// inputs (the rendering from package render, the live children from the caches, the server's
-// answer) and returns an Outcome: the status it decided (statuses.go holds those decisions as pure
-// functions), and when to look again. Errors say what happens next: a TerminalError (an invalid
-// spec, a request the server refused) is recorded as Ready=False and Stalled and not retried until
-// the object changes; any other error is retried with per-item backoff; a conflict is retried from
-// the newer version the informer brings. reconcileKey then writes the status, only when its JSON
-// differs from the object's, and records an Event only when Ready changed.
+// Imports run one way: the composition imports the kinds, the kinds import engine and apicall,
+// and nothing imports back up.
 //
-// Children are written with server-side apply under one field manager (apply.go), and only when
-// they are stale: a child whose spec-hash annotation matches the rendering and whose fields the
-// rendering sets are all still owned by the operator's apply (cachedchild.go) is left alone, so
-// steady state makes no write at all, for any number of resyncs. The stale children of a reconcile
-// are applied in two waves: ServiceAccounts, then the rest at once. The caches keep only what the
-// engine reads: children as cachedChild, decoded straight from their watch (childwatch.go), and
-// owners as their pruned JSON (cachedowner.go), of which each reconcile decodes its own copy.
-// Writes are read at once, before the informer shows them (recentWrites, written.go),
-// so a reconcile right after a write neither repeats nor conflicts with it; the informer event
-// that brings the operator's own write back (the very version written) queues nothing, so a
-// status write does not reconcile its object again. Nothing is kept in memory that matters
-// across reconciles: a restart recomputes everything from the objects.
+// # The flow of one object
 //
-// Running EvalRuns are followed without an event from evalsid: every poll interval the run
-// follower (runfollower.go) reads all their runs in batches, one call per project and 500 runs,
-// and queues the EvalRuns whose run changed; each running EvalRun also comes back on its own a
-// few intervals later and reads its run itself if the follower had nothing fresh, so a failed
-// batch delays an update and never loses it.
+// Engine.Run discovers which resources of the selected kinds and their children are served
+// (again every discovery interval: a CRD installed later starts its controller, KEDA's arrival
+// switches pools to autoscaling), and starts a Controller per served kind: a dynamic informer of
+// its objects, informers of its children (by the managed-by label, decoded straight into what the
+// cache keeps), a rate-limited work queue and workers. A worker takes a key and
+// Controller.reconcileKey reads the object from the cache; reconcileObject checks its project
+// once (Config.Tenancy; an object that may not act there makes no call and no child:
+// ProjectNotAllowed), checks its spec once a generation (Kind.Validate), and calls the kind's
+// Reconciler with a Request: the object, its project, and what was refused for its generation.
+//
+// A kind's Reconciler gathers its inputs (the rendering from package render, the live children
+// from the caches, the server's answer), decides the status with a pure function that a table
+// test holds, and acts through the engine: Controller.SyncChildren applies the children that are
+// missing, changed or drifted (nothing at steady state), or engine.Managed runs the kind's
+// External (Observe, Create, Update, Delete against evalsid) under its finalizer. It returns an
+// Outcome: what it says of the status, and when to look again.
+//
+// The engine merges that into the status (fields by name, conditions by type; a TerminalError
+// adds Ready=False and Stalled and records what was refused, which no kind tries again for the
+// same generation), writes it only when it changed, and records an Event only when Ready did.
+// Errors decide the retry: terminal ones wait for a new spec, Away ones (evalsid not there) are
+// requeued all at once when evalsid answers again, others back off per object.
+//
+// # Adding a kind
+//
+// Write a package beside workloads, runs and monitors with a function that returns its
+// engine.Kind (resource, children, finalizer, Validate, Reconciler), add it to kinds in
+// operator.go, and give the charts' Roles its resources. The engine needs nothing else:
+// reconcile/engine/toykind_test.go adds one, a Greeting that renders a ConfigMap, in one file.
 //
 // # Why not controller-runtime
 //
 // The engine is client-go's dynamic client, dynamic informers, workqueue, leader election and
-// event recorder (children are watched over its REST client and decoded into what the cache keeps,
-// childwatch.go), with unstructured objects throughout, as the platform's design asks: the evals.si
-// specs are API messages kept as they are (no generated Go types), and the operator must run with
-// an older evalsi-crds that lacks a kind, or without KEDA, and pick them up when they appear.
+// event recorder (children are watched over its REST client and decoded into what the cache
+// keeps), with unstructured objects throughout, as the platform's design asks: the evals.si specs
+// are API messages kept as they are (no generated Go types), and the operator must run with an
+// older evalsi-crds that lacks a kind, or without KEDA, and pick them up when they appear.
 // controller-runtime's typed caches and static watches fit neither, and its per-reconcile
-// apply-everything habit is what the steady-state rule forbids. What this package takes from the
+// apply-everything habit is what the steady-state rule forbids. What the engine takes from the
 // projects it learns from: sample-controller's worker loop (Done always, Forget on success,
 // rate-limited requeue on error), kro's dynamic informers and status written only when changed,
 // cert-manager's decisions apart from doing, crossplane's external API behind small idempotent
-// calls with a per-reconcile timeout.
+// calls (External, Managed) with a per-reconcile timeout.
 package reconcile

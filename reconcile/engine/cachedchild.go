@@ -292,3 +292,19 @@ func empty(v any) bool {
 	}
 	return false
 }
+
+// number returns v as a float64 when it is a JSON number (int64 or float64 in unstructured
+// content).
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
+}

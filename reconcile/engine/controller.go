@@ -182,7 +182,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 
 	start := time.Now()
 	outcome, err := c.reconcileKey(ctx, key)
-	c.e.waiters.note(c, key, err)
+	c.e.waiters.note(c.queue, key, err)
 	result := "success"
 	switch {
 	case err == nil:

@@ -2,7 +2,8 @@
 // caches tuned to what it reads, a rate-limited queue and workers per kind, server-side apply of
 // children, one status writer, one finalizer lifecycle for objects kept in an external API, and
 // the metrics of all of it. It names no evals.si kind: kinds register themselves (Kind) with what
-// they watch, own and need, and are reconciled through their Reconciler. doc.go walks the flow.
+// they watch, own and need, and are reconciled through their Reconciler. reconcile/doc.go walks
+// the flow.
 package engine
 
 import (

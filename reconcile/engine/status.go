@@ -190,19 +190,3 @@ func SameJSON(a, b any) bool {
 	jb, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
-
-// number returns v as a float64 when it is a JSON number (int64 or float64 in unstructured
-// content).
-func number(v any) (float64, bool) {
-	switch n := v.(type) {
-	case int64:
-		return float64(n), true
-	case int32:
-		return float64(n), true
-	case int:
-		return float64(n), true
-	case float64:
-		return n, true
-	}
-	return 0, false
-}

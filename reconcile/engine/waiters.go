@@ -17,7 +17,7 @@ import (
 // still: a missed recovery only leaves the objects to their own backoff.
 type waiters struct {
 	mu   sync.Mutex
-	keys map[*Controller]map[string]bool
+	keys map[queue]map[string]bool
 	// requeued counts the objects answered puts back.
 	requeued prometheus.Counter
 }
@@ -41,21 +41,27 @@ func IsAway(err error) bool {
 	return errors.As(err, &a)
 }
 
-// note records how the reconcile of key ended: waiting on the external API, or not.
-func (w *waiters) note(c *Controller, key string, err error) {
+// queue is a controller's work queue, as the waiters use it.
+type queue interface {
+	Add(key string)
+	Forget(key string)
+}
+
+// note records how the reconcile of key, from q, ended: waiting on the external API, or not.
+func (w *waiters) note(q queue, key string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if IsAway(err) {
 		if w.keys == nil {
-			w.keys = map[*Controller]map[string]bool{}
+			w.keys = map[queue]map[string]bool{}
 		}
-		if w.keys[c] == nil {
-			w.keys[c] = map[string]bool{}
+		if w.keys[q] == nil {
+			w.keys[q] = map[string]bool{}
 		}
-		w.keys[c][key] = true
+		w.keys[q][key] = true
 		return
 	}
-	delete(w.keys[c], key)
+	delete(w.keys[q], key)
 }
 
 // answered requeues every waiting object now: the external API answered a call.
@@ -64,10 +70,10 @@ func (w *waiters) answered() {
 	waiting := w.keys
 	w.keys = nil
 	w.mu.Unlock()
-	for c, keys := range waiting {
+	for q, keys := range waiting {
 		for key := range keys {
-			c.queue.Forget(key)
-			c.queue.Add(key)
+			q.Forget(key)
+			q.Add(key)
 			w.requeued.Inc()
 		}
 	}
@@ -77,9 +83,9 @@ func (w *waiters) answered() {
 func (w *waiters) retryOne() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for c, keys := range w.keys {
+	for q, keys := range w.keys {
 		for key := range keys {
-			c.queue.Add(key)
+			q.Add(key)
 			return
 		}
 	}
