@@ -19,7 +19,7 @@ type CheckpointServerSpec struct {
 	CheckpointClaim string        `json:"checkpointClaim,omitempty"`
 	Lora            *Lora         `json:"lora,omitempty"`
 	APIKeySecret    *SecretKeyRef `json:"apiKeySecret,omitempty"`
-	GPUs            int32         `json:"gpus,omitempty"`
+	GPUs            *int32        `json:"gpus,omitempty"`
 	Resources       Resources     `json:"resources,omitempty"`
 	Env             []EnvVar      `json:"env,omitempty"`
 	ExtraArgs       []string      `json:"extraArgs,omitempty"`
@@ -50,7 +50,34 @@ const (
 	startupFailureThreshold = 180
 	defaultAPIKeySecretKey  = "api-key"
 	gpuResource             = "nvidia.com/gpu"
+	// livenessPeriodSeconds x livenessFailureThreshold is how long a loaded server may fail
+	// /health before its container is restarted (a hung engine).
+	livenessPeriodSeconds    = 10
+	livenessFailureThreshold = 6
+	// modelCache is where vLLM and Hugging Face keep downloaded weights and compiled kernels: an
+	// emptyDir, so that a restarted container (a liveness failure, an OOM) does not download
+	// them again.
+	modelCache = "/model-cache"
 )
+
+// defaultRequests keep a server without requests out of the BestEffort class, the first evicted
+// under pressure, next to the GPU jobs it serves; a spec's own request or limit of one replaces it.
+var defaultRequests = map[string]Quantity{"cpu": "2", "memory": "16Gi"}
+
+// gpus is how many GPUs the server asks for: spec.gpus, else one unless resources name
+// nvidia.com/gpu themselves (a vLLM image without a GPU fails at start, or, on a node whose
+// default runtime is NVIDIA's, sees every GPU of the node).
+func (spec CheckpointServerSpec) gpus() int32 {
+	if spec.GPUs != nil {
+		return *spec.GPUs
+	}
+	_, inLimits := spec.Resources.Limits[gpuResource]
+	_, inRequests := spec.Resources.Requests[gpuResource]
+	if inLimits || inRequests {
+		return 0
+	}
+	return 1
+}
 
 // Served is what a CheckpointServer offers to clients.
 type Served struct {
@@ -81,6 +108,8 @@ var vllmFlags = map[string]string{
 var vllmEnv = map[string]string{
 	"VLLM_API_KEY":                     "spec.apiKeySecret",
 	"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "spec.lora, which sets it",
+	"HF_HOME":                          "nothing: the operator keeps the model cache at " + modelCache,
+	"VLLM_CACHE_ROOT":                  "nothing: the operator keeps the model cache at " + modelCache,
 }
 
 // secretEnv are variables that hold a secret: they come from a Secret, never as a plain value.
@@ -102,18 +131,14 @@ func (spec CheckpointServerSpec) check() error {
 			ps.add(specPointer.at("checkpointClaim"), "%s under /checkpoints needs checkpointClaim, the claim mounted there", what)
 		}
 	}
-	for i, arg := range spec.ExtraArgs {
-		if flag, use := ownedFlag(arg); flag != "" {
-			ps.add(specPointer.at("extraArgs").index(i), "%s is not allowed here: use %s", flag, use)
-		}
-	}
+	checkExtraArgs(specPointer.at("extraArgs"), spec.ExtraArgs, &ps)
 	if k := spec.APIKeySecret; k != nil && k.Key != "" {
 		ps.addAll(specPointer.at("apiKeySecret").at("key"), validation.IsConfigMapKey(k.Key))
 	}
-	if _, set := spec.Resources.Limits[gpuResource]; set && spec.GPUs > 0 {
+	if _, set := spec.Resources.Limits[gpuResource]; set && spec.GPUs != nil {
 		ps.add(specPointer.at("gpus"), "set gpus or resources.limits[%s], not both", gpuResource)
 	}
-	if _, set := spec.Resources.Requests[gpuResource]; set && spec.GPUs > 0 {
+	if _, set := spec.Resources.Requests[gpuResource]; set && spec.GPUs != nil {
 		ps.add(specPointer.at("gpus"), "set gpus or resources.requests[%s], not both", gpuResource)
 	}
 	spec.Resources.check(specPointer.at("resources"), &ps)
@@ -125,6 +150,34 @@ func (spec CheckpointServerSpec) check() error {
 	}
 	spec.Scheduling.check(specPointer, &ps)
 	return ps.err()
+}
+
+// checkExtraArgs applies the rules of vLLM's extra arguments, as a Kubernetes args list writes
+// them: flags, each with its value joined by '=' or in the next item (any string, a JSON value
+// included). A flag the operator sets or that would carry a secret is refused on its own item, in
+// either form; the first item must be a flag.
+func checkExtraArgs(p pointer, args []string, ps *problems) {
+	for i, arg := range args {
+		if !isFlag(arg) {
+			if i == 0 {
+				ps.add(p.index(i), "%q is not a flag: extraArgs begin with a flag such as --max-model-len, each followed by its value or joined to it with '='", arg)
+			}
+			continue // the value of the flag before it
+		}
+		if flag, use := ownedFlag(arg); flag != "" {
+			ps.add(p.index(i), "%s is not allowed here: use %s", flag, use)
+		}
+	}
+}
+
+// isFlag reports whether an extra argument is a flag (-x, --name, --name=value) rather than the
+// value of the flag before it; a negative number is a value.
+func isFlag(arg string) bool {
+	if !strings.HasPrefix(arg, "-") || arg == "-" {
+		return false
+	}
+	_, err := strconv.ParseFloat(arg, 64)
+	return err != nil
 }
 
 // ownedFlag returns the vLLM flag that arg sets, and what to use instead, when that flag is one
@@ -179,7 +232,7 @@ func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstruct
 	}
 
 	args := []string{"--host=0.0.0.0", "--port=" + strconv.Itoa(int(port))}
-	env := []EnvVar{}
+	env := []EnvVar{{Name: "HF_HOME", Value: modelCache + "/huggingface"}, {Name: "VLLM_CACHE_ROOT", Value: modelCache + "/vllm"}}
 	if spec.Lora != nil {
 		args = append(args, "--model="+spec.Lora.BaseModel, "--enable-lora",
 			"--lora-modules="+served.ModelName+"="+spec.Model)
@@ -190,8 +243,9 @@ func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstruct
 	} else {
 		args = append(args, "--model="+spec.Model, "--served-model-name="+served.ModelName)
 	}
-	if spec.GPUs > 1 {
-		args = append(args, "--tensor-parallel-size="+strconv.Itoa(int(spec.GPUs)))
+	gpus := spec.gpus()
+	if gpus > 1 {
+		args = append(args, "--tensor-parallel-size="+strconv.Itoa(int(gpus)))
 	}
 	args = append(args, spec.ExtraArgs...)
 	if s := spec.APIKeySecret; s != nil {
@@ -204,20 +258,36 @@ func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstruct
 		}})
 	}
 
-	if spec.GPUs > 0 {
-		gpus := Quantity(strconv.Itoa(int(spec.GPUs)))
-		for _, m := range []*map[string]Quantity{&spec.Resources.Limits, &spec.Resources.Requests} {
-			if *m == nil {
-				*m = map[string]Quantity{}
-			}
-			(*m)[gpuResource] = gpus
+	requests := maps.Clone(spec.Resources.Requests)
+	if requests == nil {
+		requests = map[string]Quantity{}
+	}
+	for name, q := range defaultRequests {
+		_, requested := requests[name]
+		_, limited := spec.Resources.Limits[name]
+		if !requested && !limited { // a limit alone is the request too
+			requests[name] = q
 		}
 	}
-	resources := spec.Resources.render()
+	limits := maps.Clone(spec.Resources.Limits)
+	if gpus > 0 {
+		if limits == nil {
+			limits = map[string]Quantity{}
+		}
+		n := Quantity(strconv.Itoa(int(gpus)))
+		limits[gpuResource], requests[gpuResource] = n, n
+	}
+	resources := Resources{Requests: requests, Limits: limits}.render()
 
 	health := map[string]any{"path": "/health", "port": "http"}
-	mounts := []any{map[string]any{"name": "dshm", "mountPath": "/dev/shm"}}
-	volumes := []any{map[string]any{"name": "dshm", "emptyDir": map[string]any{"medium": "Memory"}}}
+	mounts := []any{
+		map[string]any{"name": "dshm", "mountPath": "/dev/shm"},
+		map[string]any{"name": "model-cache", "mountPath": modelCache},
+	}
+	volumes := []any{
+		map[string]any{"name": "dshm", "emptyDir": map[string]any{"medium": "Memory"}},
+		map[string]any{"name": "model-cache", "emptyDir": map[string]any{}},
+	}
 	if spec.CheckpointClaim != "" {
 		mounts = append(mounts, map[string]any{"name": "checkpoints", "mountPath": checkpointMount, "readOnly": true})
 		volumes = append(volumes, map[string]any{"name": "checkpoints", "persistentVolumeClaim": map[string]any{
@@ -238,6 +308,12 @@ func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstruct
 			"httpGet":          health,
 			"periodSeconds":    int64(5),
 			"failureThreshold": int64(3),
+		},
+		// Once the startup probe passed: a server that stops answering is restarted.
+		"livenessProbe": map[string]any{
+			"httpGet":          health,
+			"periodSeconds":    int64(livenessPeriodSeconds),
+			"failureThreshold": int64(livenessFailureThreshold),
 		},
 		"securityContext": map[string]any{
 			"allowPrivilegeEscalation": false,

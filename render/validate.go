@@ -1,6 +1,11 @@
 package render
 
 import (
+	"maps"
+	"slices"
+	"strings"
+
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -38,6 +43,7 @@ func checkIdentity(obj *unstructured.Unstructured) error {
 		ps.add("/apiVersion", "%q is not served: use %s/%s", obj.GetAPIVersion(), evalsi.Group, evalsi.Version)
 		return ps.err()
 	}
+	checkMetadata(obj, &ps)
 	name := obj.GetName()
 	switch obj.GetKind() {
 	case "Evaluator", "SandboxClass":
@@ -49,8 +55,29 @@ func checkIdentity(obj *unstructured.Unstructured) error {
 			ps.add("/metadata/name", "must start with a letter and have at most 58 lowercase letters, digits and '-': the Service %s-vllm is a DNS-1035 label", name)
 		}
 	case "EvalRun", "OnlineEvalPolicy", "TraceSource":
+		ps.addAll("/metadata/name", validation.IsDNS1123Subdomain(name))
 	default:
 		return schemas.Errors{{Pointer: "/kind", Message: "\"" + obj.GetKind() + "\" is not an evals.si kind"}}
 	}
 	return ps.err()
+}
+
+// checkMetadata applies the API server's rules of every object's labels and annotations
+// (apimachinery's validation), so that what validate and render accept the API server does too.
+func checkMetadata(obj *unstructured.Unstructured, ps *problems) {
+	labels := obj.GetLabels()
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		at := pointer("/metadata/labels").at(k)
+		ps.addAll(at, validation.IsQualifiedName(k))
+		for _, msg := range validation.IsValidLabelValue(labels[k]) {
+			ps.add(at, "%q: %s", labels[k], msg)
+		}
+	}
+	annotations := obj.GetAnnotations()
+	for _, k := range slices.Sorted(maps.Keys(annotations)) {
+		ps.addAll(pointer("/metadata/annotations").at(k), validation.IsQualifiedName(strings.ToLower(k)))
+	}
+	if err := apivalidation.ValidateAnnotationsSize(annotations); err != nil {
+		ps.add("/metadata/annotations", "%s", err.Error())
+	}
 }

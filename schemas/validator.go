@@ -182,7 +182,6 @@ var patternSentences = map[string]string{
 	`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`: "must be a DNS subdomain: DNS labels joined by '.', such as \"run-17.checkpoints\"",
 	"^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*$":                                    "is not an image reference such as \"registry.example/team/image:1.0\"",
 	"^[A-Za-z_][A-Za-z0-9_]*$":                                           "must be an environment variable name: letters, digits and '_', not starting with a digit",
-	"^--":                                                                "must be a flag starting with --",
 }
 
 // explain turns the validator's error tree into one sentence per failed leaf.
