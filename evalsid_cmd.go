@@ -19,7 +19,7 @@ import (
 func evalsidCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "evalsid",
-		Usage: "serve the reference in-memory evalsid (RunService, MonitorService and QueueService over Connect)",
+		Usage: "serve the reference in-memory evalsid (RunService, MonitorService and QueueService over Connect); it runs no evaluator: every run's result is simulated, and marked so",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8090", Usage: "address to serve on"},
 			&cli.StringFlag{Name: "tokens", Usage: "file of accepted bearer tokens, one \"TOKEN IDENTITY\" per line"},
@@ -80,18 +80,21 @@ func evalsidCommand() *cli.Command {
 				if c.String("client-ca-file") != "" {
 					return cli.Exit("evalsid: --client-ca-file needs --tls-cert-file", command.ExitUsage)
 				}
-				fmt.Fprintf(c.App.ErrWriter, "evalsid serving on %s\n", l.Addr())
+				fmt.Fprintf(c.App.ErrWriter, "evalsid serving on %s%s\n", l.Addr(), simulatedNotice)
 				return srv.Serve(c.Context, l)
 			}
 			cfg, err := serverTLS(c.String("tls-cert-file"), c.String("tls-key-file"), c.String("client-ca-file"))
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.ErrWriter, "evalsid serving HTTPS on %s (client certificates required: %v)\n", l.Addr(), cfg.ClientCAs != nil)
+			fmt.Fprintf(c.App.ErrWriter, "evalsid serving HTTPS on %s (client certificates required: %v)%s\n", l.Addr(), cfg.ClientCAs != nil, simulatedNotice)
 			return srv.ServeTLS(c.Context, l, cfg)
 		},
 	}
 }
+
+// simulatedNotice ends evalsid's first line: the reference server is for trials and tests.
+const simulatedNotice = "; it runs no evaluator: every run's result is SIMULATED (made up, marked so in its status)"
 
 // readTokens reads "TOKEN IDENTITY" lines; blank lines and # comments are skipped.
 func readTokens(path string) (map[string]string, error) {

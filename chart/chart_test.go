@@ -17,12 +17,13 @@ import (
 	"evals.si/operator/cluster"
 	vocabulary "evals.si/operator/evalsi"
 	"evals.si/operator/internal/golden"
+	"evals.si/operator/internal/manifest"
 )
 
 // charts and the values files that matter for each (testdata/chart/values/<chart>-<case>.yaml).
 var charts = map[string][]string{
-	"evalsi-crds":     {"default", "cert-manager", "dry-run", "tenants"},
-	"evalsi":          {"default", "external-evalsid", "runs-only", "monitoring", "plain-metrics", "mtls-secrets", "mtls-cert-manager"},
+	"evalsi-crds":     {"default", "cert-manager", "dry-run", "tenants", "sandboxd"},
+	"evalsi":          {"default", "reference-evalsid", "external-evalsid", "runs-only", "monitoring", "plain-metrics", "mtls-secrets", "mtls-cert-manager"},
 	"evalsi-sandboxd": {"default", "custom"},
 }
 
@@ -30,7 +31,7 @@ var charts = map[string][]string{
 var releases = map[string][2]string{
 	"evalsi-crds":     {"evalsi-crds", "evalsi-system"},
 	"evalsi":          {"evalsi", "team-a"},
-	"evalsi-sandboxd": {"evalsi-sandboxd", "evalsi-system"},
+	"evalsi-sandboxd": {"evalsi-sandboxd", "evalsi-sandbox"},
 }
 
 var helmBin string
@@ -75,7 +76,7 @@ func helmErr(t testing.TB, args ...string) (string, error) {
 }
 
 func valuesArgs(chart, c string) []string {
-	if c == "default" {
+	if c == "default" && chart != "evalsi" { // evalsi has no default for api.url
 		return nil
 	}
 	return []string{"-f", filepath.Join("..", "testdata", "chart", "values", chart+"-"+c+".yaml")}
@@ -89,11 +90,12 @@ func TestValuesAreChecked(t *testing.T) {
 		args  []string
 		want  string
 	}{
-		"misspelt key":              {"evalsi", []string{"--set", "operator.replica=3"}, "replica"},
-		"wrong type":                {"evalsi", []string{"--set-string", "operator.replicas=two"}, "replicas"},
-		"unknown log level":         {"evalsi-sandboxd", []string{"--set", "operator.logLevel=verbose"}, "logLevel"},
-		"cert-manager, no issuer":   {"evalsi-crds", []string{"--set", "webhook.certManager.enabled=true"}, "webhook.certManager.issuerRef.name"},
-		"no evalsid and no api.url": {"evalsi", []string{"--set", "evalsid.enabled=false"}, "api.url: with evalsid.enabled=false"},
+		"misspelt key":                      {"evalsi", []string{"--set", "operator.replica=3"}, "replica"},
+		"wrong type":                        {"evalsi", []string{"--set-string", "operator.replicas=two"}, "replicas"},
+		"unknown log level":                 {"evalsi-sandboxd", []string{"--set", "operator.logLevel=verbose"}, "logLevel"},
+		"cert-manager, no issuer":           {"evalsi-crds", []string{"--set", "webhook.certManager.enabled=true"}, "webhook.certManager.issuerRef.name"},
+		"no api.url":                        {"evalsi", nil, "api.url: give the URL of the platform's evalsid, which runs the evaluations; or, for a trial with simulated results, set referenceEvalsid.enabled=true"},
+		"api.url and the reference evalsid": {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "referenceEvalsid.enabled=true"}, "api.url and referenceEvalsid.enabled: set one"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := helmErr(t, append([]string{"template", "x", tc.chart, "--kube-version", "1.37.0"}, tc.args...)...)
@@ -119,10 +121,46 @@ func TestGoldenCharts(t *testing.T) {
 		for _, c := range cases {
 			t.Run(chart+"/"+c, func(t *testing.T) {
 				rel := releases[chart]
-				args := append([]string{"template", rel[0], chart, "-n", rel[1], "--kube-version", "1.37.0", "--include-crds"}, valuesArgs(chart, c)...)
+				// As on a cluster where the CRDs are served (an upgrade), so that objects of the
+				// evals.si kinds render.
+				args := append([]string{"template", rel[0], chart, "-n", rel[1], "--kube-version", "1.37.0", "--include-crds",
+					"--api-versions", "evals.si/v1alpha1/SandboxClass"}, valuesArgs(chart, c)...)
 				out := helm(t, args...)
 				golden.Check(t, filepath.Join("..", "testdata", "chart", chart, c+".yaml"), []byte(out))
 			})
+		}
+	}
+}
+
+// clusterScoped are the kinds the charts could make that have no namespace.
+var clusterScoped = map[string]bool{
+	"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true, "SandboxClass": true, "CustomResourceDefinition": true,
+	"ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true, "ValidatingAdmissionPolicy": true,
+	"ValidatingAdmissionPolicyBinding": true, "MutatingAdmissionPolicy": true, "MutatingAdmissionPolicyBinding": true,
+	"PriorityClass": true, "StorageClass": true, "PersistentVolume": true, "RuntimeClass": true,
+}
+
+// TestSandboxdChartIsNamespaced renders evalsi-sandboxd with each values file: it holds only
+// namespaced objects, all in its release's namespace (the sandbox namespace); evalsi-crds holds
+// the rest.
+func TestSandboxdChartIsNamespaced(t *testing.T) {
+	for _, c := range charts["evalsi-sandboxd"] {
+		out := helm(t, append([]string{"template", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", "--kube-version", "1.37.0",
+			"--api-versions", "evals.si/v1alpha1/SandboxClass"}, valuesArgs("evalsi-sandboxd", c)...)...)
+		docs, err := manifest.Decode("evalsi-sandboxd", strings.NewReader(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(docs) == 0 {
+			t.Fatalf("%s: no objects", c)
+		}
+		for _, d := range docs {
+			if clusterScoped[d.Object.GetKind()] {
+				t.Errorf("%s: %s %s is cluster-scoped", c, d.Object.GetKind(), d.Object.GetName())
+			}
+			if ns := d.Object.GetNamespace(); ns != "evalsi-sandbox" {
+				t.Errorf("%s: %s %s is in namespace %q, not the release's", c, d.Object.GetKind(), d.Object.GetName(), ns)
+			}
 		}
 	}
 }
@@ -141,7 +179,7 @@ func TestChartsAdmitOnlyTheSupportedMinor(t *testing.T) {
 			fmt.Sprintf("%s.%d.0", major, n+1): false,
 			fmt.Sprintf("%s.%d.5", major, n-1): false,
 		} {
-			_, err := helmErr(t, "template", "x", chart, "--kube-version", v)
+			_, err := helmErr(t, append([]string{"template", "x", chart, "--kube-version", v}, valuesArgs(chart, "default")...)...)
 			if (err == nil) != ok {
 				t.Errorf("helm template %s --kube-version %s: err=%v, want admitted=%v", chart, v, err, ok)
 			}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,7 +68,7 @@ func TestInstallGuide(t *testing.T) {
 	cs := env.Clientset()
 	// Earlier tests' releases go first; the CRDs stay, as on a cluster where they were applied
 	// by hand.
-	for _, r := range [][]string{{"evalsi", "team-a"}, {"evalsi-sandboxd", "evalsi-system"}, {"evalsi-crds", "evalsi-system"}} {
+	for _, r := range [][]string{{"evalsi", "team-a"}, {"evalsi-sandboxd", "evalsi-sandbox"}, {"evalsi-crds", "evalsi-system"}} {
 		helmErr(t, "uninstall", r[0], "-n", r[1], "--ignore-not-found", "--no-hooks", "--wait", "--kubeconfig="+env.Kubeconfig)
 	}
 	before, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
@@ -82,10 +83,11 @@ func TestInstallGuide(t *testing.T) {
 		}
 	}
 	bin := clustertest.Operator(t)
+	evalsidURL := platformEvalsid(t, ctx, bin)
 	kubelet := &clustertest.Kubelet{
 		Bin: bin,
-		Deployments: []string{"evalsi-system/evalsi-webhook", "team-a/evalsid", "team-a/evalsi-operator",
-			"evalsi-system/evalsi-sandboxd"},
+		Deployments: []string{"evalsi-system/evalsi-webhook", "team-a/evalsi-operator",
+			"evalsi-sandbox/evalsi-sandboxd"},
 		Jobs: []string{"team-a/evalsi-release-finalizers"},
 	}
 	kubelet.Start(t, ctx, env)
@@ -94,7 +96,7 @@ func TestInstallGuide(t *testing.T) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
 		cmd.Dir = ".."
-		cmd.Env = append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "KUBECONFIG="+env.Kubeconfig)
+		cmd.Env = append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "KUBECONFIG="+env.Kubeconfig, "EVALSID_URL="+evalsidURL)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s:\n%s\nfailed: %v\n%s", section, block, err, out)
@@ -142,4 +144,39 @@ func TestInstallGuide(t *testing.T) {
 			t.Errorf("namespace %s after the uninstall: %v, deleting=%v", ns.Name, err, err == nil && n.DeletionTimestamp != nil)
 		}
 	}
+}
+
+// platformEvalsid plays the platform's evalsid that the guide's EVALSID_URL names: the reference
+// server, run from bin on a loopback port as a process outside the cluster, accepting the
+// cluster's service-account tokens and reading project bindings cluster-wide as the platform's
+// would. It returns its URL and stops with the test.
+func platformEvalsid(t *testing.T, ctx context.Context, bin string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "evalsid", "--listen="+addr, "--kubernetes-audience=evalsi", "--kubeconfig="+env.Kubeconfig)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("the platform's evalsid:\n%s", log.String())
+		}
+	})
+	clustertest.Eventually(t, ctx, "the platform's evalsid listening", func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+	return "http://" + addr
 }

@@ -81,7 +81,7 @@ func readyOf(obj *unstructured.Unstructured) string {
 	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
 	for _, c := range conds {
 		if m, _ := c.(map[string]any); m["type"] == "Ready" {
-			return fmt.Sprintf("%v/%v", m["status"], m["reason"])
+			return fmt.Sprintf("%v/%v: %v", m["status"], m["reason"], m["message"])
 		}
 	}
 	return "none"
@@ -99,9 +99,12 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	}
 	kc := "--kubeconfig=" + env.Kubeconfig
 	installCRDsChart(t)
+	// The sandbox pools' cluster-scoped part comes with an upgrade of evalsi-crds, once its CRDs
+	// are served (the SandboxClasses are objects of one).
+	helm(t, "upgrade", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--reuse-values", "--set", "sandboxd.enabled=true", kc)
 	for release, want := range map[string]string{
-		helm(t, "install", "evalsi", "evalsi", "-n", "team-a", "--create-namespace", kc):    "kubectl -n team-a rollout status deployment/evalsi-operator",
-		helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-system", kc): "Uninstalling this chart leaves the namespace evalsi-sandbox",
+		helm(t, "install", "evalsi", "evalsi", "-n", "team-a", "--create-namespace", "--set", "api.url=https://evalsid.evalsi-platform.svc", kc): "kubectl -n team-a rollout status deployment/evalsi-operator",
+		helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc):                                                     "the sandbox operator runs in evalsi-sandbox",
 	} {
 		if !strings.Contains(release, "NOTES:") || !strings.Contains(release, want) {
 			t.Errorf("install notes lack %q:\n%s", want, release)
@@ -138,9 +141,9 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		"--controllers=evalrun,onlineevalpolicy,tracesource,evaluator,checkpointserver",
 		"--leader-elect", "--leader-election-namespace=team-a",
 		"--api-url=http://"+l.Addr().String(), "--api-token-file="+tokenFile, "--run-poll-interval=1s")
-	_, sbKubeconfig := clustertest.TokenKubeconfig(t, ctx, env, "evalsi-system", "evalsi-sandboxd")
+	_, sbKubeconfig := clustertest.TokenKubeconfig(t, ctx, env, "evalsi-sandbox", "evalsi-sandboxd")
 	startOperator(t, bin, sbKubeconfig, "--controllers=sandboxclass", "--sandbox-namespace=evalsi-sandbox",
-		"--leader-elect", "--leader-election-namespace=evalsi-system", "--leader-election-id=evalsi-sandboxd")
+		"--leader-elect", "--leader-election-namespace=evalsi-sandbox", "--leader-election-id=evalsi-sandboxd")
 
 	// A user applies the examples of team-a.
 	docs, err := manifest.Read("../testdata/examples", nil)
@@ -232,15 +235,15 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		return nil
 	})
 
-	// Uninstalling evalsi-sandboxd leaves the shared sandbox namespace, and it can be installed
-	// again at once.
-	helm(t, "uninstall", "evalsi-sandboxd", "-n", "evalsi-system", kc)
+	// Uninstalling evalsi-sandboxd leaves the shared sandbox namespace (evalsi-crds's), and it
+	// can be installed again at once.
+	helm(t, "uninstall", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc)
 	sandbox, err := env.Clientset().CoreV1().Namespaces().Get(ctx, "evalsi-sandbox", metav1.GetOptions{})
 	if err != nil || sandbox.DeletionTimestamp != nil {
 		t.Errorf("the sandbox namespace after uninstalling evalsi-sandboxd: %v, deleting=%v", err, err == nil && sandbox.DeletionTimestamp != nil)
 	}
-	helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-system", kc)
-	helm(t, "uninstall", "evalsi-sandboxd", "-n", "evalsi-system", kc)
+	helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc)
+	helm(t, "uninstall", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc)
 	// Uninstalling evalsi-crds keeps the CRDs and so the resources.
 	helm(t, "uninstall", "evalsi-crds", "-n", "evalsi-system", kc)
 	if _, err := admin.Resource(evalsi("onlineevalpolicies")).Namespace("team-a").Get(ctx, "team-a-toxicity", metav1.GetOptions{}); err != nil {

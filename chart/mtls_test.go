@@ -7,6 +7,7 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +63,11 @@ func TestMutualTLSWithSecrets(t *testing.T) {
 	secret("evalsi-operator-tls", x509.Certificate{Subject: pkix.Name{CommonName: "system:serviceaccount:" + ns + ":evalsi-operator"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 
-	helm(t, "install", "evalsi-mtls", "evalsi", "-n", ns, "--set", "tls.enabled=true", "--kubeconfig="+env.Kubeconfig)
+	notes := helm(t, "install", "evalsi-mtls", "evalsi", "-n", ns, "--set", "tls.enabled=true", "--set", "referenceEvalsid.enabled=true", "--kubeconfig="+env.Kubeconfig)
+	// The reference evalsid invents results; the install says so first.
+	if !strings.Contains(notes, "SIMULATED RESULTS: the reference evalsid runs no evaluator") {
+		t.Errorf("the notes of an install with the reference evalsid do not say its results are simulated:\n%s", notes)
+	}
 	t.Cleanup(func() {
 		helmErr(t, "uninstall", "evalsi-mtls", "-n", ns, "--no-hooks", "--kubeconfig="+env.Kubeconfig)
 	})
@@ -88,6 +93,10 @@ func TestMutualTLSWithSecrets(t *testing.T) {
 		}
 		if id, _, _ := unstructured.NestedString(got.Object, "status", "runId"); id == "" {
 			return fmt.Errorf("no runId yet; Ready %s", readyOf(got))
+		}
+		// The in-chart evalsid is the reference one: the run's status says its result is made up.
+		if sim, _, _ := unstructured.NestedBool(got.Object, "status", "simulated"); !sim || !strings.Contains(readyOf(got), "simulated") {
+			return fmt.Errorf("status.simulated %v, Ready %s: want both to say simulated", sim, readyOf(got))
 		}
 		return nil
 	})

@@ -144,6 +144,13 @@ func TestEvalRunFollowsTheServerThenStopsPolling(t *testing.T) {
 			t.Errorf("status.%s is empty", f)
 		}
 	}
+	// The reference evalsid made the result up, and the status says so where a reader looks.
+	if sim, _, _ := unstructured.NestedBool(got.Object, "status", "simulated"); !sim {
+		t.Errorf("status.simulated is not true: %v", got.Object["status"])
+	}
+	if _, _, msg := conditionOf(got, "Complete"); !strings.Contains(msg, "simulated") {
+		t.Errorf("Complete message %q does not say the result is simulated", msg)
+	}
 	if n := len(api.Runs()); n != 1 {
 		t.Errorf("%d runs on the server, want 1", n)
 	}

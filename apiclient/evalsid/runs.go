@@ -138,6 +138,8 @@ func (rs runService) CreateRun(ctx context.Context, req *connect.Request[v1.Crea
 	r := &run{created: now, msg: &v1.Run{
 		Id: id, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.RunSpec), Phase: v1.Phase_PHASE_PENDING,
 		Creator: c.creator(m.Creator), Url: fmt.Sprintf("%s/projects/%s/runs/%s", s.baseURL, m.Project, id),
+		// This server runs no evaluator: every result it reports is made up, and it says so.
+		Simulated: true,
 	}}
 	s.runs[id] = r
 	s.runsOf[m.Project]++

@@ -424,7 +424,10 @@ type Run struct {
 	CompletedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
 	Summary     *Summary               `protobuf:"bytes,9,opt,name=summary,proto3" json:"summary,omitempty"`
 	// Why the run failed, when it did.
-	Message       string `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
+	// The result was made up, not computed: the reference evalsid runs no evaluator and says so on
+	// every run. A platform evalsid never sets it.
+	Simulated     bool `protobuf:"varint,11,opt,name=simulated,proto3" json:"simulated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -527,6 +530,13 @@ func (x *Run) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *Run) GetSimulated() bool {
+	if x != nil {
+		return x.Simulated
+	}
+	return false
 }
 
 type CreateRunRequest struct {
@@ -1011,7 +1021,7 @@ const file_evalsi_v1_run_proto_rawDesc = "" +
 	"\x06passed\x18\x02 \x01(\x03R\x06passed\x12\x16\n" +
 	"\x06failed\x18\x03 \x01(\x03R\x06failed\x12\x18\n" +
 	"\aerrored\x18\x04 \x01(\x03R\aerrored\x12\x14\n" +
-	"\x05score\x18\x05 \x01(\x01R\x05score\"\xed\x02\n" +
+	"\x05score\x18\x05 \x01(\x01R\x05score\"\x8b\x03\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12&\n" +
@@ -1024,7 +1034,8 @@ const file_evalsi_v1_run_proto_rawDesc = "" +
 	"\fcompleted_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12,\n" +
 	"\asummary\x18\t \x01(\v2\x12.evalsi.v1.SummaryR\asummary\x12\x18\n" +
 	"\amessage\x18\n" +
-	" \x01(\tR\amessage\"\xc9\x01\n" +
+	" \x01(\tR\amessage\x12\x1c\n" +
+	"\tsimulated\x18\v \x01(\bR\tsimulated\"\xc9\x01\n" +
 	"\x10CreateRunRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x18\n" +

@@ -111,7 +111,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 	apiURL := "http://" + apiListener.Addr().String()
 	opts.Render.APIURL = apiURL
-	fmt.Fprintf(out, "evalsid (reference) serving on %s\n", apiURL)
+	fmt.Fprintf(out, "evalsid (reference) serving on %s: it runs no evaluator, so every run's result is SIMULATED (made up, marked so in its status)\n", apiURL)
 
 	logPath := filepath.Join(c.Dir, "operator.log")
 	logFile, err := os.Create(logPath)

@@ -38,7 +38,8 @@ func TestDevBringsExamplesToReady(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("examples not Ready: %+v\n%s", last, out.String())
 	}
-	for _, want := range []string{"admission webhook serving on", "admission policies applied", "export KUBECONFIG=", "CheckpointServer", "adapter-step-900", "Evaluator", "judge", "EvalRun", "step-900-smoke", "team-a-toxicity", "prod-traces"} {
+	for _, want := range []string{"admission webhook serving on", "admission policies applied", "export KUBECONFIG=", "CheckpointServer", "adapter-step-900", "Evaluator", "judge", "EvalRun", "step-900-smoke", "team-a-toxicity", "prod-traces",
+		"every run's result is SIMULATED", "(simulated: the reference evalsid ran no evaluator"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

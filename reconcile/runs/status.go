@@ -17,13 +17,20 @@ var phaseNames = map[v1.Phase]string{
 	v1.Phase_PHASE_CANCELLED: evalsi.PhaseCancelled,
 }
 
+// simulatedNote ends every condition message of a run whose results evalsid made up (the
+// reference evalsid's), so that no reader takes them for results.
+const simulatedNote = " (simulated: the reference evalsid ran no evaluator, its results are made up)"
+
 // runStatus is the status of an EvalRun that follows run.
 func runStatus(run *v1.Run) *engine.Status {
 	phase := phaseNames[run.Phase]
 	if phase == "" {
 		phase = evalsi.PhasePending
 	}
-	fields := map[string]any{"runId": run.Id, "url": run.Url, "phase": phase, "startedAt": nil, "completedAt": nil, "summary": nil}
+	fields := map[string]any{"runId": run.Id, "url": run.Url, "phase": phase, "startedAt": nil, "completedAt": nil, "summary": nil, "simulated": nil}
+	if run.Simulated {
+		fields["simulated"] = true
+	}
 	if t := run.StartedAt; t != nil {
 		fields["startedAt"] = t.AsTime().UTC().Format(time.RFC3339)
 	}
@@ -55,5 +62,11 @@ func runStatus(run *v1.Run) *engine.Status {
 		ready = engine.Ready(false, evalsi.PhaseCancelled, msg)
 		failed = engine.Condition{Type: evalsi.ConditionFailed, Status: "True", Reason: evalsi.PhaseCancelled, Message: msg}
 	}
-	return &engine.Status{Fields: fields, Conditions: []engine.Condition{ready, complete, failed}}
+	conds := []engine.Condition{ready, complete, failed}
+	if run.Simulated {
+		for i := range conds {
+			conds[i].Message += simulatedNote
+		}
+	}
+	return &engine.Status{Fields: fields, Conditions: conds}
 }

@@ -40,6 +40,8 @@ func TestRunStatus(t *testing.T) {
 			phase: evalsi.PhaseFailed, ready: "False", complete: "False", failed: "True", readyReason: evalsi.PhaseFailed, failMessage: "suite crashed"},
 		"cancelled": {run: &v1.Run{Id: "r1", Phase: v1.Phase_PHASE_CANCELLED}, phase: evalsi.PhaseCancelled,
 			ready: "False", complete: "False", failed: "True", readyReason: evalsi.PhaseCancelled, failMessage: "results so far are kept"},
+		"simulated": {run: &v1.Run{Id: "r1", Phase: v1.Phase_PHASE_SUCCEEDED, Simulated: true}, phase: evalsi.PhaseSucceeded,
+			ready: "True", complete: "True", failed: "False", readyReason: evalsi.PhaseSucceeded},
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := runStatus(tc.run)
@@ -63,6 +65,15 @@ func TestRunStatus(t *testing.T) {
 			}
 			if tc.run.Summary != nil && st.Fields["summary"] == nil {
 				t.Error("no summary")
+			}
+			// A made-up result says so in the status and in every condition; a real one in none.
+			if sim, _ := st.Fields["simulated"].(bool); sim != tc.run.Simulated {
+				t.Errorf("simulated %v, want %v", st.Fields["simulated"], tc.run.Simulated)
+			}
+			for _, c := range st.Conditions {
+				if strings.Contains(c.Message, "simulated") != tc.run.Simulated {
+					t.Errorf("%s message %q: simulated run %v", c.Type, c.Message, tc.run.Simulated)
+				}
 			}
 			if tc.run.CompletedAt != nil && st.Fields["completedAt"] != "2026-11-30T12:00:00Z" {
 				t.Errorf("completedAt %v", st.Fields["completedAt"])

@@ -50,3 +50,12 @@ affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* notChartClass is the webhooks' match condition that passes the SandboxClasses this chart
+makes (sandboxd.sandboxClasses), which an install creates beside the webhook before it serves.
+Only SandboxClasses, which only cluster administrators may write; everything else is admitted by
+the webhook as before. */}}
+{{- define "evalsi-crds.notChartClass" -}}
+- name: not-a-class-of-this-chart
+  expression: "request.resource.resource != 'sandboxclasses' || !has(object.metadata.labels) || !('evals.si/chart-class' in object.metadata.labels)"
+{{- end }}

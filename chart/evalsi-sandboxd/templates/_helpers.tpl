@@ -41,6 +41,12 @@ affinity:
 {{- end }}
 {{- end }}
 
+{{/* poolImage is the pool image (the platform image), which sandbox pools run. */}}
+{{- define "evalsi-sandboxd.poolImage" -}}
+{{ .Values.poolImage.repository }}:{{ .Values.poolImage.tag | default .Chart.AppVersion }}{{ with .Values.poolImage.digest }}@{{ . }}{{ end }}
+{{- end }}
+
+{{/* image is the operator image, this repository's: the sandbox operator runs from it. */}}
 {{- define "evalsi-sandboxd.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}

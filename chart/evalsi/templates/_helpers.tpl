@@ -6,14 +6,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end }}
 
+{{/* image is the operator image: the operator, the reference evalsid and the uninstall hook. */}}
 {{- define "evalsi.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}
 
+{{/* poolImage is the pool image (the platform image): pools that name none, and the sandbox pool. */}}
+{{- define "evalsi.poolImage" -}}
+{{ .Values.poolImage.repository }}:{{ .Values.poolImage.tag | default .Chart.AppVersion }}{{ with .Values.poolImage.digest }}@{{ . }}{{ end }}
+{{- end }}
+
+{{/* apiURL is the evalsid the operator and pools call: api.url, or the reference evalsid's
+Service; one of the two is required. */}}
 {{- define "evalsi.apiURL" -}}
-{{- if .Values.api.url }}{{ .Values.api.url }}
-{{- else if .Values.evalsid.enabled }}{{ ternary "https" "http" .Values.tls.enabled }}://evalsid.{{ .Release.Namespace }}.svc:{{ include "evalsi.evalsidPort" . }}
-{{- else }}{{ fail "api.url: with evalsid.enabled=false, give the URL of the platform's evalsid" }}
+{{- if and .Values.api.url .Values.referenceEvalsid.enabled }}{{ fail "api.url and referenceEvalsid.enabled: set one; the reference evalsid would run unused beside the platform's" }}
+{{- else if .Values.api.url }}{{ .Values.api.url }}
+{{- else if .Values.referenceEvalsid.enabled }}{{ ternary "https" "http" .Values.tls.enabled }}://evalsid.{{ .Release.Namespace }}.svc:{{ include "evalsi.evalsidPort" . }}
+{{- else }}{{ fail "api.url: give the URL of the platform's evalsid, which runs the evaluations; or, for a trial with simulated results, set referenceEvalsid.enabled=true" }}
 {{- end }}
 {{- end }}
 
@@ -75,9 +84,52 @@ affinity:
 {{/* apiPeers are the NetworkPolicy peers through which pools reach evalsid (JSON list): the
 in-chart evalsid's pods, else api.networkPeers (empty: the operator reads them from api.url). */}}
 {{- define "evalsi.apiPeers" -}}
-{{- if and (not .Values.api.url) .Values.evalsid.enabled -}}
+{{- if and (not .Values.api.url) .Values.referenceEvalsid.enabled -}}
 {{ list (dict "podSelector" (dict "matchLabels" (dict "app.kubernetes.io/name" "evalsi-operator" "app.kubernetes.io/component" "evalsid"))) | toJson }}
 {{- else -}}
 {{ .Values.api.networkPeers | default list | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* apiEgress is the NetworkPolicy egress rule (YAML) through which a pod reaches evalsid, as the
+operator renders it for its pools (render/networkpolicy.go): the peers of evalsi.apiPeers when there
+are any; else, from api.url, the pods of a Service's namespace (<service>.<namespace>.svc, any
+port: a Service's port is not its pods'), an IP address on the URL's port, or any address outside
+private, shared, link-local and loopback ranges on the URL's port. */}}
+{{- define "evalsi.apiEgress" -}}
+{{- $peers := include "evalsi.apiPeers" . | fromJsonArray }}
+{{- $u := urlParse (include "evalsi.apiURL" .) }}
+{{- $host := regexReplaceAll ":[0-9]+$" $u.host "" | trimPrefix "[" | trimSuffix "]" }}
+{{- $port := (regexFind ":[0-9]+$" $u.host) | trimPrefix ":" | default (ternary "443" "80" (eq $u.scheme "https")) }}
+{{- $labels := splitList "." (trimSuffix "." $host) }}
+{{- if $peers }}
+to:
+  {{- toYaml $peers | nindent 2 }}
+{{- if .Values.referenceEvalsid.enabled }}
+ports:
+  - {port: {{ include "evalsi.evalsidPort" . }}, protocol: TCP}
+{{- end }}
+{{- else if regexMatch "^[0-9.]+$" $host }}
+to:
+  - ipBlock: {cidr: {{ $host }}/32}
+ports:
+  - {port: {{ $port }}, protocol: TCP}
+{{- else if contains ":" $host }}
+to:
+  - ipBlock: {cidr: "{{ $host }}/128"}
+ports:
+  - {port: {{ $port }}, protocol: TCP}
+{{- else if and (ge (len $labels) 3) (eq (index $labels 2) "svc") }}
+to:
+  - namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {{ index $labels 1 }}
+{{- else }}
+to:
+  - ipBlock:
+      cidr: 0.0.0.0/0
+      except: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, 169.254.0.0/16, 127.0.0.0/8]
+ports:
+  - {port: {{ $port }}, protocol: TCP}
 {{- end }}
 {{- end }}
