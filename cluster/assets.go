@@ -25,6 +25,7 @@ const (
 	HelmVersion       = "v3.22.0"
 	CosignVersion     = "v3.1.3"
 	ActionlintVersion = "v1.7.12"
+	CraneVersion      = "v0.22.1"
 )
 
 // Assets are the paths of the control-plane binaries and KWOK's stage files.
@@ -113,6 +114,37 @@ func Helm(ctx context.Context, progress io.Writer) (string, error) {
 // proxy into the cache on first use.
 func Cosign(ctx context.Context, progress io.Writer) (string, error) {
 	return installTool(ctx, progress, "cosign", "github.com/sigstore/cosign/v3/cmd/cosign", CosignVersion)
+}
+
+// Crane returns crane, whose `registry serve` is the loopback OCI registry the release's dry run
+// pushes the image to and signs it in, built into the cache on first use.
+func Crane(ctx context.Context, progress io.Writer) (string, error) {
+	return installTool(ctx, progress, "crane", "github.com/google/go-containerregistry/cmd/crane", CraneVersion)
+}
+
+// DebianTool returns the path of command, which the Debian packages pkgs provide (buildah, and
+// debootstrap with Debian's archive keys, for the release's daemonless image build), installing
+// them with apt-get when the command is missing: as root, or through sudo when it asks for no
+// password.
+func DebianTool(ctx context.Context, progress io.Writer, command string, pkgs ...string) (string, error) {
+	if p, err := exec.LookPath(command); err == nil {
+		return p, nil
+	}
+	pkg := strings.Join(pkgs, " ")
+	install := append([]string{"apt-get", "install", "-y", "-q", "--no-install-recommends"}, pkgs...)
+	update := []string{"apt-get", "update", "-q"}
+	if os.Geteuid() != 0 {
+		install, update = append([]string{"sudo", "-n"}, install...), append([]string{"sudo", "-n"}, update...)
+	}
+	fmt.Fprintf(progress, "installing the Debian packages %s for %s, first run only\n", pkg, command)
+	for _, args := range [][]string{update, install} {
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%s needs the Debian packages %s; %s: %v\n%s", command, pkg, strings.Join(args, " "), err, out)
+		}
+	}
+	return exec.LookPath(command)
 }
 
 // Actionlint returns the linter of the release workflow, built into the cache on first use.

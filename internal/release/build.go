@@ -1,13 +1,14 @@
 // Package release builds what a release publishes, the same way in the release workflow and in
-// `make release-dry-run`: the operator's binaries for each platform with an SBOM each, the three
-// charts packaged with the release's version and image digest, and release notes that name what
-// the tests ran on. Signing is cosign's (sign.go).
+// `make release-dry-run`: the operator's binaries for each platform with an SBOM each
+// (Binaries), the operator image built FROM a Debian slim base with those binaries copied in
+// (the Dockerfile; image.go builds it here without a daemon), and the three charts packaged with
+// the release's version and the image's repository and digest, with release notes that name what
+// the tests ran on (PackageCharts). Signing is cosign's (sign.go).
 package release
 
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,15 +23,22 @@ var Platforms = []string{"linux/amd64", "linux/arm64"}
 // Charts are the charts a release packages, by directory under chart/.
 var Charts = []string{"evalsi-crds", "evalsi", "evalsi-sandboxd"}
 
+// ImageName is the last element of the operator image's repository: what the release workflow
+// pushes (its IMAGE), what the charts' image.repository ends with, and what the dry run pushes.
+const ImageName = "evalsi-operator"
+
 // Options describe one release.
 type Options struct {
 	// Version is the release's version, vMAJOR.MINOR.PATCH[-pre].
 	Version string
 	// Commit is the revision built.
 	Commit string
-	// ImageDigest is the digest of the platform image the release built (sha256:...), written into
-	// the charts; empty when none was built (a dry run has no container engine).
-	ImageDigest string
+	// ImageRepository is where the operator image is pushed (ending in ImageName); ImageDigest the
+	// digest of the image the release built there (sha256:...). Charts writes both into the
+	// charts' image values, and only there: the pool image is another repository's.
+	ImageRepository, ImageDigest string
+	// ChartRepository is the OCI repository the charts are pushed to.
+	ChartRepository string
 	// Repo is the repository's root; Out the directory the artifacts are written to.
 	Repo, Out string
 	// Helm is the helm binary.
@@ -59,46 +67,71 @@ var (
 	digest = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
 )
 
-// Build writes the release's binaries, SBOMs, chart packages and notes into opts.Out and returns
-// the paths of what is signed: binaries and chart packages.
-func Build(ctx context.Context, opts Options) ([]string, error) {
+// check refuses options a release cannot be built from, before anything is written.
+func (opts Options) check() error {
 	if !semver.MatchString(opts.Version) {
-		return nil, fmt.Errorf("version %q is not vMAJOR.MINOR.PATCH", opts.Version)
+		return fmt.Errorf("version %q is not vMAJOR.MINOR.PATCH", opts.Version)
 	}
 	if opts.ImageDigest != "" && !digest.MatchString(opts.ImageDigest) {
-		return nil, fmt.Errorf("image digest %q is not sha256:<64 hex digits>", opts.ImageDigest)
+		return fmt.Errorf("image digest %q is not sha256:<64 hex digits>", opts.ImageDigest)
+	}
+	if opts.ImageDigest != "" && filepath.Base(opts.ImageRepository) != ImageName {
+		return fmt.Errorf("image repository %q: the operator image's repository ends in /%s", opts.ImageRepository, ImageName)
 	}
 	for _, p := range opts.Platforms {
 		if !slices.Contains(Platforms, p) {
-			return nil, fmt.Errorf("platform %q is not one of %s", p, strings.Join(Platforms, ", "))
+			return fmt.Errorf("platform %q is not one of %s", p, strings.Join(Platforms, ", "))
 		}
+	}
+	return nil
+}
+
+// Binaries cross-compiles the operator for each platform into opts.Out, as
+// evalsi-operator-<os>-<arch> (the names the Dockerfile copies) with an SPDX SBOM each, and
+// returns their paths.
+func Binaries(ctx context.Context, opts Options) ([]string, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, err
 	}
-	var signed []string
+	var bins []string
 	for _, p := range opts.platforms() {
 		bin, err := buildBinary(ctx, opts, p)
 		if err != nil {
 			return nil, err
 		}
-		if err := writeSBOM(bin, opts.Version); err != nil {
+		if err := writeBinarySBOM(bin, opts.Version); err != nil {
 			return nil, err
 		}
-		signed = append(signed, bin)
+		bins = append(bins, bin)
 	}
+	return bins, nil
+}
+
+// PackageCharts packages the charts into opts.Out with the release's version and the operator image's
+// repository and digest, writes the notes, and returns the packages' paths.
+func PackageCharts(ctx context.Context, opts Options) ([]string, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return nil, err
+	}
+	var pkgs []string
 	for _, c := range Charts {
 		pkg, err := packageChart(ctx, opts, c)
 		if err != nil {
 			return nil, err
 		}
-		signed = append(signed, pkg)
+		pkgs = append(pkgs, pkg)
 	}
 	notes, err := Notes(opts)
 	if err != nil {
 		return nil, err
 	}
-	return signed, os.WriteFile(filepath.Join(opts.Out, "RELEASE_NOTES.md"), []byte(notes), 0o644)
+	return pkgs, os.WriteFile(filepath.Join(opts.Out, "RELEASE_NOTES.md"), []byte(notes), 0o644)
 }
 
 // buildBinary cross-compiles the operator for platform ("os/arch").
@@ -115,8 +148,9 @@ func buildBinary(ctx context.Context, opts Options, platform string) (string, er
 	return out, nil
 }
 
-// packageChart copies a chart, sets its image digest, and packages it with the release's version
-// as both the chart's version and its appVersion (the image tag it defaults to).
+// packageChart copies a chart, pins its operator image (image.repository and image.digest) when
+// the release built one, and packages it with the release's version as both the chart's version
+// and its appVersion (the image tag it defaults to).
 func packageChart(ctx context.Context, opts Options, name string) (string, error) {
 	tmp, err := os.MkdirTemp("", "evalsi-chart-")
 	if err != nil {
@@ -132,15 +166,12 @@ func packageChart(ctx context.Context, opts Options, name string) (string, error
 	if err != nil {
 		return "", err
 	}
-	const unpinned = "\n  digest: \"\"\n"
-	if !strings.Contains(string(data), unpinned) {
-		return "", fmt.Errorf("chart %s: values.yaml has no image.digest to set", name)
+	pinned, err := pinImage(string(data), opts.ImageRepository, opts.ImageDigest)
+	if err != nil {
+		return "", fmt.Errorf("chart %s: %w", name, err)
 	}
-	if opts.ImageDigest != "" {
-		data = []byte(strings.Replace(string(data), unpinned, "\n  digest: \""+opts.ImageDigest+"\"\n", 1))
-		if err := os.WriteFile(values, data, fs.FileMode(0o644)); err != nil {
-			return "", err
-		}
+	if err := os.WriteFile(values, []byte(pinned), 0o644); err != nil {
+		return "", err
 	}
 	version := strings.TrimPrefix(opts.Version, "v")
 	cmd := exec.CommandContext(ctx, opts.Helm, "package", dst, "--version", version, "--app-version", version, "--destination", opts.Out)

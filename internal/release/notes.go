@@ -20,10 +20,6 @@ type Tested struct {
 	Keda string
 	// VLLMImage is the default image of CheckpointServers, whose arguments golden files check.
 	VLLMImage string
-	// ImageRepository is where the platform image is published.
-	ImageRepository string
-	// ChartRepository is the OCI repository the charts are pushed to.
-	ChartRepository string
 }
 
 // WhatTestsRun fills in t what the tests run: the version the tests' kube-apiserver reports (the
@@ -57,22 +53,24 @@ func Notes(opts Options) (string, error) {
 	}
 	version := strings.TrimPrefix(opts.Version, "v")
 	identity := opts.Identity + "/.github/workflows/release.yml@refs/tags/" + opts.Version
-	image := t.ImageRepository + ":" + opts.Version
-	digest := "not built by this run (no container engine): the release workflow builds, signs and pins it"
+	image := opts.ImageRepository + ":" + opts.Version
+	digest := "not built by this run: the release workflow builds, signs and pins it"
 	if opts.ImageDigest != "" {
-		image = t.ImageRepository + "@" + opts.ImageDigest
+		image = opts.ImageRepository + "@" + opts.ImageDigest
 		digest = "`" + opts.ImageDigest + "`"
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# evalsi-operator %s\n\n", opts.Version)
-	fmt.Fprintf(&b, "Revision `%s`. Platform image `%s:%s`, digest %s; for %s.\n\n", opts.Commit, t.ImageRepository, opts.Version, digest, strings.Join(opts.platforms(), " and "))
+	fmt.Fprintf(&b, "Revision `%s`. Operator image `%s:%s`, digest %s; for %s. The charts run it by that\n"+
+		"digest; pools run the platform image (`poolImage`), which the platform repository builds FROM it.\n\n",
+		opts.Commit, opts.ImageRepository, opts.Version, digest, strings.Join(opts.platforms(), " and "))
 	b.WriteString("## What the tests ran on\n\n")
 	fmt.Fprintf(&b, "- Kubernetes %s: the control plane every test ran against. It is the one supported minor; the\n  charts refuse to install on any other, and the operator refuses to reconcile on one.\n", t.Kubernetes)
 	fmt.Fprintf(&b, "- KEDA %s: its operator and admission webhooks, scaling a pool from zero and back.\n", t.Keda)
 	fmt.Fprintf(&b, "- vLLM: CheckpointServers default to `%s`; the arguments rendered for it are checked by\n  golden files, not run.\n\n", t.VLLMImage)
 	b.WriteString("## Artifacts\n\n")
 	for _, c := range Charts {
-		fmt.Fprintf(&b, "- Chart `%s-%s.tgz` (`oci://%s/%s`, version %s, appVersion %s)\n", c, version, t.ChartRepository, c, version, version)
+		fmt.Fprintf(&b, "- Chart `%s-%s.tgz` (`oci://%s/%s`, version %s, appVersion %s)\n", c, version, opts.ChartRepository, c, version, version)
 	}
 	for _, p := range opts.platforms() {
 		bin := "evalsi-operator-" + strings.ReplaceAll(p, "/", "-")
@@ -82,7 +80,7 @@ func Notes(opts Options) (string, error) {
 	b.WriteString("Every artifact is signed keylessly by the release workflow; verify the signer before you install:\n\n```sh\n")
 	fmt.Fprintf(&b, "cosign verify %s \\\n  --certificate-identity %s \\\n  --certificate-oidc-issuer %s\n", image, identity, OIDCIssuer)
 	for _, c := range Charts {
-		fmt.Fprintf(&b, "cosign verify %s/%s:%s \\\n  --certificate-identity %s \\\n  --certificate-oidc-issuer %s\n", t.ChartRepository, c, version, identity, OIDCIssuer)
+		fmt.Fprintf(&b, "cosign verify %s/%s:%s \\\n  --certificate-identity %s \\\n  --certificate-oidc-issuer %s\n", opts.ChartRepository, c, version, identity, OIDCIssuer)
 	}
 	bin := "evalsi-operator-linux-amd64"
 	fmt.Fprintf(&b, "cosign verify-blob %s --bundle %s.bundle \\\n  --certificate-identity %s \\\n  --certificate-oidc-issuer %s\n", bin, filepath.Base(bin), identity, OIDCIssuer)
