@@ -134,6 +134,38 @@ func (c *Cluster) Stop() {
 	}
 }
 
+// StopAPIServer kills kube-apiserver, as an outage does: clients' connections are refused until
+// StartAPIServer. Everything else keeps running.
+func (c *Cluster) StopAPIServer() {
+	if p := c.process("kube-apiserver"); p != nil {
+		p.stop(0)
+	}
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, with the same port and
+// arguments, and returns once it is ready.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	for i, p := range c.procs {
+		if p.name != "kube-apiserver" {
+			continue
+		}
+		if !p.exited() {
+			return nil
+		}
+		n, err := p.restart()
+		if err != nil {
+			return err
+		}
+		c.procs[i] = n
+		hc, err := rest.HTTPClientFor(c.Config)
+		if err != nil {
+			return err
+		}
+		return n.poll(ctx, 100*time.Millisecond, httpOK(hc, c.Config.Host+"/readyz"))
+	}
+	return fmt.Errorf("no kube-apiserver to start")
+}
+
 // ServiceAccountSigningKey is the path of the key the API server signs service-account tokens
 // with (PEM), for tests that forge tokens the cluster could have issued.
 func (c *Cluster) ServiceAccountSigningKey() string { return c.pki.SAKey }

@@ -17,6 +17,9 @@ type process struct {
 	log  string
 	done chan struct{}
 	err  error
+	// dir, bin, env and args start it again (restart).
+	dir, bin  string
+	env, args []string
 }
 
 // startProcess starts bin with args and env added to this process's environment, writing its
@@ -38,13 +41,28 @@ func startProcess(dir, name, bin string, env []string, args ...string) (*process
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{}), dir: dir, bin: bin, env: env, args: args}
 	go func() {
 		p.err = cmd.Wait()
 		f.Close()
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// restart starts the process again as it was started, with its log appended to.
+func (p *process) restart() (*process, error) {
+	old, _ := os.ReadFile(p.log)
+	n, err := startProcess(p.dir, p.name, p.bin, p.env, p.args...)
+	if err != nil {
+		return nil, err
+	}
+	// The new process writes to a new file at the same path; keep the old lines before them.
+	if f, err := os.OpenFile(p.log+".previous", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		f.Write(old)
+		f.Close()
+	}
+	return n, nil
 }
 
 // exited reports whether the process has ended.

@@ -23,7 +23,7 @@ import (
 
 // childListWatch lists and watches the children of resource gvr in namespace ("" for all) that
 // match selector, over rc (a REST client of dynamic.ConfigFor's JSON config).
-func childListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector string) cache.ListerWatcher {
+func childListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector string) *cache.ListWatch {
 	request := func(options metav1.ListOptions) *rest.Request {
 		options.LabelSelector = selector
 		return rc.Get().AbsPath(resourcePath(gvr, namespace)).VersionedParams(&options, metav1.ParameterCodec)

@@ -183,6 +183,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	start := time.Now()
 	outcome, err := c.reconcileKey(ctx, key)
 	c.e.waiters.note(c.queue, key, err)
+	c.e.apiWaiters.note(c.queue, key, err)
 	result := "success"
 	switch {
 	case err == nil:

@@ -16,13 +16,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
@@ -58,8 +55,10 @@ type Engine struct {
 	// it does); lastVersionWhy is the version verdict last logged (Run's goroutine only).
 	refusal        atomic.Value
 	lastVersionWhy string
-	// waiters are the objects waiting for an external API to come back.
-	waiters waiters
+	// waiters are the objects waiting for an external API to come back; apiWaiters those waiting
+	// for the API server, which gate finds back.
+	waiters, apiWaiters waiters
+	gate                *apiGate
 	// validated remembers the spec checks already passed (Kind.Validate), by object.
 	validated validations
 }
@@ -108,7 +107,8 @@ func New(cfg Config) (*Engine, error) {
 	}
 	return &Engine{
 		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log,
-		waiters:     waiters{requeued: m.requeuedOnAnswer},
+		waiters:     waiters{away: IsAway, requeued: m.requeuedOnAnswer},
+		apiWaiters:  waiters{away: unreachable, requeued: m.requeuedOnAPIServer},
 		served:      map[schema.GroupVersionResource]bool{},
 		kinds:       map[schema.GroupVersionKind]schema.GroupVersionResource{},
 		informers:   map[informerKey]*informer{},
@@ -155,20 +155,23 @@ func (e *Engine) Synced() bool {
 // object waiting on it goes back on its queue now (waiters.go).
 func (e *Engine) ExternalAnswered() { e.waiters.answered() }
 
-// eventKeys bounds each of the event recorder's three caches (similar events aggregated, repeats
-// counted, spam filtered per object), which keep a key and a record per distinct event: at
-// client-go's 4,096 they grew with every pool that had an event (a heap profile held about 1.5 MB
-// more of them at 2,000 pools than at 500). A repeat of an event pushed out by over a thousand
-// newer ones is recorded as a new Event instead of counted.
-const eventKeys = 1024
+// apiServerBack is the gate's news that the API server answers again: the objects whose
+// reconcile failed while it was gone go back on their queues now, not after their backoff.
+func (e *Engine) apiServerBack() {
+	e.log.Info("the API server answers again; reconciling what waited on it")
+	e.apiWaiters.answered()
+}
+
 
 // Run starts the controllers whose resources are served and keeps looking for resources that
 // appear later, until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventKeys}))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.kube.CoreV1().Events(e.cfg.Namespace)})
-	defer broadcaster.Shutdown()
-	e.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+	var stopEvents func()
+	e.recorder, stopEvents = newEventRecorder(ctx, e.kube, e.cfg.Namespace)
+	defer stopEvents()
+	e.gate = &apiGate{ctx: ctx, back: e.apiServerBack, probe: func(ctx context.Context) error {
+		return e.rest.Get().AbsPath("/readyz").Do(ctx).Error()
+	}}
 	if t := e.cfg.Tenancy; t != nil {
 		t.OnChange(e.enqueueNamespace)
 	}

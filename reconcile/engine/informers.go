@@ -7,7 +7,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
 	"evals.si/operator/evalsi"
@@ -76,12 +78,13 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	var inf cache.SharedIndexInformer
 	if child {
 		lw := childListWatch(e.rest, gvr, namespace, evalsi.LabelManagedBy+"="+evalsi.ManagedBy)
-		inf = cache.NewSharedIndexInformerWithOptions(lw, &Child{}, cache.SharedIndexInformerOptions{
+		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &Child{}, cache.SharedIndexInformerOptions{
 			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{ownerIndex: indexByOwner}, ObjectDescription: gvr.String(),
 		})
 	} else {
-		indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-		inf = dynamicinformer.NewFilteredDynamicInformer(e.client, gvr, namespace, e.cfg.Resync, indexers, nil).Informer()
+		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(ownerListWatch(e.client, gvr, namespace)), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
+			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, ObjectDescription: gvr.String(),
+		})
 		inf.SetTransform(ownerTransform)
 	}
 	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
@@ -212,6 +215,20 @@ func indexByOwner(obj any) ([]string, error) {
 // nothing it lacks can reach the API server. Children are decoded into a Child
 // (childListWatch). Owners are handed to render and their status is written from them, so they
 // keep everything but managedFields and kubectl's copy of the last applied object (cachedOwner).
+
+// ownerListWatch lists and watches the objects of a kind's resource gvr in namespace ("" for all)
+// with the dynamic client, as a dynamic informer does.
+func ownerListWatch(client dynamic.Interface, gvr schema.GroupVersionResource, namespace string) *cache.ListWatch {
+	res := client.Resource(gvr).Namespace(namespace)
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			return res.List(ctx, options)
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			return res.Watch(ctx, options)
+		},
+	}
+}
 
 // ownerTransform is the owner informers' transform (cachedOwner).
 func ownerTransform(obj any) (any, error) {

@@ -28,6 +28,9 @@ type Metrics struct {
 	// requeuedOnAnswer counts the objects put back on their queue at once because the external
 	// API answered again after they had waited on it (waiters.go).
 	requeuedOnAnswer prometheus.Counter
+	// requeuedOnAPIServer counts the objects put back on their queue at once because the API
+	// server answered again after they had failed on its absence (apigate.go).
+	requeuedOnAPIServer prometheus.Counter
 }
 
 // NewMetrics returns the engine's metrics, registered with the Go and process collectors.
@@ -60,8 +63,12 @@ func NewMetrics() *Metrics {
 		Name: "evalsi_external_requeued_on_answer_total",
 		Help: "Objects that had waited on evalsid, put back on their queue at once when it answered again.",
 	})
+	m.requeuedOnAPIServer = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "evalsi_kube_requeued_on_return_total",
+		Help: "Objects whose reconcile failed while the API server could not be reached, put back on their queue at once when it answered again.",
+	})
 	m.queues = newQueueMetrics(m.Registry)
-	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls, m.server, m.requeuedOnAnswer,
+	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -8,14 +8,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// waiters are the objects whose last reconcile failed because an external API (evalsid) was away
-// (Away). Their per-object backoff grows while it is down, so that after a long outage they would
+// waiters are the objects whose last reconcile failed because an API was away: evalsid (Away),
+// or the API server itself (unreachable, apigate.go). Their per-object backoff grows while it is down, so that after a long outage they would
 // come back one by one over as long again. Instead, the first call the API answers
 // (ExternalAnswered) puts every waiting object back on its queue at once (the client's rate limit
 // spreads them), and while objects wait one of them is retried every canaryInterval, so that a
 // recovery is noticed within that interval even when every backoff is long. Level triggered
 // still: a missed recovery only leaves the objects to their own backoff.
 type waiters struct {
+	// away says whether a reconcile's error was the API's absence.
+	away func(error) bool
 	mu   sync.Mutex
 	keys map[queue]map[string]bool
 	// requeued counts the objects answered puts back.
@@ -51,7 +53,7 @@ type queue interface {
 func (w *waiters) note(q queue, key string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if IsAway(err) {
+	if w.away(err) {
 		if w.keys == nil {
 			w.keys = map[queue]map[string]bool{}
 		}

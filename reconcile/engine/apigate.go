@@ -1,0 +1,107 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// apiGate holds the informers' lists and watches while the API server cannot be reached, instead
+// of failing them, and tells the engine the moment it answers again.
+//
+// A reflector backs off on every failed list or watch, doubling up to 30 s (jittered up to 60),
+// and forgets only after two minutes without a failure; after five 15 s outages in a row its next
+// try came up to half a minute after the server was back, and a deleted child waited that long to
+// be made again. Held calls never fail, so no reflector backs off; one probe of the server every
+// gateProbeInterval finds its return, and every held call goes at once. Only an unreachable server
+// is held (refused, reset, cut off): an answer, even an error, is the reflector's to handle.
+type apiGate struct {
+	// probe asks the server anything; it fails with an unreachable error while the server is gone.
+	probe func(ctx context.Context) error
+	// back is called each time the server answers again after being unreachable.
+	back func()
+	// ctx ends the probing with the engine.
+	ctx context.Context
+
+	mu sync.Mutex
+	// down is open while the server is unreachable and closed when it answers.
+	down chan struct{}
+}
+
+// gateProbeInterval is how often the gate asks an unreachable API server whether it is back.
+const gateProbeInterval = 250 * time.Millisecond
+
+// unreachable reports whether err says the API server could not be reached at all: the
+// connection refused, reset or cut off, as when its process is gone.
+func unreachable(err error) bool {
+	return err != nil && (utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err))
+}
+
+// wait returns once the API server answers again, or with ctx's error.
+func (g *apiGate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	if g.down == nil {
+		g.down = make(chan struct{})
+		go g.probeUntilBack(g.down)
+	}
+	down := g.down
+	g.mu.Unlock()
+	select {
+	case <-down:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// probeUntilBack probes the server until it answers (or the engine stops), then opens the gate.
+func (g *apiGate) probeUntilBack(down chan struct{}) {
+	t := time.NewTicker(gateProbeInterval)
+	defer t.Stop()
+	for answered := false; !answered; {
+		select {
+		case <-g.ctx.Done():
+			answered = true
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(g.ctx, 2*time.Second)
+			answered = !unreachable(g.probe(ctx))
+			cancel()
+		}
+	}
+	g.mu.Lock()
+	g.down = nil
+	g.mu.Unlock()
+	close(down)
+	if g.ctx.Err() == nil {
+		g.back()
+	}
+}
+
+// listWatch returns lw with its lists and watches held by the gate while the server is
+// unreachable.
+func (g *apiGate) listWatch(lw cache.ListerWatcherWithContext) cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			for {
+				obj, err := lw.ListWithContext(ctx, options)
+				if !unreachable(err) || g.wait(ctx) != nil {
+					return obj, err
+				}
+			}
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			for {
+				w, err := lw.WatchWithContext(ctx, options)
+				if !unreachable(err) || g.wait(ctx) != nil {
+					return w, err
+				}
+			}
+		},
+	}
+}

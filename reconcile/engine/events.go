@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"context"
+	"hash/fnv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// eventLines is how many broadcasters write the engine's Events side by side. A broadcaster
+// writes its Events one at a time, each a request that waits for the API server; while a
+// converge kept the server busy, the Ready Events of 500 pools waited in that one line, about
+// 195 of them for up to a minute after the status they report. Every Event of an object goes
+// through the same line, whose correlator aggregates and counts its repeats as one did.
+const eventLines = 8
+
+// eventKeys bounds each of a line's three caches (similar events aggregated, repeats counted,
+// spam filtered per object), which keep a key and a record per distinct event: at client-go's
+// 4,096 they grew with every pool that had an event (a heap profile held about 1.5 MB more of
+// them at 2,000 pools than at 500). A repeat of an event pushed out by over a thousand newer
+// ones of its line is recorded as a new Event instead of counted.
+const eventKeys = 1024 / eventLines * 2
+
+// lineRecorder records each object's Events through the line its UID hashes to.
+type lineRecorder []record.EventRecorder
+
+// newEventRecorder starts eventLines broadcasters writing to namespace's Events ("" for each
+// object's own) until ctx ends, and returns their recorder and a function that flushes and stops
+// them.
+func newEventRecorder(ctx context.Context, kube kubernetes.Interface, namespace string) (record.EventRecorder, func()) {
+	lines := make(lineRecorder, eventLines)
+	var broadcasters []record.EventBroadcaster
+	for i := range lines {
+		b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventKeys}))
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events(namespace)})
+		lines[i] = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+		broadcasters = append(broadcasters, b)
+	}
+	return lines, func() {
+		for _, b := range broadcasters {
+			b.Shutdown()
+		}
+	}
+}
+
+// of returns the recorder of obj's line.
+func (l lineRecorder) of(obj runtime.Object) record.EventRecorder {
+	o, err := meta.Accessor(obj)
+	if err != nil {
+		return l[0]
+	}
+	h := fnv.New32a()
+	h.Write([]byte(o.GetUID()))
+	return l[h.Sum32()%uint32(len(l))]
+}
+
+// Event records an Event about obj.
+func (l lineRecorder) Event(obj runtime.Object, eventtype, reason, message string) {
+	l.of(obj).Event(obj, eventtype, reason, message)
+}
+
+// Eventf records an Event about obj with a formatted message.
+func (l lineRecorder) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any) {
+	l.of(obj).Eventf(obj, eventtype, reason, messageFmt, args...)
+}
+
+// AnnotatedEventf records an annotated Event about obj with a formatted message.
+func (l lineRecorder) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any) {
+	l.of(obj).AnnotatedEventf(obj, annotations, eventtype, reason, messageFmt, args...)
+}
