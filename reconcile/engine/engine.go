@@ -162,7 +162,6 @@ func (e *Engine) apiServerBack() {
 	e.apiWaiters.answered()
 }
 
-
 // Run starts the controllers whose resources are served and keeps looking for resources that
 // appear later, until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
