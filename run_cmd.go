@@ -39,6 +39,7 @@ func runCommand() *cli.Command {
 		&cli.DurationFlag{Name: "api-timeout", Value: 10 * time.Second, Usage: "deadline of each call to evalsid"},
 		&cli.BoolFlag{Name: "require-supported-minor", Value: true, Usage: "refuse to reconcile on a Kubernetes minor other than " + evalsi.KubernetesMinor + " (false: reconcile anyway, with a warning; unsupported)"},
 		&cli.DurationFlag{Name: "run-poll-interval", Value: 10 * time.Second, Usage: "how often a running EvalRun's run is read (with ±20% jitter)"},
+		&cli.DurationFlag{Name: "evalrun-ttl", Usage: "how long a finished EvalRun stays before it is deleted (its run and results stay on evalsid); an EvalRun's evals.si/ttl-after-finished annotation overrides it; 0 keeps them"},
 	}
 	return &cli.Command{
 		Name:  "run",
@@ -84,6 +85,7 @@ func runCommand() *cli.Command {
 						CallTimeout: c.Duration("api-timeout"),
 					},
 					RunPollInterval:       c.Duration("run-poll-interval"),
+					EvalRunTTL:            c.Duration("evalrun-ttl"),
 					AllowUnsupportedMinor: !c.Bool("require-supported-minor"),
 					Log:                   log,
 				},

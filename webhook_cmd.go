@@ -36,6 +36,8 @@ func webhookCommand() *cli.Command {
 			&cli.DurationFlag{Name: "dry-run-timeout", Value: 2 * time.Second, Usage: "bound of the dry runs of one request; past it the object is admitted with a warning"},
 			&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API (dry runs: two or three per admitted workload object)"},
 			&cli.IntFlag{Name: "kube-api-burst", Value: 400, Usage: "burst of requests to the Kubernetes API"},
+			&cli.IntFlag{Name: "max-in-flight", Usage: "admission reviews served at once (0: four per CPU); past them a review waits at most half its timeout and is then refused with 429 (evalsi_webhook_shed_total)"},
+			&cli.IntFlag{Name: "max-connections", Usage: "connections served at once (0: 32 per CPU); past them a new connection waits in the kernel's backlog instead of costing a TLS handshake"},
 		}, append(command.RenderFlags, command.LogFlags...)...),
 		Action: func(c *cli.Context) error {
 			log, err := command.NewLogger(c, os.Stderr)
@@ -46,7 +48,7 @@ func webhookCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			cfg := webhook.Config{Listener: l, CertDir: c.String("cert-dir"), Log: log, CheckInterval: c.Duration("check-interval")}
+			cfg := webhook.Config{Listener: l, CertDir: c.String("cert-dir"), Log: log, CheckInterval: c.Duration("check-interval"), MaxInFlight: c.Int("max-in-flight"), MaxConnections: c.Int("max-connections")}
 			if addr := c.String("health-probe-bind-address"); addr != "" && addr != "0" {
 				if cfg.Health, err = net.Listen("tcp", addr); err != nil {
 					return err

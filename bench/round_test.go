@@ -29,13 +29,18 @@ type roundResult struct {
 	// the writes from its start until a few seconds after that
 	restart       time.Duration
 	writesRestart writeCount
+	// eventLag is the longest time from an Evaluator's Ready status to the Event that reports it
+	// being written (whole seconds, as both are stamped); lateEvents how many took over 5 s, and
+	// noEvents how many Evaluators had none by the end of the idle window.
+	eventLag             time.Duration
+	lateEvents, noEvents int
 }
 
 func (r roundResult) String() string {
-	return fmt.Sprintf("created %.2fs, converged %.2fs (CPU %.2fs, writes %d: %s), Ready %.2fs (writes %d, reconciles %.0f), idle writes %d, peak RSS %.0f MiB, live heap %.1f MiB, restart %.2fs (writes %d)",
+	return fmt.Sprintf("created %.2fs, converged %.2fs (CPU %.2fs, writes %d: %s), Ready %.2fs (writes %d, reconciles %.0f), idle writes %d, peak RSS %.0f MiB, live heap %.1f MiB, restart %.2fs (writes %d), Ready Events: latest %.0fs after the status, %d over 5s, %d missing",
 		r.created.Seconds(), r.converge.Seconds(), r.cpuConverge.Seconds(), r.writesConverge.total(), r.writesConverge, r.ready.Seconds(),
 		r.writesReady.total(), r.reconciles, r.writesIdle.total(), r.peakRSS/(1<<20), r.liveHeap/(1<<20),
-		r.restart.Seconds(), r.writesRestart.total())
+		r.restart.Seconds(), r.writesRestart.total(), r.eventLag.Seconds(), r.lateEvents, r.noEvents)
 }
 
 // runRound runs contender c against n new Evaluators in a new namespace: create them all at once,
@@ -92,6 +97,9 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 	if res.writesIdle, err = writes(idleFrom, idleTo); err != nil {
 		b.Fatal(err)
 	}
+	if res.eventLag, res.lateEvents, res.noEvents, err = readyEventLags(ctx, ns); err != nil {
+		b.Fatal(err)
+	}
 
 	// Restart: a new process over converged objects.
 	p.stop()
@@ -107,6 +115,49 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 		b.Fatal(err)
 	}
 	return res, ns
+}
+
+// readyEventLags compares each Evaluator's Ready condition with the Event that reports it (same
+// reason): the longest time from the condition's transition to the Event's creation by the API
+// server, how many took over 5 s, and how many Evaluators have no such Event.
+func readyEventLags(ctx context.Context, ns string) (longest time.Duration, late, missing int, err error) {
+	evs, err := env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	events, err := env.Clientset().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Evaluator"})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	written := map[string]time.Time{}
+	for _, e := range events.Items {
+		k := e.InvolvedObject.Name + "/" + e.Reason
+		if t, ok := written[k]; !ok || e.CreationTimestamp.Time.Before(t) {
+			written[k] = e.CreationTimestamp.Time
+		}
+	}
+	for _, ev := range evs.Items {
+		conds, _, _ := unstructured.NestedSlice(ev.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] != evalsi.ConditionReady {
+				continue
+			}
+			reason, _ := m["reason"].(string)
+			since, _ := time.Parse(time.RFC3339, fmt.Sprint(m["lastTransitionTime"]))
+			at, ok := written[ev.GetName()+"/"+reason]
+			if !ok {
+				missing++
+				continue
+			}
+			lag := at.Sub(since)
+			longest = max(longest, lag)
+			if lag > 5*time.Second {
+				late++
+			}
+		}
+	}
+	return longest, late, missing, nil
 }
 
 // wait polls done every 50 ms until it holds; the round fails after 10 minutes or when the

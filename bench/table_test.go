@@ -26,6 +26,8 @@ var figures = []figure{
 	{"writes in the idle window", "%.0f", func(r roundResult, _ int) float64 { return float64(r.writesIdle.total()) }},
 	{"restart: until every Evaluator was reconciled, s", "%.2f", func(r roundResult, _ int) float64 { return r.restart.Seconds() }},
 	{"restart: writes", "%.0f", func(r roundResult, _ int) float64 { return float64(r.writesRestart.total()) }},
+	{"Ready Events written over 5 s after the status", "%.0f", func(r roundResult, _ int) float64 { return float64(r.lateEvents) }},
+	{"latest Ready Event after its status, s", "%.0f", func(r roundResult, _ int) float64 { return r.eventLag.Seconds() }},
 	// The creators share the control plane with the contender: no contender converges before this.
 	{"time until the last create returned, s", "%.2f", func(r roundResult, _ int) float64 { return r.created.Seconds() }},
 }

@@ -6,7 +6,9 @@
 package evalsi
 
 import (
+	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -148,7 +150,26 @@ const (
 	// AnnotationCreatedBy holds the authenticated user who created an evals.si object, written by
 	// admission; the operator forwards it to evalsid as the creator.
 	AnnotationCreatedBy = Group + "/created-by"
+	// AnnotationTTLAfterFinished is how long an EvalRun stays after its run ended (a Go duration
+	// such as 168h, or "never"), overriding the operator's --evalrun-ttl. The run and its
+	// results stay on evalsid. An annotation, not a spec field: the spec is the API message.
+	AnnotationTTLAfterFinished = Group + "/ttl-after-finished"
 )
+
+// TTLNever is the AnnotationTTLAfterFinished value that keeps a finished EvalRun.
+const TTLNever = "never"
+
+// ParseTTL reads an AnnotationTTLAfterFinished value: the duration, or keep (never).
+func ParseTTL(v string) (ttl time.Duration, keep bool, err error) {
+	if v == TTLNever {
+		return 0, true, nil
+	}
+	ttl, err = time.ParseDuration(v)
+	if err != nil || ttl < 0 {
+		return 0, false, fmt.Errorf("%q is neither a duration of at least 0 (such as 168h) nor %q", v, TTLNever)
+	}
+	return ttl, false, nil
+}
 
 // Finalizers: each holds an object until the server has let go of what the operator made for it.
 const (
@@ -183,6 +204,7 @@ const (
 	ReasonServing                  = "Serving"
 	ReasonWaitingForTarget         = "WaitingForTarget"
 	ReasonRunNotFound              = "RunNotFound"
+	ReasonExpired                  = "Expired"
 	ReasonApplied                  = "Applied"
 	ReasonConflict                 = "Conflict"
 	ReasonAPIUnavailable           = "APIUnavailable"

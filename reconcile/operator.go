@@ -46,6 +46,8 @@ type Config struct {
 	API apiclient.Options
 	// RunPollInterval is how often a running EvalRun's run is read (with jitter).
 	RunPollInterval time.Duration
+	// EvalRunTTL is how long a finished EvalRun stays (0 keeps it; runs/ttl.go).
+	EvalRunTTL time.Duration
 	// Log is the operator's logger.
 	Log *slog.Logger
 	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor
@@ -70,7 +72,7 @@ func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces) []
 		workloads.Evaluators(w),
 		workloads.SandboxClasses(w),
 		workloads.CheckpointServers(w),
-		runs.Kind(api, runs.Options{PollInterval: cfg.RunPollInterval, ClassRefusal: w.ClassRefusal}),
+		runs.Kind(api, runs.Options{PollInterval: cfg.RunPollInterval, TTL: cfg.EvalRunTTL, ClassRefusal: w.ClassRefusal}),
 		monitors.Policies(api),
 		monitors.TraceSources(api),
 	}

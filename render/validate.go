@@ -80,4 +80,12 @@ func checkMetadata(obj *unstructured.Unstructured, ps *problems) {
 	if err := apivalidation.ValidateAnnotationsSize(annotations); err != nil {
 		ps.add("/metadata/annotations", "%s", err.Error())
 	}
+	if v, ok := annotations[evalsi.AnnotationTTLAfterFinished]; ok {
+		at := pointer("/metadata/annotations").at(evalsi.AnnotationTTLAfterFinished)
+		if obj.GetKind() != "EvalRun" {
+			ps.add(at, "only an EvalRun expires after it finished")
+		} else if _, _, err := evalsi.ParseTTL(v); err != nil {
+			ps.add(at, "%s", err.Error())
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 
 	"evals.si/operator/internal/pki"
@@ -19,7 +20,8 @@ import (
 
 // Config configures the webhook server.
 type Config struct {
-	// Listener is where admission is served (TLS); Health, when set, serves /healthz and /readyz.
+	// Listener is where admission is served (TLS); Health, when set, serves /healthz, /readyz and
+	// /metrics.
 	Listener, Health net.Listener
 	// CertDir holds tls.crt and tls.key (cert-manager); used unless SelfSigned is set.
 	CertDir    string
@@ -35,7 +37,10 @@ type Config struct {
 	Limits render.Limits
 	// DryRun, when set, dry-runs the children of workload objects at admission.
 	DryRun *DryRun
-	Log    *slog.Logger
+	// MaxInFlight bounds the reviews served at once, and MaxConnections the connections
+	// (shed.go); four and 32 per CPU when zero.
+	MaxInFlight, MaxConnections int
+	Log                         *slog.Logger
 }
 
 // Paths of the two webhooks.
@@ -71,18 +76,16 @@ func Run(ctx context.Context, cfg Config) error {
 		v.Access = &Access{Kube: cfg.Kube}
 		bindingsSynced = v.Namespaces.HasSynced
 	}
-	mux := http.NewServeMux()
-	mux.Handle(ValidatePath, handler(Validator(v)))
-	mux.Handle(MutatePath, handler(Mutate))
+	metrics := NewMetrics()
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           Admission(v, cfg.MaxInFlight, metrics),
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
 		// A non-nil, empty map turns HTTP/2 off.
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.ServeTLS(cfg.Listener, "", "") }()
+	go func() { errc <- srv.ServeTLS(limitConnections(cfg.Listener, cfg.MaxConnections), "", "") }()
 	if cfg.Health != nil {
 		health := http.NewServeMux()
 		health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -97,6 +100,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			fmt.Fprintln(w, "ok")
 		})
+		health.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
 		hs := &http.Server{Handler: health, ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- hs.Serve(cfg.Health) }()
 		defer hs.Close()
@@ -113,6 +117,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
+}
+
+// Admission is the webhooks' handler: validation (v) and the creator's mutation, within one
+// shedder's bounds of maxInFlight reviews at once (shed.go), counted in m.
+func Admission(v Validation, maxInFlight int, m *Metrics) http.Handler {
+	shed := newShedder(maxInFlight, m)
+	mux := http.NewServeMux()
+	mux.Handle(ValidatePath, shed.wrap(handler(Validator(v))))
+	mux.Handle(MutatePath, shed.wrap(handler(Mutate)))
+	return mux
 }
 
 // keepCertificates syncs self-signed certificates until ctx ends: every interval once a sync

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -107,6 +108,18 @@ func (c *Controller) Lookup(ctx context.Context, gvr schema.GroupVersionResource
 		return obj, nil
 	}
 	return c.e.client.Resource(gvr).Namespace(namespace).Get(ctx, name, metaGet)
+}
+
+// DeleteObject deletes obj, an object of the controller's kind, if it is still the same object
+// (its UID): one deleted already, or replaced by another of its name, is left alone.
+func (c *Controller) DeleteObject(ctx context.Context, obj *unstructured.Unstructured) error {
+	uid := obj.GetUID()
+	err := c.e.client.Resource(c.kind.Resource).Namespace(obj.GetNamespace()).Delete(ctx, obj.GetName(),
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 
 // childNamespace is where the kind's children live, as informers watch them: the kind's

@@ -27,6 +27,9 @@ import (
 type Options struct {
 	// PollInterval is how often the running runs are read (with jitter); 10s when zero.
 	PollInterval time.Duration
+	// TTL is how long a finished EvalRun stays before it is deleted, unless its
+	// evals.si/ttl-after-finished annotation says otherwise; 0 keeps it (ttl.go).
+	TTL time.Duration
 	// ClassRefusal returns the Ready condition of an object in namespace that may not use the
 	// SandboxClass class, or nil when it may (the workload kinds' check).
 	ClassRefusal func(ctx context.Context, c *engine.Controller, namespace, class string) *engine.Condition
@@ -74,7 +77,7 @@ func (er *evalRuns) Observe(ctx context.Context, r *engine.Request) (engine.Obse
 	phase, _, _ := unstructured.NestedString(r.Object.Object, "status", "phase")
 	switch {
 	case evalsi.TerminalPhase(phase):
-		return engine.Observation{Exists: true, UpToDate: true}, nil
+		return er.finished(ctx, r)
 	case runID == "":
 		return engine.Observation{}, nil
 	}
@@ -89,11 +92,12 @@ func (er *evalRuns) Observe(ctx context.Context, r *engine.Request) (engine.Obse
 		}
 		run = resp.Msg.Run
 	}
-	return er.observed(run), nil
+	return er.observed(r.Object, run), nil
 }
 
-// observed is the Observation of run: its status, and a look again while it runs.
-func (er *evalRuns) observed(run *v1.Run) engine.Observation {
+// observed is the Observation of obj's run: its status, and a look again while it runs, or when
+// it expires once it ended.
+func (er *evalRuns) observed(obj *unstructured.Unstructured, run *v1.Run) engine.Observation {
 	st := runStatus(run)
 	obs := engine.Observation{Exists: true, UpToDate: true, Status: st}
 	if !evalsi.TerminalPhase(st.Fields["phase"].(string)) {
@@ -101,6 +105,13 @@ func (er *evalRuns) observed(run *v1.Run) engine.Observation {
 		// and queues the EvalRuns whose run changed; this requeue is the fallback when it could
 		// not.
 		obs.RequeueAfter = er.fallback()
+		return obs
+	}
+	completed, _ := st.Fields["completedAt"].(string)
+	if at, keep := er.expiry(obj, completed); !keep {
+		st.Fields["expiresAt"] = at.UTC().Format(time.RFC3339)
+		// Expiry is a time, not an event: look again then.
+		obs.RequeueAfter = max(time.Until(at), time.Second)
 	}
 	return obs
 }
@@ -135,7 +146,7 @@ func (er *evalRuns) Create(ctx context.Context, r *engine.Request) (engine.Obser
 	}
 	run := resp.Msg.Run
 	r.Controller.Eventf(obj, corev1.EventTypeNormal, "Created", "created run %s in project %s", run.Id, r.Project)
-	return er.observed(run), nil
+	return er.observed(obj, run), nil
 }
 
 // Update has nothing to do: an EvalRun's spec is immutable, and its run is never changed.

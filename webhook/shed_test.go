@@ -1,0 +1,50 @@
+package webhook
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestShedderRefusesWhatCannotStartInTime holds the one slot of a shedder with a review that does
+// not end, then sends another with the API server's ?timeout=: it waits half of that for the
+// slot, and is refused with 429 and Retry-After, counted; once the slot is free, a review is served.
+func TestShedderRefusesWhatCannotStartInTime(t *testing.T) {
+	m := NewMetrics()
+	release, started := make(chan struct{}), make(chan struct{}, 1)
+	s := newShedder(1, m)
+	h := s.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("hold") != "" {
+			started <- struct{}{}
+			<-release
+		}
+	}))
+	holder := httptest.NewRecorder()
+	go h.ServeHTTP(holder, httptest.NewRequest(http.MethodPost, "/validate?hold=1", nil))
+	<-started
+
+	start := time.Now()
+	shed := httptest.NewRecorder()
+	h.ServeHTTP(shed, httptest.NewRequest(http.MethodPost, "/validate?timeout=200ms", nil))
+	waited := time.Since(start)
+	if shed.Code != http.StatusTooManyRequests || shed.Header().Get("Retry-After") == "" {
+		t.Errorf("a review past capacity: %d, Retry-After %q; want 429 with Retry-After", shed.Code, shed.Header().Get("Retry-After"))
+	}
+	if waited < 100*time.Millisecond || waited > 190*time.Millisecond+time.Second {
+		t.Errorf("it waited %s for a slot, want half of its 200ms timeout", waited)
+	}
+	var d dto.Metric
+	if m.shed.Write(&d); d.GetCounter().GetValue() != 1 {
+		t.Errorf("evalsi_webhook_shed_total = %v, want 1", d.GetCounter().GetValue())
+	}
+
+	close(release)
+	served := httptest.NewRecorder()
+	h.ServeHTTP(served, httptest.NewRequest(http.MethodPost, "/validate?timeout=200ms", nil))
+	if served.Code != http.StatusOK {
+		t.Errorf("a review once the slot is free: %d, want 200", served.Code)
+	}
+}
