@@ -18,18 +18,21 @@ type cachedOwner struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
 	raw []byte
+	// followed is the kind's Followed verdict of this version.
+	followed bool
 }
 
-// newCachedOwner keeps of u, an owner as the API server returned it, what the engine reads; u is
-// pruned in place.
-func newCachedOwner(u *unstructured.Unstructured) (*cachedOwner, error) {
+// newCachedOwner keeps of u, an owner as the API server returned it, what the engine reads, and
+// whether followed (nil: none) follows it; u is pruned in place.
+func newCachedOwner(u *unstructured.Unstructured, followed func(*unstructured.Unstructured) bool) (*cachedOwner, error) {
 	pruneOwner(u)
 	raw, err := u.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s %s/%s for the cache: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	id := objectIdentity{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration()}
-	return &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(u.GetAPIVersion()), Kind: intern(u.GetKind())}, ObjectMeta: id.objectMeta(), raw: raw}, nil
+	return &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(u.GetAPIVersion()), Kind: intern(u.GetKind())}, ObjectMeta: id.objectMeta(), raw: raw,
+		followed: followed != nil && followed(u)}, nil
 }
 
 // decodeOwner keeps raw, an owner as the API server answered a write, as the cache would until
@@ -92,5 +95,5 @@ func CachedForm(raw []byte, child bool) (any, error) {
 	if err := u.UnmarshalJSON(raw); err != nil {
 		return nil, err
 	}
-	return newCachedOwner(u)
+	return newCachedOwner(u, nil)
 }

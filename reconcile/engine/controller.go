@@ -62,10 +62,20 @@ func (c *Controller) Synced() bool {
 func (c *Controller) Enqueue(key string) { c.queue.Add(key) }
 
 // Objects returns a copy of every object of the kind in the cache, with its key.
-func (c *Controller) Objects() map[string]*unstructured.Unstructured {
+func (c *Controller) Objects() map[string]*unstructured.Unstructured { return c.objects(false) }
+
+// Followed returns a copy of every object in the cache that the kind's Followed selects, with its
+// key; the others are not decoded.
+func (c *Controller) Followed() map[string]*unstructured.Unstructured { return c.objects(true) }
+
+// objects returns copies of the cached objects, only the followed ones when followed is set.
+func (c *Controller) objects(followed bool) map[string]*unstructured.Unstructured {
 	out := map[string]*unstructured.Unstructured{}
 	for _, o := range c.inf.shared.GetStore().List() {
 		co := o.(*cachedOwner)
+		if followed && !co.followed {
+			continue
+		}
 		obj, err := co.object()
 		if err != nil {
 			continue // its reconcile reports it

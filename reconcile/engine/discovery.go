@@ -77,7 +77,7 @@ func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
 			}
 			if served[gvr] {
 				e.log.Info("child resource served, watching it", "controller", k.Controller, "resource", gvr.String())
-				e.ensureInformer(ctx, gvr, c.childNamespace(), true, e.enqueueOwner)
+				e.ensureInformer(ctx, gvr, c.childNamespace(), nil, e.enqueueOwner)
 			} else {
 				e.log.Warn("child resource no longer served", "controller", k.Controller, "resource", gvr.String())
 				e.stopInformer(informerKey{gvr, c.childNamespace()})

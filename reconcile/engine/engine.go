@@ -205,10 +205,10 @@ func (e *Engine) startController(ctx context.Context, k *Kind, wg *sync.WaitGrou
 	if !k.Namespaced {
 		ns = ""
 	}
-	c.inf = e.ensureInformer(ctx, k.Resource, ns, false, c.enqueue)
+	c.inf = e.ensureInformer(ctx, k.Resource, ns, k, c.enqueue)
 	for _, gvr := range k.Children {
 		if e.isServed(gvr) {
-			e.ensureInformer(ctx, gvr, c.childNamespace(), true, e.enqueueOwner)
+			e.ensureInformer(ctx, gvr, c.childNamespace(), nil, e.enqueueOwner)
 		}
 	}
 	// Published only once built: Synced (behind /readyz) reads c.inf of every published controller.

@@ -68,7 +68,7 @@ const ownerIndex = "owner"
 // informers select by the managed-by label and index by controller owner; their events go to the
 // owner's controller (enqueueOwner). Objects are pruned to what the engine reads before they
 // enter the cache.
-func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, child bool, enqueue func(obj any)) *informer {
+func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner *Kind, enqueue func(obj any)) *informer {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := informerKey{gvr, namespace}
@@ -76,6 +76,7 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 		return i
 	}
 	var inf cache.SharedIndexInformer
+	child := owner == nil
 	if child {
 		lw := childListWatch(e.rest, gvr, namespace, evalsi.LabelManagedBy+"="+evalsi.ManagedBy)
 		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &Child{}, cache.SharedIndexInformerOptions{
@@ -85,7 +86,7 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(ownerListWatch(e.client, gvr, namespace)), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
 			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, ObjectDescription: gvr.String(),
 		})
-		inf.SetTransform(ownerTransform)
+		inf.SetTransform(ownerTransform(owner.Followed))
 	}
 	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
@@ -230,10 +231,13 @@ func ownerListWatch(client dynamic.Interface, gvr schema.GroupVersionResource, n
 	}
 }
 
-// ownerTransform is the owner informers' transform (cachedOwner).
-func ownerTransform(obj any) (any, error) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		return newCachedOwner(u)
+// ownerTransform is the transform of the informer of a kind whose Run follows what followed says
+// (cachedOwner).
+func ownerTransform(followed func(*unstructured.Unstructured) bool) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			return newCachedOwner(u, followed)
+		}
+		return obj, nil
 	}
-	return obj, nil
 }

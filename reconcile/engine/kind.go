@@ -33,6 +33,10 @@ type Kind struct {
 	// Run, when set, runs beside the controller until ctx ends (a follower of external state
 	// that sends no events).
 	Run func(ctx context.Context, c *Controller)
+	// Followed, when set, says which objects Run follows (Controller.Followed): asked once per
+	// version of an object as it enters the cache, so that Run reads only those, not every
+	// object each time (finished EvalRuns stay in the cache until they expire).
+	Followed func(*unstructured.Unstructured) bool
 	// Off, when it returns a sentence, keeps the controller off (its configuration lacks what it
 	// needs); the engine logs the sentence once.
 	Off func() string

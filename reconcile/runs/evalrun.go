@@ -54,6 +54,7 @@ func Kind(api *apiclient.Client, opts Options) *engine.Kind {
 		Validate:   func(obj *unstructured.Unstructured) error { return render.Validate(obj, render.Limits{}) },
 		Reconciler: engine.Managed(evalsi.FinalizerCancelRun, r),
 		Run:        r.follow,
+		Followed:   running,
 		Off: func() string {
 			if api == nil {
 				return "no evalsid URL (--api-url)"

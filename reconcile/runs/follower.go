@@ -34,6 +34,14 @@ type followedRun struct {
 	at  time.Time
 }
 
+// running reports whether obj follows a run that has not ended (the kind's Followed): only those
+// are decoded for a sweep.
+func running(obj *unstructured.Unstructured) bool {
+	runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
+	phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
+	return runID != "" && !evalsi.TerminalPhase(phase) && obj.GetDeletionTimestamp() == nil
+}
+
 // follow sweeps the runs every poll interval until ctx ends.
 func (er *evalRuns) follow(ctx context.Context, c *engine.Controller) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) { er.sweep(ctx, c) }, er.opts.PollInterval)
@@ -57,25 +65,21 @@ func (er *evalRuns) sweep(ctx context.Context, c *engine.Controller) {
 	if !c.Synced() {
 		return
 	}
-	type running struct {
+	type watched struct {
 		key    string
 		status map[string]any
 	}
 	byProject := map[string][]string{}
-	followed := map[string]running{} // by project/id
-	for key, obj := range c.Objects() {
+	followed := map[string]watched{} // by project/id
+	for key, obj := range c.Followed() {
 		runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
-		phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
-		if runID == "" || evalsi.TerminalPhase(phase) || obj.GetDeletionTimestamp() != nil {
-			continue
-		}
 		project, err := c.Project(obj)
 		if err != nil {
 			continue // its reconcile reports the refusal
 		}
 		status, _, _ := unstructured.NestedMap(obj.Object, "status")
 		byProject[project] = append(byProject[project], runID)
-		followed[project+"/"+runID] = running{key, status}
+		followed[project+"/"+runID] = watched{key, status}
 	}
 	latest := map[string]followedRun{}
 	for project, ids := range byProject {
