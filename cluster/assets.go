@@ -54,11 +54,11 @@ func CacheDir() (string, error) {
 	return filepath.Join(d, "evalsi-operator"), nil
 }
 
-// EnsureAssets returns the control-plane binaries, building those that are missing from the Go
-// module proxy into the cache directory. Binaries found in an existing KUBEBUILDER_ASSETS
+// EnsureAssets returns the control-plane binaries, and kubectl when withKubectl is set, building
+// those that are missing from the Go module proxy into the cache directory. Binaries found in an existing KUBEBUILDER_ASSETS
 // directory are used as they are. A file lock makes concurrent callers (test packages run in
 // parallel) build once. Progress is written to progress, one line per binary built.
-func EnsureAssets(ctx context.Context, progress io.Writer) (Assets, error) {
+func EnsureAssets(ctx context.Context, progress io.Writer, withKubectl bool) (Assets, error) {
 	cache, err := CacheDir()
 	if err != nil {
 		return Assets{}, err
@@ -77,9 +77,16 @@ func EnsureAssets(ctx context.Context, progress io.Writer) (Assets, error) {
 	// Three independent builds side by side: each leaves cores idle while it downloads and links.
 	errs := make(chan error, 3)
 	go func() {
-		paths, err := b.kubernetes(ctx, "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+		names := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+		if withKubectl {
+			names = append(names, "kubectl")
+		}
+		paths, err := b.kubernetes(ctx, names...)
 		if err == nil {
-			a.KubeAPIServer, a.KubeControllerManager, a.KubeScheduler, a.Kubectl = paths[0], paths[1], paths[2], paths[3]
+			a.KubeAPIServer, a.KubeControllerManager, a.KubeScheduler = paths[0], paths[1], paths[2]
+			if withKubectl {
+				a.Kubectl = paths[3]
+			}
 		}
 		errs <- err
 	}()
@@ -420,7 +427,13 @@ func (b builder) goCmdEnv(ctx context.Context, dir string, env []string, args ..
 	// -trimpath and no cgo, as go vet, the repository's commands and the release build: the
 	// standard library and any module at the same version compile once on a cold machine.
 	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod -trimpath", "CGO_ENABLED=0"), env...)
+	// A build says every so often that it is still going (progress.go).
+	done := func(bool) {}
+	if args[0] == "build" || args[0] == "install" {
+		done = b.reportProgress(buildLabel(args))
+	}
 	out, err := cmd.CombinedOutput()
+	done(err == nil)
 	if err != nil {
 		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(out, 30))
 	}

@@ -39,6 +39,8 @@ type Options struct {
 	// AuditPolicy, when set, is an audit policy (YAML) the API server logs requests by, as JSON
 	// lines in AuditLog (benchmarks count what a client wrote from it).
 	AuditPolicy string
+	// WithoutKubectl leaves kubectl unbuilt, for a caller that runs none (make dev).
+	WithoutKubectl bool
 }
 
 // Cluster is a running control plane.
@@ -49,7 +51,8 @@ type Cluster struct {
 	Kubeconfig string
 	// Dir holds data directories, certificates and component logs.
 	Dir string
-	// Kubectl is the path of kubectl, built from the same Kubernetes version.
+	// Kubectl is the path of kubectl, built from the same Kubernetes version ("" with
+	// Options.WithoutKubectl).
 	Kubectl string
 	// AuditLog is the API server's audit log when Options.AuditPolicy is set, else "".
 	AuditLog string
@@ -71,7 +74,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.Nodes == 0 {
 		opts.Nodes = 1
 	}
-	assets, err := EnsureAssets(ctx, opts.Progress)
+	assets, err := EnsureAssets(ctx, opts.Progress, !opts.WithoutKubectl)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -57,11 +58,15 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "starting a local control plane (the first run builds it: about 8 minutes)")
+	out = &lockedWriter{w: out} // the builds below report side by side
+	// helm renders the admission policies once the control plane is up: it builds beside it.
+	go cluster.Helm(ctx, out)
+	fmt.Fprintln(out, "starting a local control plane (the first run builds it, with a line every 30 s)")
 	c, err := cluster.Start(ctx, cluster.Options{
-		Nodes:        1,
-		NodeCapacity: map[string]string{"nvidia.com/gpu": opts.GPUs},
-		Progress:     out,
+		Nodes:          1,
+		NodeCapacity:   map[string]string{"nvidia.com/gpu": opts.GPUs},
+		Progress:       out,
+		WithoutKubectl: true, // dev runs none: the user's own kubectl reads the cluster
 	})
 	if err != nil {
 		return err
@@ -273,4 +278,16 @@ func formatRows(rows []Row) string {
 	}
 	w.Flush()
 	return b.String()
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -25,7 +25,7 @@ type Tested struct {
 // WhatTestsRun fills in t what the tests run: the version the tests' kube-apiserver reports (the
 // control plane they build), KEDA's version and the default vLLM image.
 func WhatTestsRun(ctx context.Context, t Tested) (Tested, error) {
-	assets, err := cluster.EnsureAssets(ctx, io.Discard)
+	assets, err := cluster.EnsureAssets(ctx, io.Discard, false)
 	if err != nil {
 		return t, err
 	}

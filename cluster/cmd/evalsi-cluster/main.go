@@ -75,7 +75,7 @@ func buildAll(ctx context.Context) error {
 	start := time.Now()
 	fmt.Fprintln(os.Stderr, "test binaries: building what the cache lacks (a cold machine: see README.md)")
 	builds := map[string]func() error{
-		"control plane": func() error { _, err := cluster.EnsureAssets(ctx, os.Stderr); return err },
+		"control plane": func() error { _, err := cluster.EnsureAssets(ctx, os.Stderr, true); return err },
 		"KEDA":          func() error { _, _, err := cluster.Keda(ctx, os.Stderr); return err },
 	}
 	for _, t := range []string{"helm", "cosign", "actionlint"} {
