@@ -20,8 +20,9 @@ GO_RUN        := CGO_ENABLED=0 go run -trimpath
 .PHONY: dev build docker-build test test-assets fuzz generate generate-check golden lint lint-workflows cluster bench release-dry-run
 
 # A local control plane, the operator and the examples, with a live table of their state.
+# DEV_ARGS='--context NAME' (or --kubeconfig FILE) runs against an existing cluster instead.
 dev:
-	go run ./cmd/evalsi-dev
+	go run ./cmd/evalsi-dev $(DEV_ARGS)
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/evalsi-operator .

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -135,6 +136,50 @@ func (c *Cluster) Stop() {
 	if c.ownsDir {
 		os.RemoveAll(c.Dir)
 	}
+}
+
+// Attach returns the cluster that the kubeconfig file (the default loading rules when empty)
+// names in kubeContext (its current one when empty), without starting anything: for make dev against
+// an existing cluster. Stop then only removes the working directory.
+func Attach(kubeconfig, kubeContext string) (*Cluster, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	dir, err := os.MkdirTemp("", "evalsi-dev-")
+	if err != nil {
+		return nil, err
+	}
+	raw, err := loader.RawConfig()
+	if err != nil {
+		return nil, err
+	}
+	if kubeContext != "" {
+		raw.CurrentContext = kubeContext
+	}
+	c := &Cluster{Config: cfg, Dir: dir, ownsDir: true, Kubeconfig: filepath.Join(dir, "kubeconfig")}
+	// A copy with the context chosen, for the hint make dev prints.
+	if err := clientcmd.WriteToFile(raw, c.Kubeconfig); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// poll calls check every interval until it returns nil or ctx ends; while this cluster's own
+// kube-apiserver runs, also until that process exits.
+func (c *Cluster) poll(ctx context.Context, interval time.Duration, check func(context.Context) error) error {
+	if p := c.process("kube-apiserver"); p != nil {
+		return p.poll(ctx, interval, check)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return wait.PollUntilContextCancel(ctx, interval, true, func(ctx context.Context) (bool, error) {
+		return check(ctx) == nil, nil
+	})
 }
 
 // StopAPIServer kills kube-apiserver, as an outage does: clients' connections are refused until

@@ -39,16 +39,28 @@ func (c *Cluster) InstallCRDs(ctx context.Context, path string) error {
 // InstallKedaCRDs installs KEDA's ScaledObject and TriggerAuthentication CRDs, read from KEDA's
 // Go module.
 func (c *Cluster) InstallKedaCRDs(ctx context.Context) error {
-	dir, err := DownloadModule(ctx, KedaModule, KedaVersion)
+	crds, err := KedaCRDs(ctx)
 	if err != nil {
 		return err
 	}
-	for _, crd := range []string{"keda.sh_scaledobjects.yaml", "keda.sh_triggerauthentications.yaml"} {
-		if err := c.InstallCRDs(ctx, filepath.Join(dir, "config", "crd", "bases", crd)); err != nil {
-			return err
-		}
+	return c.ApplyCRDs(ctx, crds)
+}
+
+// KedaCRDs are KEDA's ScaledObject and TriggerAuthentication CRDs, read from KEDA's Go module.
+func KedaCRDs(ctx context.Context) ([]*unstructured.Unstructured, error) {
+	dir, err := DownloadModule(ctx, KedaModule, KedaVersion)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	var out []*unstructured.Unstructured
+	for _, crd := range []string{"keda.sh_scaledobjects.yaml", "keda.sh_triggerauthentications.yaml"} {
+		crds, err := readCRDs(filepath.Join(dir, "config", "crd", "bases", crd))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, crds...)
+	}
+	return out, nil
 }
 
 // readCRDs decodes every CustomResourceDefinition in a YAML file or a directory of YAML files.
@@ -110,10 +122,15 @@ func (c *Cluster) ApplyCRDs(ctx context.Context, crds []*unstructured.Unstructur
 			return fmt.Errorf("installing CRD %s: %w", crd.GetName(), err)
 		}
 	}
-	api := c.process("kube-apiserver")
+	return c.WaitForCRDs(ctx, crds)
+}
+
+// WaitForCRDs returns once each of crds is Established and served (discovery lists it).
+func (c *Cluster) WaitForCRDs(ctx context.Context, crds []*unstructured.Unstructured) error {
+	client := c.Dynamic().Resource(crdsGVR)
 	for _, crd := range crds {
 		name := crd.GetName()
-		err := api.poll(ctx, 50*time.Millisecond, func(ctx context.Context) error {
+		err := c.poll(ctx, 50*time.Millisecond, func(ctx context.Context) error {
 			cur, err := client.Get(ctx, name, getOpts)
 			if err != nil {
 				return err

@@ -40,13 +40,19 @@ func app() *cli.App {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "gpus", Value: "8", Usage: "nvidia.com/gpu capacity of the KWOK node"},
 			&cli.BoolFlag{Name: "keda", Value: true, Usage: "install KEDA's ScaledObject CRD"},
+			&cli.StringFlag{Name: "kubeconfig", Usage: "run against the existing cluster of this kubeconfig file instead of starting one; what is missing is created and removed at the end"},
+			&cli.StringFlag{Name: "context", Usage: "run against this context of the kubeconfig (--kubeconfig, else KUBECONFIG or ~/.kube/config) instead of starting a cluster"},
 		}, renderFlags()...),
 		Action: func(c *cli.Context) error {
 			opts, err := command.RenderOptions(c)
 			if err != nil {
 				return err
 			}
-			return devenv.Run(c.Context, devenv.Options{Render: opts, GPUs: c.String("gpus"), KEDA: c.Bool("keda")}, c.App.Writer)
+			dev := devenv.Options{Render: opts, GPUs: c.String("gpus"), KEDA: c.Bool("keda")}
+			if c.IsSet("kubeconfig") || c.IsSet("context") {
+				dev.Existing = &devenv.Target{Kubeconfig: c.String("kubeconfig"), Context: c.String("context")}
+			}
+			return devenv.Run(c.Context, dev, c.App.Writer)
 		},
 	}
 }

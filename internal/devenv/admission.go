@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -31,16 +30,35 @@ import (
 const (
 	devWebhookNamespace = "evalsi-system"
 	devWebhookName      = "evalsi-dev"
+	devWebhookSecret    = "evalsi-webhook-certs"
 )
 
 // startDevAdmission runs the admission webhook as a real install does, but as a local server
 // registered by URL: its own CA, validation with render.Validate, the creator annotation, project
 // bindings. It returns once the API server admits through it, and the webhook's errors on errc.
-func startDevAdmission(ctx context.Context, c *cluster.Cluster, out io.Writer) (errc <-chan error, err error) {
+//
+// The webhook runs until runCtx ends; ctx bounds the setup.
+func startDevAdmission(ctx, runCtx context.Context, c *cluster.Cluster, in *installer, out io.Writer) (errc <-chan error, err error) {
 	kube := c.Clientset()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devWebhookNamespace}}
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating namespace %s: %w", devWebhookNamespace, err)
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": devWebhookNamespace}}}
+	if err := in.apply(ctx, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, ns); err != nil {
+		return nil, err
+	}
+	// What the webhook makes itself: its certificates and its two configurations.
+	admission := func(r string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: r}
+	}
+	for _, o := range []struct {
+		gvr             schema.GroupVersionResource
+		namespace, name string
+	}{
+		{schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, devWebhookNamespace, devWebhookSecret},
+		{admission("validatingwebhookconfigurations"), "", devWebhookName + "-validation"},
+		{admission("mutatingwebhookconfigurations"), "", devWebhookName + "-creator"},
+	} {
+		if err := in.expect(ctx, o.gvr, o.namespace, o.name); err != nil {
+			return nil, err
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -56,10 +74,10 @@ func startDevAdmission(ctx context.Context, c *cluster.Cluster, out io.Writer) (
 	done := make(chan error, 1)
 	go func() {
 		defer logFile.Close()
-		done <- webhook.Run(ctx, webhook.Config{
+		done <- webhook.Run(runCtx, webhook.Config{
 			Listener: l,
 			SelfSigned: &webhook.SelfSigned{
-				Kube: kube, Namespace: devWebhookNamespace, Secret: "evalsi-webhook-certs", Hosts: []string{"127.0.0.1"},
+				Kube: kube, Namespace: devWebhookNamespace, Secret: devWebhookSecret, Hosts: []string{"127.0.0.1"},
 				ValidatingConfig: devWebhookName + "-validation", MutatingConfig: devWebhookName + "-creator", Validity: 24 * time.Hour,
 			},
 			Kube: kube,
@@ -96,7 +114,7 @@ var devPolicies = []string{"templates/creator.yaml", "templates/policy.yaml", "t
 // root) with helm (built into the cache on first use) and applies them: the creator written and
 // held by the API server, the fence of the operator's service accounts, and the guard of the
 // namespaces' project bindings.
-func applyDevPolicies(ctx context.Context, c *cluster.Cluster, root string, out io.Writer) error {
+func applyDevPolicies(ctx context.Context, c *cluster.Cluster, in *installer, root string, out io.Writer) error {
 	helm, err := cluster.Helm(ctx, out)
 	if err != nil {
 		return err
@@ -118,9 +136,8 @@ func applyDevPolicies(ctx context.Context, c *cluster.Cluster, root string, out 
 	}
 	for _, d := range docs {
 		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: pluralOf(d.Object.GetKind())}
-		if _, err := c.Dynamic().Resource(gvr).Apply(ctx, d.Object.GetName(), d.Object,
-			metav1.ApplyOptions{FieldManager: "evalsi-dev", Force: true}); err != nil {
-			return fmt.Errorf("applying %s %s: %w", d.Object.GetKind(), d.Object.GetName(), err)
+		if err := in.apply(ctx, gvr, d.Object); err != nil {
+			return err
 		}
 	}
 	fmt.Fprintf(out, "admission policies applied: %d objects from evalsi-crds\n", len(docs))

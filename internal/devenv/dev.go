@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 
 	"evals.si/operator/apiclient"
@@ -45,14 +44,21 @@ type Options struct {
 	Render render.Options
 	GPUs   string
 	KEDA   bool
+	// Existing, when set, is a cluster to run against instead of starting one (installer.go).
+	Existing *Target
 	// Until, when set, ends the session once it returns true for the table of resources.
 	Until func(rows []Row) bool
 }
 
-// Run starts a control plane with a GPU node, installs the CRDs (and KEDA's), runs the admission
-// webhook, serves the reference evalsid, runs the operator, applies the examples, and prints a
-// table of the evals.si resources whenever it changes, until ctx ends (or opts.Until holds). It
-// reads the CRDs, the chart's policies and the examples from the checkout (Checkout).
+// Target is an existing cluster: a kubeconfig file (the default loading rules when empty) and a
+// context in it (its current one when empty).
+type Target struct{ Kubeconfig, Context string }
+
+// Run starts a control plane with a GPU node (or uses opts.Existing), installs the CRDs (and
+// KEDA's), runs the admission webhook, serves the reference evalsid, runs the operator, applies
+// the examples, and prints a table of the evals.si resources whenever it changes, until ctx ends
+// (or opts.Until holds). It reads the CRDs, the chart's policies and the examples from the
+// checkout (Checkout). On an existing cluster it removes at the end what it created.
 func Run(ctx context.Context, opts Options, out io.Writer) error {
 	root, err := Checkout()
 	if err != nil {
@@ -61,36 +67,44 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	out = &lockedWriter{w: out} // the builds below report side by side
 	// helm renders the admission policies once the control plane is up: it builds beside it.
 	go cluster.Helm(ctx, out)
-	fmt.Fprintln(out, "starting a local control plane (the first run builds it, with a line every 30 s)")
-	c, err := cluster.Start(ctx, cluster.Options{
-		Nodes:          1,
-		NodeCapacity:   map[string]string{"nvidia.com/gpu": opts.GPUs},
-		Progress:       out,
-		WithoutKubectl: true, // dev runs none: the user's own kubectl reads the cluster
-	})
+	c, err := devCluster(ctx, opts, out)
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
+	in := &installer{client: c.Dynamic(), existing: opts.Existing != nil, out: out}
+	// The servers run until what the session made is removed (their finalizers need the
+	// operator), not until ctx ends.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		in.remove(cleanup, stopRun)
+	}()
+
 	crds, err := readDocuments(root, "chart/evalsi-crds/files/crds/*.yaml")
 	if err != nil {
 		return err
 	}
-	if err := c.ApplyCRDs(ctx, objects(crds)); err != nil {
+	if err := installCRDs(ctx, c, in, objects(crds)); err != nil {
 		return err
 	}
 	if opts.KEDA {
-		if err := c.InstallKedaCRDs(ctx); err != nil {
+		keda, err := cluster.KedaCRDs(ctx)
+		if err != nil {
+			return err
+		}
+		if err := installCRDs(ctx, c, in, keda); err != nil {
 			return err
 		}
 	}
 
 	// Admission as a real install has it: what kubectl apply is refused, it is refused here.
-	webhookErr, err := startDevAdmission(ctx, c, out)
+	webhookErr, err := startDevAdmission(ctx, runCtx, c, in, out)
 	if err != nil {
 		return err
 	}
-	if err := applyDevPolicies(ctx, c, root, out); err != nil {
+	if err := applyDevPolicies(ctx, c, in, root, out); err != nil {
 		return err
 	}
 
@@ -99,7 +113,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	// the projects' bindings and the SandboxClasses from the cluster, as the platform's does.
 	api := evalsid.New(map[string]string{devToken: devOperatorIdentity}, evalsid.DefaultSchedule)
 	api.TrustPlatform(devOperatorIdentity)
-	dir, err := evalsid.WatchCluster(ctx, c.Config, "")
+	dir, err := evalsid.WatchCluster(runCtx, c.Config, "")
 	if err != nil {
 		return err
 	}
@@ -109,7 +123,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 		return err
 	}
 	apiErr := make(chan error, 1)
-	go func() { apiErr <- api.Serve(ctx, apiListener) }()
+	go func() { apiErr <- api.Serve(runCtx, apiListener) }()
 	tokenFile := filepath.Join(c.Dir, "evalsid-token")
 	if err := os.WriteFile(tokenFile, []byte(devToken+"\n"), 0o600); err != nil {
 		return err
@@ -124,11 +138,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 		return err
 	}
 	defer logFile.Close()
-	opCtx, stopOperator := context.WithCancel(ctx)
-	defer stopOperator()
 	opErr := make(chan error, 1)
 	go func() {
-		opErr <- reconcile.RunManager(opCtx, reconcile.ManagerConfig{Engine: reconcile.Config{
+		opErr <- reconcile.RunManager(runCtx, reconcile.ManagerConfig{Engine: reconcile.Config{
 			Rest:              c.Config,
 			DiscoveryInterval: 5 * time.Second,
 			Render:            opts.Render,
@@ -142,10 +154,14 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := applyAll(ctx, c, examples); err != nil {
+	if err := applyAll(ctx, c, in, examples); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nthe operator runs; its log: %s\nin another shell:\n  export KUBECONFIG=%s\n  kubectl get evalsi -A\nCtrl-C stops everything.\n\n", logPath, c.Kubeconfig)
+	stops := "Ctrl-C stops everything."
+	if in.existing {
+		stops = "Ctrl-C stops it and removes what it created."
+	}
+	fmt.Fprintf(out, "\nthe operator runs; its log: %s\nin another shell:\n  export KUBECONFIG=%s\n  kubectl get evalsi -A\n%s\n\n", logPath, c.Kubeconfig, stops)
 
 	last := ""
 	t := time.NewTicker(time.Second)
@@ -189,14 +205,50 @@ func objects(docs []manifest.Document) []*unstructured.Unstructured {
 	return out
 }
 
-// applyAll applies docs with server-side apply, as `kubectl apply --server-side` would.
-func applyAll(ctx context.Context, c *cluster.Cluster, docs []manifest.Document) error {
+// devCluster starts the session's control plane, or attaches to opts.Existing.
+func devCluster(ctx context.Context, opts Options, out io.Writer) (*cluster.Cluster, error) {
+	if t := opts.Existing; t != nil {
+		c, err := cluster.Attach(t.Kubeconfig, t.Context)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "using the existing cluster at %s: what is missing is created, and removed at the end\n", c.Config.Host)
+		return c, nil
+	}
+	fmt.Fprintln(out, "starting a local control plane (the first run builds it, with a line every 30 s)")
+	return cluster.Start(ctx, cluster.Options{
+		Nodes:          1,
+		NodeCapacity:   map[string]string{"nvidia.com/gpu": opts.GPUs},
+		Progress:       out,
+		WithoutKubectl: true, // dev runs none: the user's own kubectl reads the cluster
+	})
+}
+
+// crdsResource is the resource of CustomResourceDefinitions.
+var crdsResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// installCRDs installs crds (on an existing cluster, those missing) and waits until they are
+// served.
+func installCRDs(ctx context.Context, c *cluster.Cluster, in *installer, crds []*unstructured.Unstructured) error {
+	if !in.existing {
+		return c.ApplyCRDs(ctx, crds)
+	}
+	for _, crd := range crds {
+		if err := in.apply(ctx, crdsResource, crd); err != nil {
+			return err
+		}
+	}
+	return c.WaitForCRDs(ctx, crds)
+}
+
+// applyAll writes docs through in (server-side apply, as `kubectl apply --server-side` would, on
+// the session's own control plane).
+func applyAll(ctx context.Context, c *cluster.Cluster, in *installer, docs []manifest.Document) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
 	if err != nil {
 		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	client := c.Dynamic()
 	for _, d := range docs {
 		gvk := d.Object.GroupVersionKind()
 		// Discovery can lag just behind a CRD that was established: ask again for a while.
@@ -212,21 +264,8 @@ func applyAll(ctx context.Context, c *cluster.Cluster, docs []manifest.Document)
 		if err != nil {
 			return fmt.Errorf("%s: finding the resource of %s: %w", d.Where(), gvk.Kind, err)
 		}
-		r := client.Resource(m.Resource)
-		var ri dynamic.ResourceInterface = r
-		if ns := d.Object.GetNamespace(); ns != "" {
-			ri = r.Namespace(ns)
-		}
-		// A CRD just established may not yet be known to server-side apply (404 "There can be a
-		// delay between when CustomResourceDefinitions are created and when they are available"):
-		// apply again for a while.
-		var applyErr error
-		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			_, applyErr = ri.Apply(ctx, d.Object.GetName(), d.Object, metav1.ApplyOptions{FieldManager: "evalsi-dev", Force: true})
-			return applyErr == nil, nil
-		})
-		if err != nil {
-			return fmt.Errorf("%s: applying %s %s: %w", d.Where(), gvk.Kind, d.Object.GetName(), applyErr)
+		if err := in.apply(ctx, m.Resource, d.Object); err != nil {
+			return fmt.Errorf("%s: %w", d.Where(), err)
 		}
 	}
 	return nil

@@ -1,0 +1,109 @@
+package devenv
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"evals.si/operator/cluster"
+	"evals.si/operator/render"
+)
+
+// TestDevOnAnExistingCluster runs the development environment against a control plane it did not
+// start (the project's, as an existing cluster would be), which already holds a namespace of
+// someone's with a ConfigMap and one of the evals.si CRDs. The examples become Ready; at the end
+// the session removes what it created (the other CRDs, KEDA's, the admission policies and webhook
+// configurations, the namespaces it made) and leaves what was there.
+func TestDevOnAnExistingCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	root, err := Checkout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	preexisting := filepath.Join(root, "chart/evalsi-crds/files/crds/tracesources.yaml")
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 1, NodeCapacity: map[string]string{"nvidia.com/gpu": "8"},
+		CRDDirs: []string{preexisting}, Progress: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	kube := c.Clientset()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "someones"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ConfigMaps("someones").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	ready := false
+	err = Run(ctx, Options{
+		Render:   render.Options{DefaultImage: "evalsi/platform:dev", VLLMImage: "vllm/vllm-openai:v0.11.0", SandboxNamespace: "evalsi-sandbox", APIURL: "http://evalsid:8080"},
+		GPUs:     "8", KEDA: true,
+		Existing: &Target{Kubeconfig: c.Kubeconfig},
+		Until: func(rows []Row) bool {
+			ready = len(rows) >= 8
+			for _, r := range rows {
+				ready = ready && r.Ready == "True"
+			}
+			return ready
+		},
+	}, &out)
+	if err != nil || !ready {
+		t.Fatalf("dev on an existing cluster: %v, examples Ready %v\n%s", err, ready, out.String())
+	}
+	for _, want := range []string{"using the existing cluster at", "CustomResourceDefinition tracesources.evals.si is there already: left as it is", "removed the"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	gone := func(gvr schema.GroupVersionResource, namespace, name string) bool {
+		o, err := c.Dynamic().Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || err == nil && o.GetDeletionTimestamp() != nil
+	}
+	admission := func(r string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: r}
+	}
+	for _, o := range []struct {
+		gvr             schema.GroupVersionResource
+		namespace, name string
+	}{
+		{crdsResource, "", "evaluators.evals.si"},
+		{crdsResource, "", "scaledobjects.keda.sh"},
+		{admission("validatingwebhookconfigurations"), "", devWebhookName + "-validation"},
+		{admission("mutatingwebhookconfigurations"), "", devWebhookName + "-creator"},
+		{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", devWebhookNamespace},
+		{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", "team-a"},
+	} {
+		if !gone(o.gvr, o.namespace, o.name) {
+			t.Errorf("%s %s is still there after the session", o.gvr.Resource, o.name)
+		}
+	}
+	policies, err := c.Dynamic().Resource(admission("validatingadmissionpolicies")).List(ctx, metav1.ListOptions{})
+	if err != nil || len(policies.Items) != 0 {
+		t.Errorf("admission policies after the session: %d (%v), want none", len(policies.Items), err)
+	}
+	for _, o := range []struct {
+		gvr             schema.GroupVersionResource
+		namespace, name string
+	}{
+		{crdsResource, "", "tracesources.evals.si"},
+		{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", "someones"},
+		{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "someones", "settings"},
+	} {
+		if gone(o.gvr, o.namespace, o.name) {
+			t.Errorf("%s %s, there before the session, is gone", o.gvr.Resource, o.name)
+		}
+	}
+}
