@@ -48,8 +48,8 @@ func TestDevOnAnExistingCluster(t *testing.T) {
 	var out bytes.Buffer
 	ready := false
 	err = Run(ctx, Options{
-		Render:   render.Options{DefaultImage: "evalsi/platform:dev", VLLMImage: "vllm/vllm-openai:v0.11.0", SandboxNamespace: "evalsi-sandbox", APIURL: "http://evalsid:8080"},
-		GPUs:     "8", KEDA: true,
+		Render: render.Options{DefaultImage: "evalsi/platform:dev", VLLMImage: "vllm/vllm-openai:v0.11.0", SandboxNamespace: "evalsi-sandbox", APIURL: "http://evalsid:8080"},
+		GPUs:   "8", KEDA: true,
 		Existing: &Target{Kubeconfig: c.Kubeconfig},
 		Until: func(rows []Row) bool {
 			ready = len(rows) >= 8
