@@ -25,7 +25,7 @@ func TestFinishedEvalRunsExpire(t *testing.T) {
 	api := startEvalsid(t, evalsid.Schedule{})
 	cfg := api.apiConfig(ns)
 	cfg.EvalRunTTL = time.Hour
-	startEngine(t, cfg)
+	running := startEngine(t, cfg)
 	ended := map[string]time.Time{}
 	for name, ttl := range map[string]string{"short": "2s", "default": "", "kept": evalsi.TTLNever} {
 		obj := &unstructured.Unstructured{Object: map[string]any{
@@ -88,4 +88,18 @@ func TestFinishedEvalRunsExpire(t *testing.T) {
 	if at, found, _ := unstructured.NestedString(kept.Object, "status", "expiresAt"); found {
 		t.Errorf("status.expiresAt %q of an EvalRun annotated never", at)
 	}
+
+	// A finished run needs nothing at deletion: no finalizer, so it goes with the operator stopped.
+	clustertest.Eventually(t, ctx, "the finished EvalRun without a finalizer", func() error {
+		if f := getObj(t, ctx, evalsi.EvalRuns, ns, "kept").GetFinalizers(); len(f) != 0 {
+			return fmt.Errorf("finalizers %v", f)
+		}
+		return nil
+	})
+	running.stop()
+	running.wait(t)
+	if err := client(evalsi.EvalRuns, ns).Delete(ctx, "kept", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ctx, ns, "kept")
 }

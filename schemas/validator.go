@@ -204,11 +204,11 @@ func explain(ve *jsonschema.ValidationError, instance any) Errors {
 	}
 	if m := reAdditional.FindStringSubmatch(msg); m != nil {
 		// The message quotes the names in map order, and a name may itself hold quotes and commas:
-		// so ask which of the object's own keys it names, rather than splitting it.
+		// so ask which of the object's own keys it lists as a whole item.
 		obj, _ := instanceAt(instance, ve.InstanceLocation).(map[string]any)
 		var out Errors
 		for _, k := range slices.Sorted(maps.Keys(obj)) {
-			if strings.Contains(m[1], "'"+k+"'") {
+			if listsName(m[1], quoteName(k)) {
 				out = append(out, FieldError{ptr + "/" + EscapePointer(k), "is not a known field"})
 			}
 		}
@@ -228,6 +228,30 @@ func explain(ve *jsonschema.ValidationError, instance any) Errors {
 		}
 	}
 	return Errors{{ptr, msg}}
+}
+
+// quoteName quotes a property name the way the validator's messages do, including its flaw:
+// a name ending in a backslash loses that backslash's escape.
+func quoteName(name string) string {
+	q := strings.ReplaceAll(strconv.Quote(name), `\"`, `"`)
+	return "'" + strings.ReplaceAll(q[1:len(q)-1], "'", `\'`) + "'"
+}
+
+// listsName reports whether quoted is one whole item of a list joined by ", ". Inside a quoted
+// name every quote but a lost last one is escaped, so "', '" only ever falls between items.
+func listsName(list, quoted string) bool {
+	for from := 0; ; {
+		i := strings.Index(list[from:], quoted)
+		if i < 0 {
+			return false
+		}
+		i += from
+		end := i + len(quoted)
+		if (i == 0 || strings.HasSuffix(list[:i], ", ")) && (end == len(list) || strings.HasPrefix(list[end:], ", ")) {
+			return true
+		}
+		from = i + 1
+	}
 }
 
 // instanceAt returns the value at JSON pointer ptr in v, or nil.

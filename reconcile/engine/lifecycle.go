@@ -30,6 +30,13 @@ type External interface {
 	Delete(ctx context.Context, r *Request) error
 }
 
+// Finisher is an External whose objects can be done with their external object (a run that
+// ended): Finished says so from the object alone, and such an object needs nothing at deletion,
+// so its finalizer goes, and it can be deleted without the operator.
+type Finisher interface {
+	Finished(obj *unstructured.Unstructured) bool
+}
+
 // Observation is what a call of an External learned of the external object.
 type Observation struct {
 	// Exists says that the external object exists; UpToDate that it holds the spec (or cannot
@@ -43,7 +50,8 @@ type Observation struct {
 }
 
 // Managed returns the Reconciler of a kind kept in an external API: a deleted object's external
-// object is let go (Delete) before its finalizer goes; any other object gets the finalizer, and
+// object is let go (Delete) before its finalizer goes; any other object gets the finalizer
+// (unless it is Finished with its external object, which loses it), and
 // its external object is observed, created when missing and updated when it does not hold the
 // spec. Nothing is called for an object whose spec the external API refused for its generation.
 func Managed(finalizer string, ext External) Reconciler {
@@ -67,7 +75,11 @@ func Managed(finalizer string, ext External) Reconciler {
 			// The external API refused this spec, and would again: no call until it changes.
 			return Outcome{}, nil
 		}
-		if err := c.setFinalizer(ctx, obj, finalizer, true); err != nil {
+		done := false
+		if f, ok := ext.(Finisher); ok {
+			done = f.Finished(obj)
+		}
+		if err := c.setFinalizer(ctx, obj, finalizer, !done); err != nil {
 			return Outcome{}, err
 		}
 		obs, err := ext.Observe(ctx, r)
