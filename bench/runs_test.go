@@ -121,7 +121,8 @@ func startEvalsid(b *testing.B, ctx context.Context, op string) (p *process, add
 	if err := os.WriteFile(tokenFile, []byte("bench-token\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	p = launch(b, contender{name: "evalsid"}, []string{op, "evalsid", "--listen=" + addrs[0], "--tokens=" + tokens, "--pending=1s", "--running=0"})
+	p = launch(b, contender{name: "evalsid"}, []string{op, "evalsid", "--listen=" + addrs[0], "--tokens=" + tokens, "--pending=1s", "--running=0",
+		"--platform-identity=system:serviceaccount:evalsi:evalsi-operator"})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addrs[0] + "/healthz")
