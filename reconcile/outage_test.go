@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -19,10 +20,11 @@ import (
 // outages and outageLength are the API server's stops in TestRepairAfterRepeatedOutages: enough,
 // in a row, for a reflector's backoff (doubling from 0.8 s to 30 s, forgotten after two minutes
 // without a failure) to reach its cap, had the informers failed their calls while it was gone.
-const (
-	outages      = 5
-	outageLength = 5 * time.Second
-)
+// `go test ./reconcile -run RepeatedOutages -args -outage-length=15s` gives the figure for longer
+// stops.
+const outages = 5
+
+var outageLength = flag.Duration("outage-length", 5*time.Second, "how long each of TestRepairAfterRepeatedOutages's API server stops lasts")
 
 // TestRepairAfterRepeatedOutages stops the API server outages times in a row; right after its last
 // return, a pool's Deployment is deleted, and the operator must make it again. It reports how long
@@ -70,7 +72,7 @@ func TestRepairAfterRepeatedOutages(t *testing.T) {
 
 	for i := range outages {
 		c.StopAPIServer()
-		time.Sleep(outageLength)
+		time.Sleep(*outageLength)
 		if err := c.StartAPIServer(ctx); err != nil {
 			t.Fatalf("starting the API server after outage %d: %v", i+1, err)
 		}
@@ -81,5 +83,5 @@ func TestRepairAfterRepeatedOutages(t *testing.T) {
 	}
 	clustertest.Eventually(t, ctx, "the pool's Deployment made again after the outages", made)
 	t.Logf("after %d API server outages of %s in a row, a deleted child was made again %.1fs after the server's last return",
-		outages, outageLength, time.Since(back).Seconds())
+		outages, *outageLength, time.Since(back).Seconds())
 }
