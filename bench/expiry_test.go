@@ -22,9 +22,9 @@ import (
 
 var (
 	finishedRuns = flag.Int("finished", 20000, "finished EvalRuns of BenchmarkFinishedEvalRunsExpire")
-	finishedTTL  = flag.Duration("finished-ttl", 6*time.Minute, "their TTL (--evalrun-ttl): long enough to create them all and measure the operator with them before the first goes")
+	finishedTTL  = flag.Duration("finished-ttl", 8*time.Minute, "their TTL (--evalrun-ttl): long enough to create them all and measure the operator with them before the first goes")
 	followedRuns = flag.Int("followed", 500, "running EvalRuns beside the finished ones, whose following is measured with and without them")
-	window       = flag.Duration("window", 30*time.Second, "how long the operator's CPU and calls are measured with and without the finished EvalRuns")
+	window       = flag.Duration("window", time.Minute, "how long the operator's CPU and calls are measured with and without the finished EvalRuns")
 )
 
 // BenchmarkFinishedEvalRunsExpire measures finished EvalRuns expiring, at the operator's
@@ -95,7 +95,11 @@ func BenchmarkFinishedEvalRunsExpire(b *testing.B) {
 			}
 			return n == *followedRuns
 		})
-		time.Sleep(15 * time.Second) // past the first poll of every run
+		// Both measurements are of an operator restarted over what it follows, once it has
+		// settled: the same start, the same age.
+		p.stop()
+		p = operator(*finishedTTL)
+		time.Sleep(settleTime)
 		alone := measureFollowing(b, p, *window)
 		p.stop()
 
@@ -130,7 +134,8 @@ func BenchmarkFinishedEvalRunsExpire(b *testing.B) {
 		}
 		created := time.Since(t0)
 
-		// The operator again, with them: once each shows when it expires, the same window.
+		// The operator again, with them: once each shows when it expires and it settled, the same
+		// window.
 		p = operator(*finishedTTL)
 		defer p.stop()
 		started, writes0 := time.Now(), mark()
@@ -144,7 +149,7 @@ func BenchmarkFinishedEvalRunsExpire(b *testing.B) {
 			return n == *finishedRuns
 		})
 		settle := time.Since(started)
-		time.Sleep(5 * time.Second)
+		time.Sleep(settleTime)
 		settleWrites, err := writes(writes0, mark())
 		if err != nil {
 			b.Fatal(err)
@@ -193,6 +198,10 @@ func BenchmarkFinishedEvalRunsExpire(b *testing.B) {
 			settle.Round(time.Second), settleWrites.total(), settleWrites, q(0.5), q(0.99), q(1))
 	}
 }
+
+// settleTime is how long the operator runs after a restart (and after the status writes that it
+// makes) before it is measured: past the first poll and the reconciles of the restart.
+const settleTime = 30 * time.Second
 
 // following is the operator's CPU and evalsid calls over a window.
 type following struct {

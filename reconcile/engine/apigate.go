@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -13,14 +16,15 @@ import (
 )
 
 // apiGate holds the informers' lists and watches while the API server cannot be reached, instead
-// of failing them, and tells the engine the moment it answers again.
+// of failing them, and tells the engine the moment it serves again.
 //
 // A reflector backs off on every failed list or watch, doubling up to 30 s (jittered up to 60),
 // and forgets only after two minutes without a failure; after five 15 s outages in a row its next
 // try came up to half a minute after the server was back, and a deleted child waited that long to
 // be made again. Held calls never fail, so no reflector backs off; one probe of the server every
-// gateProbeInterval finds its return, and every held call goes at once. Only an unreachable server
-// is held (refused, reset, cut off): an answer, even an error, is the reflector's to handle.
+// gateProbeInterval finds its return (ready, not only listening), and every held call goes at
+// once. Only an unreachable server is held (refused, reset, cut off): an answer, even an error, is
+// the reflector's to handle.
 type apiGate struct {
 	// probe asks the server anything; it fails with an unreachable error while the server is gone.
 	probe func(ctx context.Context) error
@@ -43,6 +47,19 @@ func unreachable(err error) bool {
 	return err != nil && (utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err))
 }
 
+// serving reports whether a probe's result says the server is back and serving: it answered, and
+// not with a server error. A server that has just started answers before it is ready (its readyz
+// fails and its custom resources are not served yet); a list let through then would fail, and
+// its reflector would back off after all. A refusal to answer the probe (401, 403) counts as
+// serving: the probe is then all the gate can know.
+func serving(err error) bool {
+	if err == nil {
+		return true
+	}
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && status.Status().Code < http.StatusInternalServerError
+}
+
 // wait returns once the API server answers again, or with ctx's error.
 func (g *apiGate) wait(ctx context.Context) error {
 	g.mu.Lock()
@@ -60,7 +77,8 @@ func (g *apiGate) wait(ctx context.Context) error {
 	}
 }
 
-// probeUntilBack probes the server until it answers (or the engine stops), then opens the gate.
+// probeUntilBack probes the server until it serves again (or the engine stops), then opens the
+// gate.
 func (g *apiGate) probeUntilBack(down chan struct{}) {
 	t := time.NewTicker(gateProbeInterval)
 	defer t.Stop()
@@ -70,7 +88,7 @@ func (g *apiGate) probeUntilBack(down chan struct{}) {
 			answered = true
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(g.ctx, 2*time.Second)
-			answered = !unreachable(g.probe(ctx))
+			answered = serving(g.probe(ctx))
 			cancel()
 		}
 	}
