@@ -75,26 +75,7 @@ func BenchmarkFinishedEvalRunsExpire(b *testing.B) {
 
 		// The followed runs alone.
 		p := operator(*finishedTTL)
-		if err := parallel(*followedRuns, creators, func(i int) error {
-			_, err := client.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
-				"metadata": map[string]any{"name": fmt.Sprintf("running-%04d", i)},
-				"spec": map[string]any{"suite": "smoke", "trials": int64(1),
-					"target": map[string]any{"endpoint": map[string]any{"url": "http://model:8000/v1", "model": "m"}}},
-			}}, metav1.CreateOptions{})
-			return err
-		}); err != nil {
-			b.Fatalf("creating EvalRuns: %v", err)
-		}
-		wait(b, ctx, p, "every run Running", func() bool {
-			n := 0
-			for _, o := range runs.GetStore().List() {
-				if phase, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "status", "phase"); phase == evalsi.PhaseRunning {
-					n++
-				}
-			}
-			return n == *followedRuns
-		})
+		createRunning(b, ctx, p, client, runs.GetStore(), *followedRuns, "running")
 		// Both measurements are of an operator restarted over what it follows, once it has
 		// settled: the same start, the same age.
 		p.stop()
@@ -110,12 +91,7 @@ func BenchmarkFinishedEvalRunsExpire(b *testing.B) {
 		t0 := time.Now()
 		if err := parallel(*finishedRuns, creators, func(i int) error {
 			name := fmt.Sprintf("finished-%05d", i)
-			obj, err := client.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
-				"metadata": map[string]any{"name": name},
-				"spec": map[string]any{"suite": "smoke", "trials": int64(1),
-					"target": map[string]any{"endpoint": map[string]any{"url": "http://model:8000/v1", "model": "m"}}},
-			}}, metav1.CreateOptions{})
+			obj, err := client.Create(ctx, evalRun(name), metav1.CreateOptions{})
 			if err != nil {
 				return err
 			}

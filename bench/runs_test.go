@@ -12,7 +12,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
 
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
@@ -53,29 +55,7 @@ func BenchmarkRunningEvalRuns(b *testing.B) {
 		f.Start(ctx.Done())
 		f.WaitForCacheSync(ctx.Done())
 		client := benchClient(b).Resource(evalsi.EvalRuns).Namespace(ns)
-		if err := parallel(*runningRuns, creators, func(i int) error {
-			_, err := client.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
-				"metadata": map[string]any{"name": fmt.Sprintf("run-%04d", i)},
-				"spec": map[string]any{"suite": "smoke", "trials": int64(1),
-					"target": map[string]any{"endpoint": map[string]any{"url": "http://model:8000/v1", "model": "m"}}},
-			}}, metav1.CreateOptions{})
-			return err
-		}); err != nil {
-			b.Fatalf("creating EvalRuns: %v", err)
-		}
-		wait(b, ctx, p, "every run Running", func() bool {
-			objs := runs.GetStore().List()
-			if len(objs) != *runningRuns {
-				return false
-			}
-			for _, o := range objs {
-				if phase, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "status", "phase"); phase != evalsi.PhaseRunning {
-					return false
-				}
-			}
-			return true
-		})
+		createRunning(b, ctx, p, client, runs.GetStore(), *runningRuns, "run")
 		time.Sleep(15 * time.Second) // past the first poll of every run
 		calls := func() float64 {
 			families, err := p.scrape()
@@ -103,6 +83,36 @@ func BenchmarkRunningEvalRuns(b *testing.B) {
 			*runningRuns, elapsed, cpu.Seconds()/elapsed*1000, cpu.Seconds()/elapsed*1000/float64(*runningRuns),
 			n/elapsed, n/elapsed/float64(*runningRuns), w.total(), w)
 	}
+}
+
+// evalRun is a benchmark's EvalRun named name.
+func evalRun(name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{"suite": "smoke", "trials": int64(1),
+			"target": map[string]any{"endpoint": map[string]any{"url": "http://model:8000/v1", "model": "m"}}},
+	}}
+}
+
+// createRunning creates n EvalRuns named prefix-NNNN and waits until store (an informer's of
+// their namespace) shows n runs Running, which the operator p follows.
+func createRunning(b *testing.B, ctx context.Context, p *process, client dynamic.ResourceInterface, store cache.Store, n int, prefix string) {
+	if err := parallel(n, creators, func(i int) error {
+		_, err := client.Create(ctx, evalRun(fmt.Sprintf("%s-%04d", prefix, i)), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		b.Fatalf("creating EvalRuns: %v", err)
+	}
+	wait(b, ctx, p, "every run Running", func() bool {
+		running := 0
+		for _, o := range store.List() {
+			if phase, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "status", "phase"); phase == evalsi.PhaseRunning {
+				running++
+			}
+		}
+		return running == n
+	})
 }
 
 // startEvalsid runs the reference evalsid of binary op on a free loopback address, with runs that

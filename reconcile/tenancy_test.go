@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -186,4 +187,32 @@ func TestSandboxClassAllowedNamespaces(t *testing.T) {
 	if runs := api.Runs(); len(runs) != 1 || runs[0].Spec.SandboxClass != class {
 		t.Errorf("runs %v, want one in SandboxClass %s", runs, class)
 	}
+}
+
+// TestWaitersGoOnWhenTheirClassComes creates an EvalRun and an Evaluator naming a SandboxClass
+// that does not exist yet (ClassNotFound), then the class: the operator runs the SandboxClass
+// controller too, so the class's arrival reconciles both at once (Kind.Refers), well before the
+// 30 s look again that they would otherwise wait for.
+func TestWaitersGoOnWhenTheirClassComes(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	class := "late-" + ns
+	api := startEvalsid(t, evalsid.Schedule{})
+	cfg := api.apiConfig(ns)
+	cfg.Controllers = []string{"evalrun", "evaluator", "sandboxclass"}
+	startEngine(t, cfg)
+	create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", "early", runSpec(map[string]any{"sandboxClass": class}))
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "early", map[string]any{"replicas": int64(1), "sandboxClass": class})
+	waitReady(t, ctx, evalsi.EvalRuns, ns, "early", "False", "ClassNotFound")
+	waitReady(t, ctx, evalsi.Evaluators, ns, "early", "False", "ClassNotFound")
+
+	created := time.Now()
+	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", class, map[string]any{"rung": "pod"})
+	t.Cleanup(func() { client(evalsi.SandboxClasses, "").Delete(context.Background(), class, metav1.DeleteOptions{}) })
+	// Bounded below the look again: only the class's event can make it in time.
+	soon, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	waitPhase(t, soon, ns, "early", "Pending")
+	waitReady(t, soon, evalsi.Evaluators, ns, "early", "True", "Available")
+	t.Logf("the EvalRun and the Evaluator went on %.1fs after their SandboxClass came", time.Since(created).Seconds())
 }

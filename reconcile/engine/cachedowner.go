@@ -20,19 +20,29 @@ type cachedOwner struct {
 	raw []byte
 	// followed is the kind's Followed verdict of this version.
 	followed bool
+	// refers are the kind's Refers of this version (Ref.String), for the referrers index.
+	refers []string
 }
 
 // newCachedOwner keeps of u, an owner as the API server returned it, what the engine reads, and
-// whether followed (nil: none) follows it; u is pruned in place.
-func newCachedOwner(u *unstructured.Unstructured, followed func(*unstructured.Unstructured) bool) (*cachedOwner, error) {
+// what its kind k (nil: none) asks of each version (Followed, Refers); u is pruned in place.
+func newCachedOwner(u *unstructured.Unstructured, k *Kind) (*cachedOwner, error) {
 	pruneOwner(u)
 	raw, err := u.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s %s/%s for the cache: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	id := objectIdentity{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration()}
-	return &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(u.GetAPIVersion()), Kind: intern(u.GetKind())}, ObjectMeta: id.objectMeta(), raw: raw,
-		followed: followed != nil && followed(u)}, nil
+	co := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(u.GetAPIVersion()), Kind: intern(u.GetKind())}, ObjectMeta: id.objectMeta(), raw: raw}
+	if k != nil && k.Followed != nil {
+		co.followed = k.Followed(u)
+	}
+	if k != nil && k.Refers != nil {
+		for _, r := range k.Refers(u) {
+			co.refers = append(co.refers, r.String())
+		}
+	}
+	return co, nil
 }
 
 // decodeOwner keeps raw, an owner as the API server answered a write, as the cache would until

@@ -205,7 +205,10 @@ func (e *Engine) startController(ctx context.Context, k *Kind, wg *sync.WaitGrou
 	if !k.Namespaced {
 		ns = ""
 	}
-	c.inf = e.ensureInformer(ctx, k.Resource, ns, k, c.enqueue)
+	c.inf = e.ensureInformer(ctx, k.Resource, ns, k, func(obj any) {
+		c.enqueue(obj)
+		e.wakeReferrers(k.Name, obj)
+	})
 	for _, gvr := range k.Children {
 		if e.isServed(gvr) {
 			e.ensureInformer(ctx, gvr, c.childNamespace(), nil, e.enqueueOwner)

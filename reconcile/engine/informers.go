@@ -84,9 +84,9 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 		})
 	} else {
 		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(ownerListWatch(e.client, gvr, namespace)), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
-			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, ObjectDescription: gvr.String(),
+			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, referrersIndex: indexByRefers}, ObjectDescription: gvr.String(),
 		})
-		inf.SetTransform(ownerTransform(owner.Followed))
+		inf.SetTransform(ownerTransform(owner))
 	}
 	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
@@ -231,12 +231,11 @@ func ownerListWatch(client dynamic.Interface, gvr schema.GroupVersionResource, n
 	}
 }
 
-// ownerTransform is the transform of the informer of a kind whose Run follows what followed says
-// (cachedOwner).
-func ownerTransform(followed func(*unstructured.Unstructured) bool) cache.TransformFunc {
+// ownerTransform keeps an owner of kind k as the cache does (newCachedOwner).
+func ownerTransform(k *Kind) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
-			return newCachedOwner(u, followed)
+			return newCachedOwner(u, k)
 		}
 		return obj, nil
 	}

@@ -37,10 +37,22 @@ type Kind struct {
 	// version of an object as it enters the cache, so that Run reads only those, not every
 	// object each time (finished EvalRuns stay in the cache until they expire).
 	Followed func(*unstructured.Unstructured) bool
+	// Refers, when set, returns the objects of the engine's other kinds that obj waits on by name
+	// (an EvalRun its SandboxClass and target CheckpointServer): when one of them is added,
+	// changed or deleted, obj is reconciled at once rather than at its next look. Asked once per
+	// version of obj as it enters the cache.
+	Refers func(*unstructured.Unstructured) []Ref
 	// Off, when it returns a sentence, keeps the controller off (its configuration lacks what it
 	// needs); the engine logs the sentence once.
 	Off func() string
 }
+
+// Ref names an object of one of the engine's kinds: the Kind, and the object's key in that kind's
+// queue ("namespace/name", or "name" for a cluster-scoped kind).
+type Ref struct{ Kind, Key string }
+
+// String is the ref as the referrers index keeps it.
+func (r Ref) String() string { return r.Kind + "/" + r.Key }
 
 // Reconciler makes the world match one object and says what the object's status should be.
 type Reconciler interface {

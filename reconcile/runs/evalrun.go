@@ -36,7 +36,8 @@ type Options struct {
 }
 
 // classRecheck is how often a run waiting on its SandboxClass looks again; a change of its
-// namespace's labels reconciles it at once.
+// namespace's labels reconciles it at once, and so does a change of the class where this
+// operator runs the SandboxClass controller (waitsOn).
 const classRecheck = 30 * time.Second
 
 // targetRecheck is how often a run waiting on its CheckpointServer looks again.
@@ -55,6 +56,7 @@ func Kind(api *apiclient.Client, opts Options) *engine.Kind {
 		Reconciler: engine.Managed(evalsi.FinalizerCancelRun, r),
 		Run:        r.follow,
 		Followed:   running,
+		Refers:     waitsOn,
 		Off: func() string {
 			if api == nil {
 				return "no evalsid URL (--api-url)"
@@ -62,6 +64,22 @@ func Kind(api *apiclient.Client, opts Options) *engine.Kind {
 			return ""
 		},
 	}
+}
+
+// waitsOn is what an EvalRun without a run yet waits on: its SandboxClass and its target
+// CheckpointServer. One with a run waits on nothing more.
+func waitsOn(obj *unstructured.Unstructured) []engine.Ref {
+	if runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId"); runID != "" || obj.GetDeletionTimestamp() != nil {
+		return nil
+	}
+	var refs []engine.Ref
+	if class, _, _ := unstructured.NestedString(obj.Object, "spec", "sandboxClass"); class != "" {
+		refs = append(refs, engine.Ref{Kind: "SandboxClass", Key: class})
+	}
+	if server, _, _ := unstructured.NestedString(obj.Object, "spec", "target", "checkpointServer"); server != "" {
+		refs = append(refs, engine.Ref{Kind: "CheckpointServer", Key: obj.GetNamespace() + "/" + server})
+	}
+	return refs
 }
 
 // evalRuns is the EvalRun kind's External.

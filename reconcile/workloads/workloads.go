@@ -28,7 +28,8 @@ type Options struct {
 }
 
 // classRecheck is how often an object whose SandboxClass or service account is missing or not
-// allowed looks again; a change of its namespace's labels reconciles it at once.
+// allowed looks again; a change of its namespace's labels reconciles it at once, and so does a
+// change of the class where this operator runs the SandboxClass controller (usesClass).
 const classRecheck = 30 * time.Second
 
 // poolChildren are the resources of an Evaluator's or a SandboxClass's children.
@@ -40,7 +41,17 @@ func Evaluators(opts Options) *engine.Kind {
 		Controller: "evaluator", Name: "Evaluator", Resource: evalsi.Evaluators, Namespaced: true,
 		Children:   poolChildren,
 		Reconciler: pools{opts: opts},
+		Refers:     usesClass,
 	}
+}
+
+// usesClass is the SandboxClass an Evaluator names, whose coming, going or change of
+// allowedNamespaces decides whether it may have a pool.
+func usesClass(obj *unstructured.Unstructured) []engine.Ref {
+	if class := stringAt(obj, "spec", "sandboxClass"); class != "" {
+		return []engine.Ref{{Kind: "SandboxClass", Key: class}}
+	}
+	return nil
 }
 
 // SandboxClasses is the SandboxClass kind: cluster-scoped, with its pools in the sandbox namespace.
