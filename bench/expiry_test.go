@@ -46,12 +46,7 @@ func BenchmarkFinishedEvalRunsExpire(b *testing.B) {
 		api, apiAddr, apiToken := startEvalsid(b, ctx, op)
 		defer api.stop()
 		operator := func(ttl time.Duration) *process {
-			return start(b, ctx, contender{name: "evalsi-operator", reconciles: "evalsi_reconcile_total", args: func(kubeconfig, ns, metrics, pprof string) []string {
-				return []string{op, "run", "--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--controllers=evalrun",
-					"--leader-elect=false", "--log-level=warn", "--metrics-bind-address=" + metrics, "--pprof-bind-address=" + pprof,
-					"--health-probe-bind-address=0", "--api-url=http://" + apiAddr, "--api-token-file=" + apiToken,
-					"--evalrun-ttl=" + ttl.String()}
-			}}, ns)
+			return start(b, ctx, runsOperator(op, apiAddr, apiToken, "--evalrun-ttl="+ttl.String()), ns)
 		}
 
 		// Deletions as the benchmark's own informer sees them.

@@ -42,12 +42,7 @@ func BenchmarkRunningEvalRuns(b *testing.B) {
 		createNamespace(b, ctx, ns)
 		api, apiAddr, apiToken := startEvalsid(b, ctx, op)
 		defer api.stop()
-		c := contender{name: "evalsi-operator", reconciles: "evalsi_reconcile_total", args: func(kubeconfig, ns, metrics, pprof string) []string {
-			return []string{op, "run", "--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--controllers=evalrun",
-				"--leader-elect=false", "--log-level=warn", "--metrics-bind-address=" + metrics, "--pprof-bind-address=" + pprof,
-				"--health-probe-bind-address=0", "--api-url=http://" + apiAddr, "--api-token-file=" + apiToken}
-		}}
-		p := start(b, ctx, c, ns)
+		p := start(b, ctx, runsOperator(op, apiAddr, apiToken), ns)
 		defer p.stop()
 
 		f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(env.Dynamic(), 0, ns, nil)
@@ -83,6 +78,16 @@ func BenchmarkRunningEvalRuns(b *testing.B) {
 			*runningRuns, elapsed, cpu.Seconds()/elapsed*1000, cpu.Seconds()/elapsed*1000/float64(*runningRuns),
 			n/elapsed, n/elapsed/float64(*runningRuns), w.total(), w)
 	}
+}
+
+// runsOperator is the operator binary op running the EvalRun controller only, against the
+// evalsid at apiAddr, at its defaults but for extra flags.
+func runsOperator(op, apiAddr, apiToken string, extra ...string) contender {
+	return contender{name: "evalsi-operator", reconciles: "evalsi_reconcile_total", args: func(kubeconfig, ns, metrics, pprof string) []string {
+		return append([]string{op, "run", "--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--controllers=evalrun",
+			"--leader-elect=false", "--log-level=warn", "--metrics-bind-address=" + metrics, "--pprof-bind-address=" + pprof,
+			"--health-probe-bind-address=0", "--api-url=http://" + apiAddr, "--api-token-file=" + apiToken}, extra...)
+	}}
 }
 
 // evalRun is a benchmark's EvalRun named name.
