@@ -31,10 +31,11 @@ type External interface {
 }
 
 // Finisher is an External whose objects can be done with their external object (a run that
-// ended): Finished says so from the object alone, and such an object needs nothing at deletion,
-// so its finalizer goes, and it can be deleted without the operator.
+// ended): such an object needs nothing at deletion, so its finalizer goes, and it can be deleted
+// without the operator.
 type Finisher interface {
-	Finished(obj *unstructured.Unstructured) bool
+	// Finished says so from status fields: the object's, or those an Observation reports.
+	Finished(status map[string]any) bool
 }
 
 // Observation is what a call of an External learned of the external object.
@@ -50,10 +51,11 @@ type Observation struct {
 }
 
 // Managed returns the Reconciler of a kind kept in an external API: a deleted object's external
-// object is let go (Delete) before its finalizer goes; any other object gets the finalizer
-// (unless it is Finished with its external object, which loses it), and
+// object is let go (Delete) before its finalizer goes; any other object gets the finalizer, and
 // its external object is observed, created when missing and updated when it does not hold the
-// spec. Nothing is called for an object whose spec the external API refused for its generation.
+// spec. An object Finished with its external object (by its status, or by what was just
+// observed) loses the finalizer. Nothing is called for an object whose spec the external API
+// refused for its generation.
 func Managed(finalizer string, ext External) Reconciler {
 	return ReconcilerFunc(func(ctx context.Context, r *Request) (Outcome, error) {
 		c, obj := r.Controller, r.Object
@@ -75,10 +77,10 @@ func Managed(finalizer string, ext External) Reconciler {
 			// The external API refused this spec, and would again: no call until it changes.
 			return Outcome{}, nil
 		}
-		done := false
-		if f, ok := ext.(Finisher); ok {
-			done = f.Finished(obj)
-		}
+		fin, _ := ext.(Finisher)
+		finished := func(status map[string]any) bool { return fin != nil && fin.Finished(status) }
+		status, _ := obj.Object["status"].(map[string]any)
+		done := finished(status)
 		if err := c.setFinalizer(ctx, obj, finalizer, !done); err != nil {
 			return Outcome{}, err
 		}
@@ -89,6 +91,12 @@ func Managed(finalizer string, ext External) Reconciler {
 			obs, err = ext.Create(ctx, r)
 		case !obs.UpToDate:
 			obs, err = ext.Update(ctx, r)
+		}
+		if err == nil && !done && obs.Status != nil && finished(obs.Status.Fields) {
+			// It finished just now: the finalizer goes in this reconcile, not the next.
+			if err := c.setFinalizer(ctx, obj, finalizer, false); err != nil {
+				return Outcome{}, err
+			}
 		}
 		return outcomeOf(obs, err)
 	})

@@ -126,12 +126,11 @@ func (er *evalRuns) observed(obj *unstructured.Unstructured, run *v1.Run) engine
 		obs.RequeueAfter = er.fallback()
 		return obs
 	}
-	// The run ended: look again in a moment, when the status says so, to let the finalizer go
-	// (Finished), and then when it expires.
-	obs.RequeueAfter = time.Second
 	completed, _ := st.Fields["completedAt"].(string)
 	if at, keep := er.expiry(obj, completed); !keep {
 		st.Fields["expiresAt"] = at.UTC().Format(time.RFC3339)
+		// Expiry is a time, not an event: look again then.
+		obs.RequeueAfter = max(time.Until(at), time.Second)
 	}
 	return obs
 }
@@ -169,11 +168,11 @@ func (er *evalRuns) Create(ctx context.Context, r *engine.Request) (engine.Obser
 	return er.observed(obj, run), nil
 }
 
-// Finished says that obj's run ended: deleting obj then calls nothing (a finished run is not
-// cancelled), so it needs no finalizer, and goes at once when deleted, with or without the
-// operator.
-func (er *evalRuns) Finished(obj *unstructured.Unstructured) bool {
-	phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
+// Finished says that the run of an EvalRun with status ended: deleting it then calls nothing (a
+// finished run is not cancelled), so it needs no finalizer, and goes at once when deleted, with
+// or without the operator.
+func (er *evalRuns) Finished(status map[string]any) bool {
+	phase, _ := status["phase"].(string)
 	return evalsi.TerminalPhase(phase)
 }
 
