@@ -1,7 +1,6 @@
 package evalsid_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
@@ -36,14 +35,13 @@ func TestLargeRequestRefused(t *testing.T) {
 	go srv.Serve(ctx, l)
 	url := "http://" + l.Addr().String() + "/evalsi.v1.RunService/CreateRun"
 	const size = 64 << 20
-	for name, body := range map[string]func() io.Reader{
-		"with Content-Length": func() io.Reader { return bytes.NewReader(make([]byte, size)) },
-		// A reader of unknown length is sent chunked.
-		"streamed": func() io.Reader { return io.LimitReader(zeros{}, size) },
-	} {
+	// The body is generated, never held by the client: client and server share this process's heap,
+	// and a 64 MiB buffer the transport still writes from would be counted against the server.
+	for _, name := range []string{"with Content-Length", "streamed"} {
 		t.Run(name, func(t *testing.T) {
 			before := heapInUse()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, struct{ io.Reader }{body()})
+			// A reader of unknown length is sent chunked unless the length is declared below.
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, struct{ io.Reader }{io.LimitReader(zeros{}, size)})
 			if err != nil {
 				t.Fatal(err)
 			}
