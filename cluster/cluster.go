@@ -40,6 +40,8 @@ type Options struct {
 	// AuditPolicy, when set, is an audit policy (YAML) the API server logs requests by, as JSON
 	// lines in AuditLog (benchmarks count what a client wrote from it).
 	AuditPolicy string
+	// FeatureGates are the API server's --feature-gates, each "Name=true" or "Name=false".
+	FeatureGates []string
 	// WithoutKubectl leaves kubectl unbuilt, for a caller that runs none (make dev).
 	WithoutKubectl bool
 }
@@ -271,7 +273,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 	if err != nil {
 		return err
 	}
-	var audit []string
+	var extra []string
 	if c.opts.AuditPolicy != "" {
 		policy := filepath.Join(c.Dir, "audit-policy.yaml")
 		if err := os.WriteFile(policy, []byte(c.opts.AuditPolicy), 0o600); err != nil {
@@ -280,8 +282,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 		c.AuditLog = filepath.Join(c.Dir, "audit.log")
 		// Blocking mode writes each event as its request completes, so a reader that notes the
 		// log's size at a moment counts exactly the requests completed before it.
-		audit = []string{"--audit-policy-file=" + policy, "--audit-log-path=" + c.AuditLog,
+		extra = []string{"--audit-policy-file=" + policy, "--audit-log-path=" + c.AuditLog,
 			"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0"}
+	}
+	if len(c.opts.FeatureGates) > 0 {
+		extra = append(extra, "--feature-gates="+strings.Join(c.opts.FeatureGates, ","))
 	}
 	p, err := c.start("kube-apiserver", bin, append([]string{
 		"--etcd-servers=" + etcdURL,
@@ -305,7 +310,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 		"--storage-media-type=application/json",
 		// Webhooks and aggregated APIs by Service go through the service network.
 		"--egress-selector-config-file=" + egress,
-	}, audit...)...)
+	}, extra...)...)
 	if err != nil {
 		return err
 	}

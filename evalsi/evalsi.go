@@ -227,3 +227,7 @@ const (
 func TerminalPhase(phase string) bool {
 	return phase == PhaseSucceeded || phase == PhaseFailed || phase == PhaseCancelled
 }
+
+// LabelShardBucket on a child is its owner's bucket (shard.Bucket of the owner's UID), by which a
+// replica that reconciles a shard of the owners watches only that shard's children.
+const LabelShardBucket = Group + "/shard-bucket"

@@ -34,6 +34,8 @@ var shared = clustertest.New(cluster.Options{
 	Nodes:        2,
 	NodeCapacity: map[string]string{"nvidia.com/gpu": "8"},
 	CRDDirs:      []string{crdDir},
+	// The server-side shardSelector of TestShardedReplicas (alpha in 1.37, off by default).
+	FeatureGates: []string{"ShardedListAndWatch=true"},
 })
 
 func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }

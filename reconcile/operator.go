@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,6 +21,7 @@ import (
 	"evals.si/operator/reconcile/runs"
 	"evals.si/operator/reconcile/workloads"
 	"evals.si/operator/render"
+	"evals.si/operator/shard"
 )
 
 // Config configures the operator: its engine, its kinds, and their evalsid client.
@@ -78,12 +80,19 @@ func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces) []
 	}
 }
 
-// Operator is the engine with the operator's kinds, and the namespaces it reads bindings from.
+// Operator is the engine with the operator's kinds, and the namespaces it reads bindings from: one
+// engine for every object (Run), or one per shard this replica holds (RunShard).
 type Operator struct {
+	// Engine is the engine of every object; the engines of shards share its metrics.
 	*engine.Engine
+	cfg        Config
+	api        *apiclient.Client
 	kube       kubernetes.Interface
-	namespace  string
 	namespaces *tenancy.Namespaces
+
+	mu sync.Mutex
+	// running are the engines that run now, by shard.
+	running map[shard.Shard]*engine.Engine
 }
 
 // New returns an operator for cfg. It makes no request until Run.
@@ -91,7 +100,7 @@ func New(cfg Config) (*Operator, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	op := &Operator{namespace: cfg.Namespace, namespaces: tenancy.NewNamespaces()}
+	op := &Operator{cfg: cfg, namespaces: tenancy.NewNamespaces(), running: map[shard.Shard]*engine.Engine{}}
 	var api *apiclient.Client
 	if cfg.API.URL != "" {
 		opts := cfg.API
@@ -106,11 +115,8 @@ func New(cfg Config) (*Operator, error) {
 			return nil, fmt.Errorf("creating the evalsid client: %w", err)
 		}
 	}
-	e, err := engine.New(engine.Config{
-		Rest: cfg.Rest, Namespace: cfg.Namespace, Kinds: kinds(cfg, api, op.namespaces), Controllers: cfg.Controllers,
-		Workers: cfg.Workers, Resync: cfg.Resync, DiscoveryInterval: cfg.DiscoveryInterval, ReconcileTimeout: cfg.ReconcileTimeout,
-		Tenancy: projects{op.namespaces}, Log: cfg.Log, AllowUnsupportedMinor: cfg.AllowUnsupportedMinor,
-	})
+	op.api = api
+	e, err := op.newEngine(shard.Whole, op.namespaces, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -118,20 +124,91 @@ func New(cfg Config) (*Operator, error) {
 	return op, nil
 }
 
+// newEngine returns an engine of the operator's kinds for shard s, reading bindings from
+// namespaces, recording into metrics (nil: its own).
+func (op *Operator) newEngine(s shard.Shard, namespaces *tenancy.Namespaces, metrics *engine.Metrics) (*engine.Engine, error) {
+	cfg := op.cfg
+	return engine.New(engine.Config{
+		Rest: cfg.Rest, Namespace: cfg.Namespace, Kinds: kinds(cfg, op.api, namespaces), Controllers: cfg.Controllers,
+		Workers: cfg.Workers, Resync: cfg.Resync, DiscoveryInterval: cfg.DiscoveryInterval, ReconcileTimeout: cfg.ReconcileTimeout,
+		Tenancy: projects{namespaces}, Shard: s, Metrics: metrics, Log: cfg.Log, AllowUnsupportedMinor: cfg.AllowUnsupportedMinor,
+	})
+}
+
 // namespacesWait bounds how long Run waits for the first read of the namespaces' bindings before
 // it reconciles: an operator that may not read them acts as if no namespace were bound.
 const namespacesWait = 30 * time.Second
 
-// Run reads the namespaces' bindings (all of them, or the operator's one namespace) and runs the
-// engine until ctx ends.
-func (op *Operator) Run(ctx context.Context) error {
-	op.namespaces.Watch(ctx, op.kube, op.namespace)
+// Run reconciles every object until ctx ends.
+func (op *Operator) Run(ctx context.Context) error { return op.RunShard(ctx, shard.Whole) }
+
+// RunShard reads the namespaces' bindings (all of them, or the operator's one namespace) and
+// reconciles the objects of s until ctx ends: with the operator's engine for the whole, else with
+// an engine of s's own, which ends with ctx.
+func (op *Operator) RunShard(ctx context.Context, s shard.Shard) error {
+	e, namespaces := op.Engine, op.namespaces
+	if !s.IsWhole() {
+		namespaces = tenancy.NewNamespaces()
+		var err error
+		if e, err = op.newEngine(s, namespaces, op.Metrics()); err != nil {
+			return err
+		}
+	}
+	op.mu.Lock()
+	op.running[s] = e
+	op.mu.Unlock()
+	defer func() {
+		op.mu.Lock()
+		delete(op.running, s)
+		op.mu.Unlock()
+	}()
+	namespaces.Watch(ctx, op.kube, op.cfg.Namespace)
 	wait, cancel := context.WithTimeout(ctx, namespacesWait)
-	if !op.namespaces.WaitForSync(wait) && ctx.Err() == nil {
+	if !namespaces.WaitForSync(wait) && ctx.Err() == nil {
 		op.Log().Warn("the namespaces' project bindings are not read; every namespace acts in the project named like it until they are")
 	}
 	cancel()
-	return op.Engine.Run(ctx)
+	return e.Run(ctx)
+}
+
+// engines returns the engines that run now.
+func (op *Operator) engines() []*engine.Engine {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	out := make([]*engine.Engine, 0, len(op.running))
+	for _, e := range op.running {
+		out = append(out, e)
+	}
+	return out
+}
+
+// Synced reports whether every running engine has synced; false when none runs.
+func (op *Operator) Synced() bool {
+	engines := op.engines()
+	for _, e := range engines {
+		if !e.Synced() {
+			return false
+		}
+	}
+	return len(engines) > 0
+}
+
+// VersionRefusal says why the running engines do not reconcile on this cluster, "" when they
+// do (or none runs).
+func (op *Operator) VersionRefusal() string {
+	for _, e := range op.engines() {
+		if why := e.VersionRefusal(); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// ExternalAnswered tells every running engine that evalsid answered (engine.ExternalAnswered).
+func (op *Operator) ExternalAnswered() {
+	for _, e := range op.engines() {
+		e.ExternalAnswered()
+	}
 }
 
 // projects is the engine's Tenancy: the project a namespace is bound to (its Namespace's label,

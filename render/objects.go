@@ -7,6 +7,7 @@ package render
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -14,6 +15,7 @@ import (
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/schemas"
+	"evals.si/operator/shard"
 )
 
 // DefaultVLLMImage is the image of CheckpointServers that name none, unless the operator is told
@@ -96,9 +98,13 @@ func (o Owner) selector() map[string]any {
 // object returns a child of o with apiVersion, kind, metadata (name, namespace, labels and a
 // controller ownerReference) and the given spec fields.
 func (o Owner) object(apiVersion, kind, name, namespace, component string, fields map[string]any) *unstructured.Unstructured {
+	labels := o.labels(component)
+	// Not among the pods' labels: a shard is the operator's business, and a new pod label would
+	// roll every pool.
+	labels[evalsi.LabelShardBucket] = strconv.Itoa(shard.Bucket(o.UID))
 	meta := map[string]any{
 		"name":   name,
-		"labels": o.labels(component),
+		"labels": labels,
 		"ownerReferences": []any{map[string]any{
 			"apiVersion":         evalsi.Group + "/v1alpha1",
 			"kind":               o.Kind,

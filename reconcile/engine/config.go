@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+
+	"evals.si/operator/shard"
 )
 
 // Config configures an engine.
@@ -31,6 +33,12 @@ type Config struct {
 	// Tenancy decides the project each namespaced object acts in; nil: every object acts in the
 	// project named like its namespace.
 	Tenancy Tenancy
+	// Shard is the slice of the objects the engine reconciles (shard.Whole when zero): it caches
+	// only that slice's owners and children, except for the owners of Shared kinds.
+	Shard shard.Shard
+	// Metrics, when set, are the metrics the engine records into (the engines of one process's
+	// shards share them); else the engine makes its own.
+	Metrics *Metrics
 	// Log is the engine's logger.
 	Log *slog.Logger
 	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor

@@ -73,7 +73,7 @@ func (c *Controller) objects(followed bool) map[string]*unstructured.Unstructure
 	out := map[string]*unstructured.Unstructured{}
 	for _, o := range c.inf.shared.GetStore().List() {
 		co := o.(*cachedOwner)
-		if followed && !co.followed {
+		if followed && !co.followed || !c.e.cfg.Shard.Contains(string(co.UID)) {
 			continue
 		}
 		obj, err := co.object()
@@ -253,6 +253,10 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 	if obj == nil {
 		// Deleted: children go with their owner (garbage collection); nothing to do.
 		c.e.validated.forget(key)
+		return Outcome{}, nil
+	}
+	if !c.e.cfg.Shard.Contains(string(obj.GetUID())) {
+		// A Shared kind's object of another shard: cached here to be read, reconciled there.
 		return Outcome{}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.e.cfg.ReconcileTimeout)

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/shard"
 )
 
 // FieldManager is the one field manager of every write the operator makes.
@@ -80,12 +81,21 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Shard.Count == 0 {
+		cfg.Shard = shard.Whole
+	}
+	if !cfg.Shard.IsWhole() {
+		cfg.Log = cfg.Log.With("shard", cfg.Shard.String())
+	}
 	for _, name := range cfg.Controllers {
 		if !slices.ContainsFunc(cfg.Kinds, func(k *Kind) bool { return k.Controller == name }) {
 			return nil, fmt.Errorf("unknown controller %q (known: %v)", name, ControllerNames(cfg.Kinds))
 		}
 	}
-	m := NewMetrics()
+	m := cfg.Metrics
+	if m == nil {
+		m = NewMetrics()
+	}
 	rc := rest.CopyConfig(cfg.Rest)
 	limitPerResource(rc)
 	rc.Wrap(m.countRequests)

@@ -78,12 +78,20 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	var inf cache.SharedIndexInformer
 	child := owner == nil
 	if child {
-		lw := childListWatch(e.rest, gvr, namespace, evalsi.LabelManagedBy+"="+evalsi.ManagedBy)
+		selector := evalsi.LabelManagedBy + "=" + evalsi.ManagedBy
+		if s := e.cfg.Shard.LabelSelector(evalsi.LabelShardBucket); s != "" {
+			selector += "," + s
+		}
+		lw := childListWatch(e.rest, gvr, namespace, selector)
 		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &Child{}, cache.SharedIndexInformerOptions{
 			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{ownerIndex: indexByOwner}, ObjectDescription: gvr.String(),
 		})
 	} else {
-		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(ownerListWatch(e.client, gvr, namespace)), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
+		var lw cache.ListerWatcherWithContext = ownerListWatch(e.client, gvr, namespace)
+		if !owner.Shared && !e.cfg.Shard.IsWhole() {
+			lw = shardListWatch(lw, e.cfg.Shard)
+		}
+		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
 			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, referrersIndex: indexByRefers}, ObjectDescription: gvr.String(),
 		})
 		inf.SetTransform(ownerTransform(owner))

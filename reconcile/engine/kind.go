@@ -42,6 +42,10 @@ type Kind struct {
 	// changed or deleted, obj is reconciled at once rather than at its next look. Asked once per
 	// version of obj as it enters the cache.
 	Refers func(*unstructured.Unstructured) []Ref
+	// Shared kinds are cached whole by the engine of every shard, because other kinds read their
+	// objects (Controller.Lookup) and wait on them (Refers); each engine reconciles only those
+	// of its shard. Other kinds' caches hold only their shard's objects.
+	Shared bool
 	// Off, when it returns a sentence, keeps the controller off (its configuration lacks what it
 	// needs); the engine logs the sentence once.
 	Off func() string

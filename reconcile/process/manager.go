@@ -1,6 +1,7 @@
 // Package process is what the operator's process serves around its engine: /healthz and /readyz,
 // /metrics (over HTTPS with TokenReview and SubjectAccessReview when secured), Go's profiles, and
-// leader election on a Lease, so that one replica reconciles while the others wait.
+// shards held on Leases (shards.go), so that each object is reconciled by one replica at a time,
+// the shards spread over the replicas that are alive.
 package process
 
 import (
@@ -20,18 +21,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"evals.si/operator/internal/pki"
+	"evals.si/operator/shard"
 )
 
-// Engine is what the process runs: the reconciling engine.
+// Engine is what the process runs: the reconciling engine, one per held shard.
 type Engine interface {
-	// Run reconciles until ctx ends.
-	Run(ctx context.Context) error
-	// Synced reports whether the caches have synced; VersionRefusal why the engine does not
-	// reconcile on this cluster ("" when it does).
+	// RunShard reconciles the objects of s until ctx ends.
+	RunShard(ctx context.Context, s shard.Shard) error
+	// Synced reports whether the caches of every running shard have synced; VersionRefusal why
+	// the engine does not reconcile on this cluster ("" when it does).
 	Synced() bool
 	VersionRefusal() string
 	// Kube is a client for leader election and token reviews; Registry holds the metrics.
@@ -40,13 +40,17 @@ type Engine interface {
 	Log() *slog.Logger
 }
 
-// Config configures the process: leader election and the HTTP endpoints.
+// Config configures the process: leader election, shards and the HTTP endpoints.
 type Config struct {
-	// LeaderElect runs the engine only while holding the Lease LeaderElectionNamespace/
-	// LeaderElectionName.
+	// LeaderElect runs each shard's engine only while holding its Lease, in namespace
+	// LeaderElectionNamespace: LeaderElectionName when there is one shard, else
+	// LeaderElectionName-shard-N (ShardLease).
 	LeaderElect             bool
 	LeaderElectionNamespace string
 	LeaderElectionName      string
+	// Shards is how many shards the objects are split into (1 when 0); each replica holds its
+	// fair share of them.
+	Shards int
 	// HealthAddr serves /healthz and /readyz; MetricsAddr serves /metrics. Empty or "0" is off.
 	HealthAddr  string
 	MetricsAddr string
@@ -61,12 +65,25 @@ type Config struct {
 	MetricsCertDir string
 }
 
-// Run serves health and metrics, waits for leadership if asked, and runs e until ctx ends.
-// Losing leadership is an error: the process should exit and start over.
+// Run serves health and metrics and runs e on the shards this replica holds (every object when
+// it does not elect) until ctx ends or an engine fails.
 func Run(ctx context.Context, cfg Config, e Engine) error {
 	var err error
 	log := e.Log()
-	var leading atomic.Bool
+	count := max(cfg.Shards, 1)
+	if err := shard.Validate(count); err != nil {
+		return err
+	}
+	if count > 1 && !cfg.LeaderElect {
+		return errNoElection
+	}
+	var held atomic.Int32
+	heldGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "evalsi_shards_held", Help: "Shards this replica holds and reconciles."},
+		func() float64 { return float64(held.Load()) })
+	if err := e.Registry().Register(heldGauge); err != nil {
+		return fmt.Errorf("registering the shards metric: %w", err)
+	}
+	defer e.Registry().Unregister(heldGauge)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 3)
@@ -79,7 +96,7 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
-		if leading.Load() && !e.Synced() {
+		if held.Load() > 0 && !e.Synced() {
 			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
 			return
 		}
@@ -132,47 +149,30 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 		defer srv.Close()
 	}
 
-	run := func(ctx context.Context) {
-		leading.Store(true)
-		errc <- e.Run(ctx)
-	}
+	// done reports the end of the engines: when ctx ends, once every engine stopped and every
+	// Lease was released.
+	done := make(chan error, 1)
 	if !cfg.LeaderElect {
-		go run(ctx)
+		held.Store(1)
+		go func() { done <- e.RunShard(ctx, shard.Whole) }()
 	} else {
 		id, _ := os.Hostname()
-		id += "_" + string(uuid.NewUUID())
-		lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.LeaderElectionNamespace, cfg.LeaderElectionName,
-			e.Kube().CoreV1(), e.Kube().CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
-		if err != nil {
-			return fmt.Errorf("creating the leader election lock: %w", err)
+		suffix := string(uuid.NewUUID())
+		id += "_" + suffix
+		h := &shardHolder{kube: e.Kube(), log: log, namespace: cfg.LeaderElectionNamespace, name: cfg.LeaderElectionName,
+			count: count, id: id, run: e.RunShard, onHeld: func(n int) { held.Store(int32(n)) }}
+		if count > 1 {
+			h.member = cfg.LeaderElectionName + "-member-" + suffix
 		}
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   15 * time.Second,
-			RenewDeadline:   10 * time.Second,
-			RetryPeriod:     2 * time.Second,
-			ReleaseOnCancel: true,
-			Name:            cfg.LeaderElectionName,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: run,
-				OnStoppedLeading: func() {
-					if ctx.Err() == nil {
-						errc <- errors.New("lost leadership")
-					}
-				},
-				OnNewLeader: func(identity string) { log.Info("leader", "identity", identity) },
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("configuring leader election: %w", err)
-		}
-		log.Info("waiting for leadership", "lease", cfg.LeaderElectionNamespace+"/"+cfg.LeaderElectionName, "identity", id)
-		go le.Run(ctx)
+		log.Info("holding shards", "shards", count, "namespace", cfg.LeaderElectionNamespace, "lease", cfg.LeaderElectionName, "identity", id)
+		go func() { done <- holdShards(ctx, h) }()
 	}
 	select {
-	case <-ctx.Done():
-		return nil
+	case err := <-done:
+		return err
 	case err := <-errc:
+		cancel()
+		<-done
 		return err
 	}
 }

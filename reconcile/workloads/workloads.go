@@ -61,6 +61,8 @@ func SandboxClasses(opts Options) *engine.Kind {
 		Children:       poolChildren,
 		ChildNamespace: opts.Render.SandboxNamespace,
 		Reconciler:     pools{opts: opts, sandbox: true},
+		// Evaluators and EvalRuns of every shard read their class.
+		Shared: true,
 	}
 }
 
@@ -70,6 +72,8 @@ func CheckpointServers(opts Options) *engine.Kind {
 		Controller: "checkpointserver", Name: "CheckpointServer", Resource: evalsi.CheckpointServers, Namespaced: true,
 		Children:   []schema.GroupVersionResource{evalsi.Deployments, evalsi.Services},
 		Reconciler: checkpointServers{opts: opts},
+		// EvalRuns of every shard read and wait on their target server.
+		Shared: true,
 	}
 }
 

@@ -1,0 +1,154 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/process"
+	"evals.si/operator/shard"
+)
+
+// TestShardedReplicas runs two replicas of the operator over three shards: together they hold
+// every shard, each Evaluator is reconciled (its children carry its bucket), the API server
+// answers each shard's List with exactly the owners shard.Contains picks, and when one replica
+// stops, the other takes its shards and repairs what changes in them; the last to stop releases
+// every Lease.
+func TestShardedReplicas(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	const n, shards = 12, 3
+	for i := range n {
+		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
+	}
+	start := func(name string) (stop func()) {
+		rc := rest.CopyConfig(env.Config)
+		rc.UserAgent = name
+		mctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- RunManager(mctx, ManagerConfig{
+				Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
+					Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+				Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator", Shards: shards},
+			})
+		}()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+	}
+	stopA := start("replica-a")
+	stopB := start("replica-b")
+	for i := range n {
+		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
+	}
+	cs := env.Clientset()
+	holders := func() ([]string, error) {
+		var out []string
+		for i := range shards {
+			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: shards}), metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			h := process.LeaseHolder(l, time.Now())
+			if h == "" {
+				return nil, fmt.Errorf("shard %d has no holder", i)
+			}
+			out = append(out, h)
+		}
+		return out, nil
+	}
+	clustertest.Eventually(t, ctx, "the two replicas share the shards", func() error {
+		h, err := holders()
+		if err != nil {
+			return err
+		}
+		if slices.Sort(h); len(slices.Compact(h)) != 2 {
+			return fmt.Errorf("shards held by %v", h)
+		}
+		return nil
+	})
+
+	evaluators := env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns)
+	all, err := evaluators.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range shards {
+		s := shard.Shard{Index: i, Count: shards}
+		got, err := evaluators.List(ctx, metav1.ListOptions{ShardSelector: s.Selector()})
+		if err != nil {
+			t.Fatalf("listing shard %s: %v", s, err)
+		}
+		var want, have []string
+		for _, o := range all.Items {
+			if s.Contains(string(o.GetUID())) {
+				want = append(want, o.GetName())
+			}
+		}
+		for _, o := range got.Items {
+			have = append(have, o.GetName())
+		}
+		slices.Sort(want)
+		slices.Sort(have)
+		if !slices.Equal(want, have) {
+			t.Errorf("shard %s: the API server's shardSelector answers %v, shard.Contains picks %v", s, have, want)
+		}
+	}
+	for _, o := range all.Items {
+		d, err := cs.AppsV1().Deployments(ns).Get(ctx, o.GetName()+"-evaluator", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := d.Labels[evalsi.LabelShardBucket], fmt.Sprint(shard.Bucket(string(o.GetUID()))); got != want {
+			t.Errorf("%s's Deployment has bucket %q, its owner %q", o.GetName(), got, want)
+		}
+	}
+
+	stopA()
+	clustertest.Eventually(t, ctx, "the replica left holds every shard", func() error {
+		h, err := holders()
+		if err != nil {
+			return err
+		}
+		if slices.Sort(h); len(slices.Compact(h)) != 1 {
+			return fmt.Errorf("shards held by %v", h)
+		}
+		return nil
+	})
+	if err := cs.AppsV1().Deployments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "every pool repaired", func() error {
+		l, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) != n {
+			return fmt.Errorf("%d of %d Deployments", len(l.Items), n)
+		}
+		return nil
+	})
+	stopB()
+	for i := range shards {
+		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: shards}), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := process.LeaseHolder(l, time.Now()); h != "" {
+			t.Errorf("shard %d still held by %s after every replica stopped", i, h)
+		}
+	}
+}
