@@ -16,6 +16,8 @@ import (
 	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/command"
 	"evals.si/operator/reconcile"
+	"evals.si/operator/reconcile/process"
+	"evals.si/operator/shard"
 )
 
 func releaseFinalizersCommand() *cli.Command {
@@ -27,6 +29,7 @@ func releaseFinalizersCommand() *cli.Command {
 			&cli.StringFlag{Name: "namespace", Required: true, Usage: "the namespace of the uninstalled operator"},
 			&cli.StringSliceFlag{Name: "controllers", Usage: "the controllers whose finalizers to remove (default: all)"},
 			&cli.StringFlag{Name: "leader-election-id", Value: evalsi.LeaderElectionID, Usage: "the operator's Lease, waited on until no replica holds it"},
+			&cli.IntFlag{Name: "shards", Value: 1, Usage: "the operator's --shards: every shard's Lease is waited on"},
 			&cli.DurationFlag{Name: "wait", Value: time.Minute, Usage: "how long to wait for the operator to let go of its Lease"},
 		}, command.LogFlags...),
 		Action: func(c *cli.Context) error {
@@ -44,7 +47,11 @@ func releaseFinalizersCommand() *cli.Command {
 			}
 			// A replica still running would put the finalizers back, and act on objects whose
 			// finalizers are gone: release nothing until its Lease is gone or expired.
-			if err := waitLeaseFree(c.Context, e.Kube(), c.String("namespace"), c.String("leader-election-id"), c.Duration("wait")); err != nil {
+			var leases []string
+			for i := range c.Int("shards") {
+				leases = append(leases, process.ShardLease(c.String("leader-election-id"), shard.Shard{Index: i, Count: c.Int("shards")}))
+			}
+			if err := waitLeasesFree(c.Context, e.Kube(), c.String("namespace"), leases, c.Duration("wait")); err != nil {
 				return cli.Exit(fmt.Sprintf("released nothing: %v", err), 1)
 			}
 			n, err := e.ReleaseFinalizers(c.Context)
@@ -57,15 +64,19 @@ func releaseFinalizersCommand() *cli.Command {
 	}
 }
 
-// waitLeaseFree waits until the operator's Lease does not exist or has expired. It returns why
-// it stopped waiting otherwise: the Lease is still held, or it cannot be read (Forbidden, a
-// timeout), which never counts as free.
-func waitLeaseFree(ctx context.Context, kube kubernetes.Interface, ns, name string, timeout time.Duration) error {
+// waitLeasesFree waits until none of the operator's Leases (names: one, or one per shard) exists
+// or is held. It returns why it stopped waiting otherwise: a Lease is still held, or it cannot be
+// read (Forbidden, a timeout), which never counts as free.
+func waitLeasesFree(ctx context.Context, kube kubernetes.Interface, ns string, names []string, timeout time.Duration) error {
 	why := fmt.Errorf("the Lease was not read")
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		lease, err := kube.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		why = leaseHeld(lease, err, time.Now())
-		return why == nil, nil
+		for _, name := range names {
+			lease, err := kube.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+			if why = leaseHeld(lease, err, time.Now()); why != nil {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("after %s: %w", timeout, why)
@@ -82,13 +93,10 @@ func leaseHeld(l *coordinationv1.Lease, err error, now time.Time) error {
 	case err != nil:
 		return fmt.Errorf("cannot read the operator's Lease, so a leader may still run: %w", err)
 	}
-	s := l.Spec
-	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+	holder := process.LeaseHolder(l, now)
+	if holder == "" {
 		return nil
 	}
-	expires := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)
-	if now.After(expires) {
-		return nil
-	}
-	return fmt.Errorf("%s holds the operator's Lease until %s", *s.HolderIdentity, expires.UTC().Format(time.RFC3339))
+	expires := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+	return fmt.Errorf("%s holds the operator's Lease %s until %s", holder, l.Name, expires.UTC().Format(time.RFC3339))
 }

@@ -27,6 +27,7 @@ import (
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/internal/manifest"
+	"evals.si/operator/reconcile/process"
 )
 
 var env *cluster.Cluster
@@ -103,7 +104,8 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	// are served (the SandboxClasses are objects of one).
 	helm(t, "upgrade", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--reuse-values", "--set", "sandboxd.enabled=true", kc)
 	for release, want := range map[string]string{
-		helm(t, "install", "evalsi", "evalsi", "-n", "team-a", "--create-namespace", "--set", "api.url=https://evalsid.evalsi-platform.svc", kc): "kubectl -n team-a rollout status deployment/evalsi-operator",
+		// Two shards: the chart's RBAC names their Leases, and the two replicas below share them.
+		helm(t, "install", "evalsi", "evalsi", "-n", "team-a", "--create-namespace", "--set", "api.url=https://evalsid.evalsi-platform.svc", "--set", "operator.shards=2", kc): "kubectl -n team-a rollout status deployment/evalsi-operator",
 		helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc):                                                     "the sandbox operator runs in evalsi-sandbox",
 	} {
 		if !strings.Contains(release, "NOTES:") || !strings.Contains(release, want) {
@@ -137,10 +139,19 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 
 	bin := clustertest.Operator(t)
 	opCfg, opKubeconfig := clustertest.TokenKubeconfig(t, ctx, env, "team-a", "evalsi-operator")
-	stopOperator := startOperator(t, bin, opKubeconfig, "--namespace=team-a",
-		"--controllers=evalrun,onlineevalpolicy,tracesource,evaluator,checkpointserver",
-		"--leader-elect", "--leader-election-namespace=team-a",
-		"--api-url=http://"+l.Addr().String(), "--api-token-file="+tokenFile, "--run-poll-interval=1s")
+	// Two replicas, as the chart runs them, as the chart's identity (its RBAC, not an admin's).
+	var replicas []func()
+	for range 2 {
+		replicas = append(replicas, startOperator(t, bin, opKubeconfig, "--namespace=team-a",
+			"--controllers=evalrun,onlineevalpolicy,tracesource,evaluator,checkpointserver",
+			"--leader-elect", "--leader-election-namespace=team-a", "--shards=2",
+			"--api-url=http://"+l.Addr().String(), "--api-token-file="+tokenFile, "--run-poll-interval=1s"))
+	}
+	stopOperator := func() {
+		for _, stop := range replicas {
+			stop()
+		}
+	}
 	_, sbKubeconfig := clustertest.TokenKubeconfig(t, ctx, env, "evalsi-sandbox", "evalsi-sandboxd")
 	startOperator(t, bin, sbKubeconfig, "--controllers=sandboxclass", "--sandbox-namespace=evalsi-sandbox",
 		"--leader-elect", "--leader-election-namespace=evalsi-sandbox", "--leader-election-id=evalsi-sandboxd")
@@ -197,6 +208,21 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 			return nil
 		})
 	}
+
+	clustertest.Eventually(t, ctx, "each replica holds a shard", func() error {
+		holders := map[string]bool{}
+		for _, name := range []string{"evalsi-operator-shard-0", "evalsi-operator-shard-1"} {
+			l, err := env.Clientset().CoordinationV1().Leases("team-a").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			holders[process.LeaseHolder(l, time.Now())] = true
+		}
+		if delete(holders, ""); len(holders) != 2 {
+			return fmt.Errorf("the shards' holders: %v", holders)
+		}
+		return nil
+	})
 
 	// The chart's operator identity is denied outside its namespace.
 	op := dynamic.NewForConfigOrDie(opCfg)

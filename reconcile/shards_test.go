@@ -30,7 +30,7 @@ func TestShardedReplicas(t *testing.T) {
 	for i := range n {
 		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
 	}
-	start := func(name string) (stop func()) {
+	start := func(name string, count int) (stop func()) {
 		rc := rest.CopyConfig(env.Config)
 		rc.UserAgent = name
 		mctx, cancel := context.WithCancel(ctx)
@@ -39,7 +39,7 @@ func TestShardedReplicas(t *testing.T) {
 			done <- RunManager(mctx, ManagerConfig{
 				Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
 					Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
-				Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator", Shards: shards},
+				Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator", Shards: count},
 			})
 		}()
 		return func() {
@@ -49,8 +49,8 @@ func TestShardedReplicas(t *testing.T) {
 			}
 		}
 	}
-	stopA := start("replica-a")
-	stopB := start("replica-b")
+	stopA := start("replica-a", shards)
+	stopB := start("replica-b", shards)
 	for i := range n {
 		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
 	}
@@ -116,6 +116,28 @@ func TestShardedReplicas(t *testing.T) {
 			t.Errorf("%s's Deployment has bucket %q, its owner %q", o.GetName(), got, want)
 		}
 	}
+
+	// A replica given another number of shards slices the objects otherwise: it takes nothing
+	// while these run (its log says why), neither its own Leases nor theirs.
+	stopC := start("replica-c", 2)
+	for range 4 {
+		time.Sleep(2 * time.Second)
+		h, err := holders()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Sort(h); len(slices.Compact(h)) != 2 {
+			t.Fatalf("with a replica of two shards beside them, the shards are held by %v", h)
+		}
+		other, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", shard.Shard{Index: 1, Count: 2}), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := other.Labels[process.LabelShards]; got != "3" {
+			t.Fatalf("shard 1's Lease was taken by a replica of %s shards", got)
+		}
+	}
+	stopC()
 
 	stopA()
 	clustertest.Eventually(t, ctx, "the replica left holds every shard", func() error {

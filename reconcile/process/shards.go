@@ -32,6 +32,10 @@ const (
 	retryPeriod   = 2 * time.Second
 )
 
+// LabelShards on each of the operator's Leases is the number of shards of the replica that wrote
+// it: replicas with another number slice the objects otherwise, and must not run beside it.
+const LabelShards = evalsi.Group + "/shards"
+
 // ShardLease is the name of the Lease of shard s of the operator whose leader election name is
 // name: name itself when the operator does not shard (as a single leader's Lease always was).
 func ShardLease(name string, s shard.Shard) string {
@@ -76,6 +80,9 @@ type shardHolder struct {
 	errc chan error
 	// onHeld is told how many shards are held whenever that changes.
 	onHeld func(n int)
+
+	// conflict is the Lease of replicas with another number of shards last seen held ("").
+	conflict string
 
 	mu     sync.Mutex
 	tries  map[int]*shardTry
@@ -145,9 +152,22 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 		members = max(n, 1)
 	}
 	fair := (h.count + members - 1) / members
-	holders, err := h.holders(ctx, now)
+	holders, conflict, err := h.holders(ctx, now)
 	if err != nil {
 		h.log.Warn("reading the shards' Leases", "err", err)
+		return
+	}
+	if conflict != h.conflict {
+		if conflict != "" {
+			h.log.Error("replicas with another number of shards reconcile: this one reconciles nothing until they stop (give every replica the same --shards)", "shards", h.count, "other", conflict)
+		} else {
+			h.log.Info("no replica with another number of shards reconciles any more", "shards", h.count)
+		}
+		h.conflict = conflict
+	}
+	if conflict != "" {
+		// Their shards are other slices of the same objects: taking any would make two writers.
+		h.drain(0, members)
 		return
 	}
 	leading := h.drain(fair, members)
@@ -211,11 +231,9 @@ func (h *shardHolder) current() []*shardTry {
 // try starts an elector for s's Lease; while it leads, s's engine runs.
 func (h *shardHolder) try(ctx context.Context, s shard.Shard) {
 	name := ShardLease(h.name, s)
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, h.namespace, name,
-		h.kube.CoreV1(), h.kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: h.id})
-	if err != nil {
-		h.errc <- fmt.Errorf("creating the Lease lock of shard %s: %w", s, err)
-		return
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: name}, Client: h.kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: h.id}, Labels: h.labels(),
 	}
 	// The elector's context is not ctx: on shutdown the engine stops first, then the Lease is
 	// released (stopAll), never the other way round.
@@ -342,20 +360,44 @@ func (h *shardHolder) heldChanged() {
 	h.onHeld(n)
 }
 
-// holders returns who holds each shard's Lease now ("" for none).
-func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]string, error) {
-	out := map[int]string{}
+// holders returns who holds each shard's Lease now ("" for none), and, when replicas with another
+// number of shards hold a Lease, which: the Leases of this count carry it (LabelShards), and the
+// first Lease of the other family (the single Lease when this replica shards, the first shard's
+// when it does not) is read too. A rolling change of --shards is safe: the new replicas take
+// nothing until the old ones have stopped.
+func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]string, string, error) {
+	out, conflict := map[int]string{}, ""
+	names := make([]string, 0, h.count+1)
 	for i := range h.count {
-		l, err := h.kube.CoordinationV1().Leases(h.namespace).Get(ctx, ShardLease(h.name, shard.Shard{Index: i, Count: h.count}), metav1.GetOptions{})
+		names = append(names, ShardLease(h.name, shard.Shard{Index: i, Count: h.count}))
+	}
+	if h.count > 1 {
+		names = append(names, h.name)
+	} else {
+		names = append(names, ShardLease(h.name, shard.Shard{Index: 0, Count: 2}))
+	}
+	for i, name := range names {
+		l, err := h.kube.CoordinationV1().Leases(h.namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		out[i] = LeaseHolder(l, now)
+		holder := LeaseHolder(l, now)
+		if count := cmp.Or(l.Labels[LabelShards], "1"); holder != "" && (i == h.count || count != strconv.Itoa(h.count)) {
+			conflict = fmt.Sprintf("%s holds Lease %s with --shards=%s", holder, name, count)
+		}
+		if i < h.count {
+			out[i] = holder
+		}
 	}
-	return out, nil
+	return out, conflict, nil
+}
+
+// labels are those of every Lease this replica writes.
+func (h *shardHolder) labels() map[string]string {
+	return map[string]string{LabelShards: strconv.Itoa(h.count)}
 }
 
 // MemberLease is the name of member slot j of the operator whose leader election name is name.
@@ -378,7 +420,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (int, erro
 				continue
 			}
 			_, err = leases.Create(ctx, &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: h.labels()},
 				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &h.id, LeaseDurationSeconds: &seconds, RenewTime: &renew, AcquireTime: &renew},
 			}, metav1.CreateOptions{FieldManager: evalsi.FieldManager})
 			if err == nil {
@@ -398,13 +440,16 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (int, erro
 			if holder == "" {
 				l.Spec.HolderIdentity, l.Spec.AcquireTime = &h.id, &renew
 			}
+			l.Labels = h.labels()
 			l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &renew, &seconds
 			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager}); err == nil {
 				live, mine, h.member = live+1, true, name
 			} else if !apierrors.IsConflict(err) {
 				return 0, err
 			}
-		case holder != "":
+		case holder != "" && l.Labels[LabelShards] == strconv.Itoa(h.count):
+			// A replica with another number of shards reconciles nothing beside this one
+			// (holders): it is not counted.
 			live++
 		}
 	}

@@ -1,3 +1,18 @@
+{{- /* The operator's Leases: one, or per shard one Lease and one member slot (process.ShardLease, process.MemberLease). */ -}}
+{{- define "evalsi.operatorLeases" -}}
+{{- $shards := int .Values.operator.shards -}}
+{{- if le $shards 1 -}}
+[evalsi-operator]
+{{- else -}}
+{{- $names := list -}}
+{{- range $i := until $shards -}}
+{{- $names = append $names (printf "evalsi-operator-shard-%d" $i) -}}
+{{- $names = append $names (printf "evalsi-operator-member-%d" $i) -}}
+{{- end -}}
+[{{ join ", " $names }}]
+{{- end -}}
+{{- end -}}
+
 {{- define "evalsi.labels" -}}
 app.kubernetes.io/name: evalsi-operator
 app.kubernetes.io/part-of: evalsi
