@@ -60,7 +60,10 @@ func runCommand() *cli.Command {
 				return err
 			}
 			rc.QPS, rc.Burst = float32(c.Float64("kube-api-qps")), c.Int("kube-api-burst")
-			rc.UserAgent = "evalsi-operator/" + version
+			// The user agent names the replica, so that the API server's audit log says which one
+			// wrote (its Leases' holder identity).
+			identity := process.NewIdentity()
+			rc.UserAgent = "evalsi-operator/" + version + " (" + identity + ")"
 			leNamespace := c.String("leader-election-namespace")
 			if leNamespace == "" {
 				leNamespace = c.String("namespace")
@@ -95,6 +98,7 @@ func runCommand() *cli.Command {
 					LeaderElectionNamespace: leNamespace,
 					LeaderElectionName:      c.String("leader-election-id"),
 					Shards:                  c.Int("shards"),
+					Identity:                identity,
 					HealthAddr:              c.String("health-probe-bind-address"),
 					MetricsAddr:             c.String("metrics-bind-address"),
 					PprofAddr:               c.String("pprof-bind-address"),

@@ -106,7 +106,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	for release, want := range map[string]string{
 		// Two shards: the chart's RBAC names their Leases, and the two replicas below share them.
 		helm(t, "install", "evalsi", "evalsi", "-n", "team-a", "--create-namespace", "--set", "api.url=https://evalsid.evalsi-platform.svc", "--set", "operator.shards=2", kc): "kubectl -n team-a rollout status deployment/evalsi-operator",
-		helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc):                                                     "the sandbox operator runs in evalsi-sandbox",
+		helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc):                                                                                   "the sandbox operator runs in evalsi-sandbox",
 	} {
 		if !strings.Contains(release, "NOTES:") || !strings.Contains(release, want) {
 			t.Errorf("install notes lack %q:\n%s", want, release)

@@ -5,6 +5,7 @@
 package process
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -48,6 +49,8 @@ type Config struct {
 	LeaderElect             bool
 	LeaderElectionNamespace string
 	LeaderElectionName      string
+	// Identity names this replica in the Leases it holds (NewIdentity when empty).
+	Identity string
 	// Shards is how many shards the objects are split into (1 when 0); each replica holds its
 	// fair share of them.
 	Shards int
@@ -63,6 +66,13 @@ type Config struct {
 	// scraper verifies), read again when they change; empty: a certificate made at start, which
 	// no scraper can verify.
 	MetricsCertDir string
+}
+
+// NewIdentity returns a name for a replica: its host name (a pod's name) and a UUID, so that a
+// restarted process is another holder.
+func NewIdentity() string {
+	host, _ := os.Hostname()
+	return host + "_" + string(uuid.NewUUID())
 }
 
 // Run serves health and metrics and runs e on the shards this replica holds (every object when
@@ -156,14 +166,9 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 		held.Store(1)
 		go func() { done <- e.RunShard(ctx, shard.Whole) }()
 	} else {
-		id, _ := os.Hostname()
-		suffix := string(uuid.NewUUID())
-		id += "_" + suffix
+		id := cmp.Or(cfg.Identity, NewIdentity())
 		h := &shardHolder{kube: e.Kube(), log: log, namespace: cfg.LeaderElectionNamespace, name: cfg.LeaderElectionName,
 			count: count, id: id, run: e.RunShard, onHeld: func(n int) { held.Store(int32(n)) }}
-		if count > 1 {
-			h.member = cfg.LeaderElectionName + "-member-" + suffix
-		}
 		log.Info("holding shards", "shards", count, "namespace", cfg.LeaderElectionNamespace, "lease", cfg.LeaderElectionName, "identity", id)
 		go func() { done <- holdShards(ctx, h) }()
 	}

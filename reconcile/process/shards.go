@@ -308,6 +308,10 @@ func (h *shardHolder) drop(t *shardTry) {
 	<-t.elector
 	if err := h.release(ShardLease(h.name, t.Shard)); err != nil {
 		h.log.Warn("releasing a shard's Lease; it expires instead", "shard", t.String(), "err", err)
+		return
+	}
+	if stopEngine != nil {
+		h.log.Info("released a shard", "shard", t.String(), "identity", h.id)
 	}
 }
 
