@@ -48,12 +48,15 @@ const (
 
 var env *cluster.Cluster
 
-// shared is the benchmark's control plane: enough KWOK nodes for a pod per Evaluator, and an
-// audit log of the controllers' writes.
+// shared is the benchmark's control plane: enough KWOK nodes for a pod per Evaluator (up to
+// 12,000), an audit log of the controllers' writes, and the API server's shardSelector
+// (BenchmarkShards; alpha in 1.37, off by default).
 var shared = clustertest.New(cluster.Options{
-	Nodes:       4,
-	CRDDirs:     []string{"../chart/evalsi-crds/files/crds"},
-	AuditPolicy: auditPolicy,
+	Nodes:        4,
+	NodeCapacity: map[string]string{"pods": "3000"},
+	CRDDirs:      []string{"../chart/evalsi-crds/files/crds"},
+	AuditPolicy:  auditPolicy,
+	FeatureGates: []string{"ShardedListAndWatch=true"},
 })
 
 func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }

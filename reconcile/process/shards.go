@@ -83,10 +83,40 @@ type shardHolder struct {
 
 	// conflict is the Lease of replicas with another number of shards last seen held ("").
 	conflict string
+	// seen is each Lease's version as this replica first saw it: a holder whose Lease has not
+	// changed for its duration of this replica's own clock is gone (observedHolder).
+	seen map[string]observation
 
 	mu     sync.Mutex
 	tries  map[int]*shardTry
 	byHash map[int]uint64
+}
+
+// observation is a Lease's version and when this replica first saw it.
+type observation struct {
+	resourceVersion string
+	since           time.Time
+}
+
+// observedHolder returns who holds l as this replica judges it at now: no one when l names no
+// holder, or when l has not changed (renewed) for its duration since this replica first saw that
+// version. Unlike the Lease's renewTime, this does not trust another machine's clock, as client-go's
+// elector does not; this replica reads the Leases every retryPeriod, so that a killed holder's
+// shard is taken about a Lease duration after its last renewal.
+func (h *shardHolder) observedHolder(l *coordinationv1.Lease, now time.Time) string {
+	s := l.Spec
+	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.LeaseDurationSeconds == nil {
+		return ""
+	}
+	o, ok := h.seen[l.Name]
+	if !ok || o.resourceVersion != l.ResourceVersion {
+		o = observation{resourceVersion: l.ResourceVersion, since: now}
+		h.seen[l.Name] = o
+	}
+	if *s.HolderIdentity != h.id && now.Sub(o.since) > time.Duration(*s.LeaseDurationSeconds)*time.Second {
+		return ""
+	}
+	return *s.HolderIdentity
 }
 
 // shardTry is an elector of one shard's Lease and, while it leads, the shard's engine.
@@ -109,7 +139,7 @@ func (t *shardTry) isLeading() bool {
 
 // holdShards holds shards for this replica (identity id) until ctx ends or an engine fails.
 func holdShards(ctx context.Context, h *shardHolder) error {
-	h.tries, h.byHash, h.errc = map[int]*shardTry{}, map[int]uint64{}, make(chan error, h.count)
+	h.tries, h.byHash, h.errc, h.seen = map[int]*shardTry{}, map[int]uint64{}, make(chan error, h.count), map[string]observation{}
 	for i := range h.count {
 		// Each replica prefers the shards that hash best with its identity (rendezvous hashing),
 		// so that replicas starting together try different shards first.
@@ -228,9 +258,17 @@ func (h *shardHolder) current() []*shardTry {
 	return out
 }
 
-// try starts an elector for s's Lease; while it leads, s's engine runs.
+// try takes s's Lease, which rebalance found free, and starts an elector that renews it; while
+// it leads, s's engine runs. The elector does not take the Lease itself: it would wait a Lease
+// duration from its own first sight of it, after this replica has already waited one.
 func (h *shardHolder) try(ctx context.Context, s shard.Shard) {
 	name := ShardLease(h.name, s)
+	if taken, err := h.take(ctx, name); err != nil || !taken {
+		if err != nil {
+			h.log.Warn("taking a shard's Lease", "shard", s.String(), "err", err)
+		}
+		return
+	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: name}, Client: h.kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: h.id}, Labels: h.labels(),
@@ -315,6 +353,42 @@ func (h *shardHolder) drop(t *shardTry) {
 	}
 }
 
+// take makes this replica the holder of the Lease name, which it judged free, unless another
+// replica changed it since (a conflict: it reports false).
+func (h *shardHolder) take(ctx context.Context, name string) (bool, error) {
+	leases := h.kube.CoordinationV1().Leases(h.namespace)
+	now := metav1.NewMicroTime(time.Now())
+	seconds := int32(leaseDuration / time.Second)
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: h.labels()},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &h.id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now},
+		}, metav1.CreateOptions{FieldManager: evalsi.FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	if err != nil {
+		return false, err
+	}
+	if holder := h.observedHolder(l, now.Time); holder != "" && holder != h.id {
+		return false, nil
+	}
+	transitions := int32(0)
+	if l.Spec.LeaseTransitions != nil {
+		transitions = *l.Spec.LeaseTransitions + 1
+	}
+	l.Labels = h.labels()
+	l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &h.id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now, LeaseTransitions: &transitions}
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager})
+	if apierrors.IsConflict(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // release gives up the Lease name if this replica still holds it: no holder, and a duration of
 // one second, as client-go's elector releases one.
 func (h *shardHolder) release(name string) error {
@@ -388,7 +462,7 @@ func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]strin
 		if err != nil {
 			return nil, "", err
 		}
-		holder := LeaseHolder(l, now)
+		holder := h.observedHolder(l, now)
 		if count := cmp.Or(l.Labels[LabelShards], "1"); holder != "" && (i == h.count || count != strconv.Itoa(h.count)) {
 			conflict = fmt.Sprintf("%s holds Lease %s with --shards=%s", holder, name, count)
 		}
@@ -436,7 +510,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (int, erro
 		case err != nil:
 			return 0, err
 		}
-		holder := LeaseHolder(l, now)
+		holder := h.observedHolder(l, now)
 		switch {
 		case holder == h.id && !mine, holder == "" && !mine && h.member == "":
 			// Ours (renewed), or free and this replica has none (taken; a conflict means another

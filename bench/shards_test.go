@@ -1,0 +1,617 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+
+	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
+	operatorprocess "evals.si/operator/reconcile/process"
+	"evals.si/operator/shard"
+)
+
+var (
+	shardEvaluators = flag.Int("shard-evaluators", 10000, "Evaluators of BenchmarkShards")
+	shardRuns       = flag.Int("shard-runs", 500, "running EvalRuns of BenchmarkShards, beside the Evaluators")
+	shardCounts     = flag.String("shards", "1,2,3", "numbers of shards BenchmarkShards runs, each with as many replicas, over the same objects")
+	shardKills      = flag.Int("kills", 5, "SIGKILLs of a replica with the largest number of shards")
+)
+
+// BenchmarkShards runs the operator over the same Evaluators and EvalRuns with 1, 2 and 3 shards
+// (as many replicas), and reports each replica's live heap, its CPU while every owner and every
+// Deployment changes once (the watch events it receives and reconciles), and how long the
+// replicas take to reconcile every object after they start. With the most shards it then kills
+// one replica -kills times (SIGKILL, then a new one in its place), deletes 100 of its pools'
+// Deployments right after, and reports how long the others took to reconcile every owner of its
+// shards and make those Deployments again. Over all of it, the API server's audit log must
+// show each write of an object received while its writer held the object's shard (0 double
+// writers), and each EvalRun must keep the one run it has (0 duplicate runs).
+func BenchmarkShards(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
+	defer cancel()
+	setup(b, ctx)
+	var counts []int
+	for _, s := range strings.Split(*shardCounts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || shard.Validate(n) != nil {
+			b.Fatalf("-shards: %q is not a number of shards", s)
+		}
+		counts = append(counts, n)
+	}
+	op := *operatorBin
+	if op == "" {
+		op = clustertest.Operator(b)
+	}
+	for range b.N {
+		benchShards(b, ctx, op, counts)
+	}
+}
+
+func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
+	const ns = "bench-shards"
+	createNamespace(b, ctx, ns)
+	defer deleteNamespace(b, ctx, ns)
+	evalsid, apiAddr, apiToken := startEvalsid(b, ctx, op)
+	defer evalsid.stop()
+	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, from: mark(), holds: map[string][]hold{}, counts: map[string]int{}}
+
+	// The objects, made and converged by one replica.
+	first := s.startReplicas(1)
+	w := watchNamespace(b, ctx, ns)
+	s.w = w
+	client := benchClient(b)
+	if err := parallel(*shardEvaluators, creators, func(i int) error {
+		_, err := client.Resource(evalsi.Evaluators).Namespace(ns).Create(ctx, evaluator(ns, i), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		b.Fatalf("creating Evaluators: %v", err)
+	}
+	runs := dynamicinformer.NewFilteredDynamicSharedInformerFactory(env.Dynamic(), 0, ns, nil).ForResource(evalsi.EvalRuns).Informer()
+	go runs.Run(ctx.Done())
+	createRunning(b, ctx, first[0].process, client.Resource(evalsi.EvalRuns).Namespace(ns), runs.GetStore(), *shardRuns, "run")
+	wait(b, ctx, first[0].process, "Ready", func() bool { return w.ready(*shardEvaluators) })
+	runIDs := runIDsOf(runs.GetStore().List())
+	s.stopReplicas(first)
+	s.readObjects()
+
+	var rows []shardRow
+	for _, n := range counts {
+		row, replicas := s.measure(n)
+		rows = append(rows, row)
+		if n == slices.Max(counts) && n > 1 {
+			rows[len(rows)-1].kills = s.kill(replicas, *shardKills)
+		}
+		s.stopReplicas(replicas)
+	}
+
+	doubles, checked, err := s.doubleWriters()
+	if err != nil {
+		b.Fatal(err)
+	}
+	duplicates := 0
+	for key, id := range runIDsOf(runs.GetStore().List()) {
+		if runIDs[key] != id {
+			duplicates++
+		}
+	}
+	fmt.Print(shardTable(rows, len(s.uids), len(runIDs)))
+	fmt.Printf("audit log: %d writes of owners and children by the replicas, %d received while their writer did not hold the object's shard; EvalRuns whose run changed (a second run): %d of %d\n",
+		checked, doubles, duplicates, len(runIDs))
+	if doubles > 0 || duplicates > 0 {
+		b.Errorf("%d double writes, %d duplicate runs", doubles, duplicates)
+	}
+}
+
+// shardBench is the state of one BenchmarkShards run.
+type shardBench struct {
+	b                  *testing.B
+	ctx                context.Context
+	op, ns             string
+	apiAddr, apiToken  string
+	from               auditMark
+	w                  *namespaceWatch
+	uids               map[string]string // the owners' UIDs by "kind/name"
+	holds              map[string][]hold // by replica identity
+	counts             map[string]int    // each replica's number of shards
+	killedAt           map[string]time.Time
+	evaluatorsByBucket [shard.Buckets]int
+	ownersByBucket     [shard.Buckets]int
+}
+
+// hold is a span of time a replica held a shard.
+type hold struct {
+	shard      int
+	from, till time.Time
+}
+
+// replica is a running replica of the operator.
+type replica struct {
+	*process
+	identity string
+}
+
+// startReplicas starts n replicas with n shards and waits until each holds one.
+func (s *shardBench) startReplicas(n int) []*replica {
+	c := contender{name: "evalsi-operator", short: "operator", reconciles: "evalsi_reconcile_total",
+		args: func(kubeconfig, ns, metrics, pprof string) []string {
+			return []string{s.op, "run", "--kubeconfig=" + kubeconfig, "--namespace=" + ns,
+				"--controllers=evaluator,evalrun", "--leader-elect", "--leader-election-namespace=" + ns,
+				"--shards=" + strconv.Itoa(n), "--log-level=info", "--log-format=json",
+				"--metrics-bind-address=" + metrics, "--pprof-bind-address=" + pprof, "--health-probe-bind-address=0",
+				"--default-image=" + image, "--api-url=http://" + s.apiAddr, "--api-token-file=" + s.apiToken}
+		}}
+	var out []*replica
+	for range n {
+		r := s.startReplica(c)
+		s.counts[r.identity] = n
+		out = append(out, r)
+	}
+	s.waitBalanced(out)
+	return out
+}
+
+// startReplica starts one replica of c and reads its identity from its log.
+func (s *shardBench) startReplica(c contender) *replica {
+	r := &replica{process: start(s.b, s.ctx, c, s.ns)}
+	wait(s.b, s.ctx, r.process, "logging its identity", func() bool {
+		for _, l := range r.logLines() {
+			if l.Msg == "holding shards" {
+				r.identity = l.Identity
+				return true
+			}
+		}
+		return false
+	})
+	return r
+}
+
+// waitBalanced waits until every replica holds one shard.
+func (s *shardBench) waitBalanced(replicas []*replica) {
+	for _, r := range replicas {
+		wait(s.b, s.ctx, r.process, "holding one shard", func() bool {
+			held, err := r.gauge("evalsi_shards_held")
+			return err == nil && held == 1
+		})
+	}
+}
+
+// stopReplicas stops replicas (SIGTERM) and records what they held.
+func (s *shardBench) stopReplicas(replicas []*replica) {
+	for _, r := range replicas {
+		r.stop()
+		s.recordHolds(r)
+	}
+}
+
+// recordHolds reads from r's log the spans it held each shard; a shard still held when its log
+// ends was held until r was killed.
+func (s *shardBench) recordHolds(r *replica) {
+	open := map[int]time.Time{}
+	for _, l := range r.logLines() {
+		i, _, _ := strings.Cut(l.Shard, "/")
+		idx, err := strconv.Atoi(i)
+		if err != nil {
+			continue
+		}
+		switch l.Msg {
+		case "holding a shard":
+			open[idx] = l.Time
+		case "released a shard", "lost a shard's Lease; its engine stopped":
+			s.holds[r.identity] = append(s.holds[r.identity], hold{shard: idx, from: open[idx], till: l.Time})
+			delete(open, idx)
+		}
+	}
+	for idx, from := range open {
+		till, killed := s.killedAt[r.identity]
+		if !killed {
+			till = time.Now() // stopped without logging its release: its Lease expired
+		}
+		s.holds[r.identity] = append(s.holds[r.identity], hold{shard: idx, from: from, till: till})
+	}
+}
+
+// logLine is what the benchmark reads of a replica's JSON log.
+type logLine struct {
+	Time     time.Time `json:"time"`
+	Msg      string    `json:"msg"`
+	Shard    string    `json:"shard"`
+	Identity string    `json:"identity"`
+}
+
+func (r *replica) logLines() []logLine {
+	f, err := os.Open(r.log)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []logLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l logLine
+		if json.Unmarshal(sc.Bytes(), &l) == nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// gauge reads a metric of one series.
+func (r *replica) gauge(name string) (float64, error) {
+	families, err := r.scrape()
+	if err != nil {
+		return 0, err
+	}
+	f := families[name]
+	if f == nil || len(f.GetMetric()) == 0 {
+		return 0, fmt.Errorf("no %s", name)
+	}
+	return f.GetMetric()[0].GetGauge().GetValue(), nil
+}
+
+// readObjects records the owners' UIDs and how many fall in each bucket.
+func (s *shardBench) readObjects() {
+	s.uids = map[string]string{}
+	for _, k := range []string{"Evaluator", "EvalRun"} {
+		gvr := evalsi.Evaluators
+		if k == "EvalRun" {
+			gvr = evalsi.EvalRuns
+		}
+		list, err := env.Dynamic().Resource(gvr).Namespace(s.ns).List(s.ctx, metav1.ListOptions{})
+		if err != nil {
+			s.b.Fatal(err)
+		}
+		for _, o := range list.Items {
+			s.uids[k+"/"+o.GetName()] = string(o.GetUID())
+			bucket := shard.Bucket(string(o.GetUID()))
+			s.ownersByBucket[bucket]++
+			if k == "Evaluator" {
+				s.evaluatorsByBucket[bucket]++
+			}
+		}
+	}
+}
+
+// owners returns how many owners shards of count hold.
+func (s *shardBench) owners(count int, shards ...int) int {
+	n := 0
+	for b, owners := range s.ownersByBucket {
+		for _, i := range shards {
+			if (shard.Shard{Index: i, Count: count}).Contains(bucketUID(b)) {
+				n += owners
+			}
+		}
+	}
+	return n
+}
+
+// bucketUIDs are a UID of each bucket, to ask a shard whether it holds the bucket.
+var bucketUIDs = func() [shard.Buckets]string {
+	var out [shard.Buckets]string
+	found := 0
+	for i := 0; found < shard.Buckets; i++ {
+		uid := fmt.Sprintf("bucket-%d", i)
+		if b := shard.Bucket(uid); out[b] == "" {
+			out[b] = uid
+			found++
+		}
+	}
+	return out
+}()
+
+func bucketUID(b int) string { return bucketUIDs[b] }
+
+// shardRow is one number of shards' figures.
+type shardRow struct {
+	shards int
+	// start is how long the replicas took, from their start, to reconcile every object.
+	start time.Duration
+	// heap and churnCPU are each replica's live heap and CPU during the churn.
+	heap     []float64
+	churnCPU []time.Duration
+	// kills are the times the others took to reconcile a killed replica's objects.
+	kills []time.Duration
+}
+
+// measure starts n replicas with n shards over the objects and measures them.
+func (s *shardBench) measure(n int) (shardRow, []*replica) {
+	row := shardRow{shards: n}
+	t0 := time.Now()
+	replicas := s.startReplicas(n)
+	s.waitReconciled(replicas, nil)
+	row.start = time.Since(t0)
+	time.Sleep(5 * time.Second)
+	for i, r := range replicas {
+		h, err := r.liveHeap(fmt.Sprintf("shards-%d-replica-%d", n, i))
+		if err != nil {
+			s.b.Fatal(err)
+		}
+		row.heap = append(row.heap, h)
+	}
+	// The churn: every Evaluator and every pool Deployment changes once (an annotation), which
+	// each replica receives for its shard (the API server's shardSelector, the bucket label)
+	// and reconciles.
+	cpu0 := make([]time.Duration, len(replicas))
+	for i, r := range replicas {
+		cpu0[i] = r.cpu()
+	}
+	client := benchClient(s.b)
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{"bench.evals.si/churn":"%d"}}}`, n))
+	if err := parallel(*shardEvaluators, creators, func(i int) error {
+		name := evaluator(s.ns, i).GetName()
+		if _, err := client.Resource(evalsi.Evaluators).Namespace(s.ns).Patch(s.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		_, err := client.Resource(evalsi.Deployments).Namespace(s.ns).Patch(s.ctx, name+"-evaluator", types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	}); err != nil {
+		s.b.Fatalf("churning: %v", err)
+	}
+	time.Sleep(10 * time.Second)
+	for i, r := range replicas {
+		row.churnCPU = append(row.churnCPU, r.cpu()-cpu0[i])
+	}
+	fmt.Fprintf(os.Stderr, "%d shards: %s\n", n, row)
+	return row, replicas
+}
+
+// waitReconciled waits until each replica has reconciled every owner of the shards it holds at
+// least once since before (its reconcile count then; nil: since it started).
+func (s *shardBench) waitReconciled(replicas []*replica, before map[*replica]float64) {
+	count := len(replicas)
+	for _, r := range replicas {
+		var held []int
+		for i := range count {
+			l, err := env.Clientset().CoordinationV1().Leases(s.ns).Get(s.ctx, operatorprocess.ShardLease(evalsi.LeaderElectionID, shard.Shard{Index: i, Count: count}), metav1.GetOptions{})
+			if err == nil && operatorprocess.LeaseHolder(l, time.Now()) == r.identity {
+				held = append(held, i)
+			}
+		}
+		want := float64(s.owners(count, held...)) + before[r]
+		wait(s.b, s.ctx, r.process, "every owner of its shards reconciled", func() bool {
+			got, err := r.reconciles()
+			return err == nil && got >= want
+		})
+	}
+}
+
+// kill kills a replica n times, each time measuring how long the others take to reconcile every
+// owner of its shards, then starts a new replica in its place and waits until the shards are
+// spread again.
+func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
+	count := len(replicas)
+	if s.killedAt == nil {
+		s.killedAt = map[string]time.Time{}
+	}
+	var out []time.Duration
+	for k := range n {
+		victim := replicas[k%count]
+		var held []int
+		for i := range count {
+			l, err := env.Clientset().CoordinationV1().Leases(s.ns).Get(s.ctx, operatorprocess.ShardLease(evalsi.LeaderElectionID, shard.Shard{Index: i, Count: count}), metav1.GetOptions{})
+			if err == nil && operatorprocess.LeaseHolder(l, time.Now()) == victim.identity {
+				held = append(held, i)
+			}
+		}
+		owners := float64(s.owners(count, held...))
+		var survivors []*replica
+		before := 0.0
+		for _, r := range replicas {
+			if r != victim {
+				survivors = append(survivors, r)
+				got, err := r.reconciles()
+				if err != nil {
+					s.b.Fatal(err)
+				}
+				before += got
+			}
+		}
+		t0 := time.Now()
+		s.killedAt[victim.identity] = t0
+		victim.cmd.Process.Kill()
+		<-victim.done
+		victim.done <- nil
+		s.recordHolds(victim)
+		// What the others must repair, not only look at: pools of the killed replica's shards
+		// lose their Deployment right after the kill.
+		var sample []string
+		for key, uid := range s.uids {
+			name, ok := strings.CutPrefix(key, "Evaluator/")
+			if ok && len(sample) < 100 && slices.ContainsFunc(held, func(i int) bool { return (shard.Shard{Index: i, Count: count}).Contains(uid) }) {
+				sample = append(sample, name+"-evaluator")
+			}
+		}
+		client := benchClient(s.b).Resource(evalsi.Deployments).Namespace(s.ns)
+		deleted := map[string]types.UID{}
+		for _, name := range sample {
+			d, err := client.Get(s.ctx, name, metav1.GetOptions{})
+			if err != nil {
+				s.b.Fatal(err)
+			}
+			deleted[name] = d.GetUID()
+			if err := client.Delete(s.ctx, name, metav1.DeleteOptions{}); err != nil {
+				s.b.Fatal(err)
+			}
+		}
+		wait(s.b, s.ctx, survivors[0].process, "the killed replica's deleted Deployments made again by the others", func() bool {
+			for name, uid := range deleted {
+				o, ok, _ := s.w.children[0].GetStore().GetByKey(s.ns + "/" + name)
+				if !ok || o.(*unstructured.Unstructured).GetUID() == uid {
+					return false
+				}
+			}
+			return true
+		})
+		wait(s.b, s.ctx, survivors[0].process, "the killed replica's owners reconciled by the others", func() bool {
+			total := 0.0
+			for _, r := range survivors {
+				got, err := r.reconciles()
+				if err != nil {
+					return false
+				}
+				total += got
+			}
+			return total >= before+owners
+		})
+		took := time.Since(t0)
+		out = append(out, took)
+		fmt.Fprintf(os.Stderr, "kill %d: shards %v (%.0f owners, %d pools' Deployments deleted) reconciled and repaired by the others %.1f s after the SIGKILL\n", k+1, held, owners, len(sample), took.Seconds())
+		replicas[k%count] = s.startReplica(victim.c)
+		s.counts[replicas[k%count].identity] = count
+		s.waitBalanced(replicas)
+	}
+	return out
+}
+
+// doubleWriters reads the audit log since the benchmark began and counts the writes of owners
+// (their status) and of children by a replica that did not hold the object's shard when the API
+// server received the write; it returns that count and how many writes it checked.
+func (s *shardBench) doubleWriters() (doubles, checked int, err error) {
+	f, err := os.Open(env.AuditLog)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	to := mark()
+	sc := bufio.NewScanner(io.NewSectionReader(f, int64(s.from), int64(to-s.from)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var ev struct {
+			UserAgent string    `json:"userAgent"`
+			Received  time.Time `json:"requestReceivedTimestamp"`
+			ObjectRef struct {
+				Resource, Namespace, Name string
+			} `json:"objectRef"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return 0, 0, fmt.Errorf("reading the audit log: %w", err)
+		}
+		id, ok := identityOf(ev.UserAgent)
+		if !ok || ev.ObjectRef.Namespace != s.ns {
+			continue
+		}
+		var uid string
+		switch ev.ObjectRef.Resource {
+		case "evaluators":
+			uid = s.uids["Evaluator/"+ev.ObjectRef.Name]
+		case "evalruns":
+			uid = s.uids["EvalRun/"+ev.ObjectRef.Name]
+		case "leases", "events":
+			continue
+		default:
+			uid = s.uids["Evaluator/"+strings.TrimSuffix(ev.ObjectRef.Name, "-evaluator")]
+		}
+		if uid == "" {
+			continue // made before the sharded replicas ran
+		}
+		checked++
+		if !s.held(id, uid, ev.Received) {
+			doubles++
+			if doubles <= 10 {
+				fmt.Fprintf(os.Stderr, "double writer: %s wrote %s %s at %s without holding its shard\n", id, ev.ObjectRef.Resource, ev.ObjectRef.Name, ev.Received.Format(time.RFC3339Nano))
+			}
+		}
+	}
+	return doubles, checked, sc.Err()
+}
+
+// held reports whether replica id held the shard of the owner uid at t.
+func (s *shardBench) held(id, uid string, t time.Time) bool {
+	for _, h := range s.holds[id] {
+		if !t.Before(h.from) && !t.After(h.till) && (shard.Shard{Index: h.shard, Count: s.counts[id]}).Contains(uid) {
+			return true
+		}
+	}
+	return false
+}
+
+// identityOf returns the replica identity in an operator's user agent
+// ("evalsi-operator/VERSION (IDENTITY)").
+func identityOf(userAgent string) (string, bool) {
+	rest, ok := strings.CutPrefix(userAgent, "evalsi-operator/")
+	if !ok {
+		return "", false
+	}
+	_, id, ok := strings.Cut(rest, " (")
+	if !ok {
+		return "", false
+	}
+	return strings.TrimSuffix(id, ")"), true
+}
+
+// runIDsOf returns the run of each EvalRun of objs, by name.
+func runIDsOf(objs []any) map[string]string {
+	out := map[string]string{}
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		out[u.GetName()], _, _ = unstructured.NestedString(u.Object, "status", "runId")
+	}
+	return out
+}
+
+// String is one number of shards' figures, for the progress lines.
+func (r shardRow) String() string {
+	return fmt.Sprintf("every owner reconciled %.1f s after the replicas started; live heap per replica %s; churn CPU per replica %s",
+		r.start.Seconds(), mib(r.heap), seconds(r.churnCPU))
+}
+
+func mib(xs []float64) string {
+	var parts []string
+	for _, x := range xs {
+		parts = append(parts, fmt.Sprintf("%.1f MiB", x/(1<<20)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func seconds(ds []time.Duration) string {
+	var parts []string
+	for _, d := range ds {
+		parts = append(parts, fmt.Sprintf("%.2f s", d.Seconds()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// shardTable compares each number of shards with one: the largest replica's live heap and churn
+// CPU, and the kills.
+func shardTable(rows []shardRow, owners, runs int) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n%d owners (%d Evaluators with their children, %d running EvalRuns); as many replicas as shards\n\n", owners, owners-runs, runs)
+	fmt.Fprintf(&sb, "| shards | every owner reconciled after start | live heap, largest replica | x one | churn CPU, largest replica | x one | SIGKILL to the killed replica's owners reconciled |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|\n")
+	var heap1, cpu1 float64
+	for _, r := range rows {
+		heap, cpu := slices.Max(r.heap), slices.Max(r.churnCPU).Seconds()
+		if r.shards == 1 {
+			heap1, cpu1 = heap, cpu
+		}
+		ratio := func(x, one float64) string {
+			if one == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", x/one)
+		}
+		kills := "-"
+		if len(r.kills) > 0 {
+			sorted := slices.Sorted(slices.Values(r.kills))
+			kills = fmt.Sprintf("median %.1f s, max %.1f s (%d kills)", sorted[len(sorted)/2].Seconds(), sorted[len(sorted)-1].Seconds(), len(sorted))
+		}
+		fmt.Fprintf(&sb, "| %d | %.1f s | %.1f MiB (%.1f KiB per Evaluator of the whole) | %s | %.2f s | %s | %s |\n",
+			r.shards, r.start.Seconds(), heap/(1<<20), heap/1024/float64(max(owners-runs, 1)), ratio(heap, heap1), cpu, ratio(cpu, cpu1), kills)
+	}
+	return sb.String()
+}
