@@ -78,6 +78,8 @@ fuzz:
 	go test ./schemas -run '^$$' -fuzz FuzzValidate -fuzztime $$((100000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzChildWatch -fuzztime $$((30000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzDecodeChildList -fuzztime $$((2500 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine -run '^$$' -fuzz FuzzOwnerWatch -fuzztime $$((20000 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine -run '^$$' -fuzz FuzzOwnerFromJSON -fuzztime $$((20000 * $(FUZZ_SCALE)))x
 
 # Rewrite every golden file from the current code; review the diff like a pull request.
 # The packages are those whose tests use internal/golden (the -update flag).

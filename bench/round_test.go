@@ -163,7 +163,12 @@ func readyEventLags(ctx context.Context, ns string) (longest time.Duration, late
 // wait polls done every 50 ms until it holds; the round fails after 10 minutes or when the
 // contender exits.
 func wait(b *testing.B, ctx context.Context, p *process, what string, done func() bool) {
-	deadline := time.Now().Add(10 * time.Minute)
+	waitWithin(b, ctx, p, what, 10*time.Minute, done)
+}
+
+// waitWithin is wait with another bound.
+func waitWithin(b *testing.B, ctx context.Context, p *process, what string, bound time.Duration, done func() bool) {
+	deadline := time.Now().Add(bound)
 	for !done() {
 		select {
 		case err := <-p.done:
@@ -174,7 +179,7 @@ func wait(b *testing.B, ctx context.Context, p *process, what string, done func(
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("%s: not %s after 10 minutes\n%s", p.c.name, what, p.logs())
+			b.Fatalf("%s: not %s after %s\n%s", p.c.name, what, bound, p.logs())
 		}
 	}
 }

@@ -84,7 +84,8 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	runs := dynamicinformer.NewFilteredDynamicSharedInformerFactory(env.Dynamic(), 0, ns, nil).ForResource(evalsi.EvalRuns).Informer()
 	go runs.Run(ctx.Done())
 	createRunning(b, ctx, first[0].process, client.Resource(evalsi.EvalRuns).Namespace(ns), runs.GetStore(), *shardRuns, "run")
-	wait(b, ctx, first[0].process, "Ready", func() bool { return w.ready(*shardEvaluators) })
+	// 10,000 pools' pods take the control plane of this machine over 10 minutes to make.
+	waitWithin(b, ctx, first[0].process, "Ready", time.Hour, func() bool { return w.ready(*shardEvaluators) })
 	runIDs := runIDsOf(runs.GetStore().List())
 	s.stopReplicas(first)
 	s.readObjects()

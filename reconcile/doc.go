@@ -24,9 +24,11 @@
 //
 // Engine.Run discovers which resources of the selected kinds and their children are served
 // (again every discovery interval: a CRD installed later starts its controller, KEDA's arrival
-// switches pools to autoscaling), and starts a Controller per served kind: a dynamic informer of
-// its objects, informers of its children (by the managed-by label, decoded straight into what the
-// cache keeps), a rate-limited work queue and workers. A worker takes a key and
+// switches pools to autoscaling), and starts a Controller per served kind: an informer of its
+// objects, informers of its children (by the managed-by label), both decoded straight from the
+// API server's JSON into what the cache keeps, a rate-limited work queue and workers. An
+// operator with shards runs an Engine per shard it holds, whose informers hold only that shard's
+// objects (package shard, reconcile/process/shards.go). A worker takes a key and
 // Controller.reconcileKey reads the object from the cache; reconcileObject checks its project
 // once (Config.Tenancy; an object that may not act there makes no call and no child:
 // ProjectNotAllowed), checks its spec once a generation (Kind.Validate), and calls the kind's
@@ -54,9 +56,9 @@
 //
 // # Why not controller-runtime
 //
-// The engine is client-go's dynamic client, dynamic informers, workqueue, leader election and
-// event recorder (children are watched over its REST client and decoded into what the cache
-// keeps), with unstructured objects throughout, as the platform's design asks: the evals.si specs
+// The engine is client-go's dynamic client, informers, workqueue, leader election and event
+// recorder (objects are watched over the dynamic client's REST client and decoded into what the
+// cache keeps), with unstructured objects throughout, as the platform's design asks: the evals.si specs
 // are API messages kept as they are (no generated Go types), and the operator must run with an
 // older evalsi-crds that lacks a kind, or without KEDA, and pick them up when they appear.
 // controller-runtime's typed caches and static watches fit neither, and its per-reconcile

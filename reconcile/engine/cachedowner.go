@@ -45,6 +45,74 @@ func newCachedOwner(u *unstructured.Unstructured, k *Kind) (*cachedOwner, error)
 	return co, nil
 }
 
+// cachedOwnerFromJSON keeps of raw, an owner of kind k (nil: none) as the API server serves it,
+// what the engine reads, as newCachedOwner does. Only a kind that asks something of each version
+// (Followed, Refers) has it decoded whole; of the others only the identity and metadata are
+// decoded, and managedFields and kubectl's copy cut from the JSON, the rest kept as it came. A
+// watch's bookmark keeps its end-of-initial-events annotation, which the reflector reads.
+func cachedOwnerFromJSON(raw []byte, k *Kind) (*cachedOwner, error) {
+	if k != nil && (k.Followed != nil || k.Refers != nil) {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(raw); err != nil {
+			return nil, fmt.Errorf("decoding an owner: %w", err)
+		}
+		bookmark, isBookmark := u.GetAnnotations()[metav1.InitialEventsAnnotationKey]
+		co, err := newCachedOwner(u, k)
+		if err == nil && isBookmark {
+			co.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: bookmark}
+		}
+		return co, err
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil, fmt.Errorf("decoding an owner: %w", err)
+	}
+	var apiVersion, kind string
+	var metadata map[string]json.RawMessage
+	var id objectIdentity
+	var annotations map[string]string
+	decode := func(fields map[string]json.RawMessage, into map[string]any) error {
+		for key, to := range into {
+			if v := fields[key]; len(v) > 0 {
+				if err := json.Unmarshal(v, to); err != nil {
+					return fmt.Errorf("decoding an owner's %s: %w", key, err)
+				}
+			}
+		}
+		return nil
+	}
+	if err := decode(top, map[string]any{"apiVersion": &apiVersion, "kind": &kind, "metadata": &metadata}); err != nil {
+		return nil, err
+	}
+	if err := decode(metadata, map[string]any{"name": &id.Name, "namespace": &id.Namespace, "uid": &id.UID,
+		"resourceVersion": &id.ResourceVersion, "generation": &id.Generation, "annotations": &annotations}); err != nil {
+		return nil, err
+	}
+	delete(metadata, "managedFields")
+	if _, ok := annotations[lastAppliedAnnotation]; ok {
+		delete(annotations, lastAppliedAnnotation)
+		delete(metadata, "annotations")
+		if len(annotations) > 0 {
+			metadata["annotations"], _ = json.Marshal(annotations)
+		}
+	}
+	if metadata != nil {
+		var err error
+		if top["metadata"], err = json.Marshal(metadata); err != nil {
+			return nil, fmt.Errorf("encoding an owner's metadata: %w", err)
+		}
+	}
+	pruned, err := json.Marshal(top)
+	if err != nil {
+		return nil, fmt.Errorf("encoding an owner for the cache: %w", err)
+	}
+	co := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(apiVersion), Kind: intern(kind)}, ObjectMeta: id.objectMeta(), raw: pruned}
+	if end, ok := annotations[metav1.InitialEventsAnnotationKey]; ok {
+		co.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: end}
+	}
+	return co, nil
+}
+
 // decodeOwner keeps raw, an owner as the API server answered a write, as the cache would until
 // the informer shows it: its identity is decoded, and the rest stays as it came (pruned when it
 // is decoded, by object).
@@ -101,9 +169,5 @@ func CachedForm(raw []byte, child bool) (any, error) {
 	if child {
 		return decodeChild(raw)
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(raw); err != nil {
-		return nil, err
-	}
-	return newCachedOwner(u, nil)
+	return cachedOwnerFromJSON(raw, nil)
 }

@@ -105,22 +105,27 @@ func decodeChildList(raw []byte) (*childList, error) {
 	return l, nil
 }
 
-// childWatch is a watch of children: each event of the stream, decoded in one pass.
-type childWatch struct {
+// streamWatch is a watch whose events are decoded from the API server's stream by decode, each in
+// one pass over its JSON: children (decodeChildEvent) and owners (ownerwatch.go).
+type streamWatch struct {
 	body   io.ReadCloser
+	decode func(*json.Decoder) (watch.Event, error)
 	events chan watch.Event
 	done   chan struct{}
 	stop   sync.Once
 }
 
-func newChildWatch(body io.ReadCloser) *childWatch {
-	w := &childWatch{body: body, events: make(chan watch.Event), done: make(chan struct{})}
+func newStreamWatch(body io.ReadCloser, decode func(*json.Decoder) (watch.Event, error)) *streamWatch {
+	w := &streamWatch{body: body, decode: decode, events: make(chan watch.Event), done: make(chan struct{})}
 	go w.receive()
 	return w
 }
 
+// newChildWatch is a watch of children over body.
+func newChildWatch(body io.ReadCloser) *streamWatch { return newStreamWatch(body, decodeChildEvent) }
+
 // Stop ends the watch and closes its stream.
-func (w *childWatch) Stop() {
+func (w *streamWatch) Stop() {
 	w.stop.Do(func() {
 		close(w.done)
 		w.body.Close()
@@ -128,21 +133,18 @@ func (w *childWatch) Stop() {
 }
 
 // ResultChan returns the events; it is closed when the stream ends or the watch is stopped.
-func (w *childWatch) ResultChan() <-chan watch.Event { return w.events }
+func (w *streamWatch) ResultChan() <-chan watch.Event { return w.events }
 
 // receive decodes the stream's events until it ends. A stream that ends or breaks closes the
 // channel: the reflector watches again from the last version it saw, so nothing is lost. An
 // ERROR event carries a Status (an expired version, say), which the reflector acts on.
-func (w *childWatch) receive() {
+func (w *streamWatch) receive() {
 	defer close(w.events)
 	defer w.Stop()
 	dec := json.NewDecoder(w.body)
 	for {
-		var ev struct {
-			Type   watch.EventType `json:"type"`
-			Object childJSON       `json:"object"`
-		}
-		if err := dec.Decode(&ev); err != nil {
+		ev, err := w.decode(dec)
+		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 				select {
 				case <-w.done: // the stream was closed by Stop
@@ -153,18 +155,8 @@ func (w *childWatch) receive() {
 			}
 			return
 		}
-		var obj runtime.Object
 		switch ev.Type {
-		case watch.Error:
-			obj = &metav1.Status{Status: metav1.StatusFailure, Code: ev.Object.Code, Reason: ev.Object.Reason, Message: ev.Object.Message}
-		case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
-			c, err := ev.Object.cached()
-			if err != nil {
-				obj = &metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}
-				ev.Type = watch.Error
-				break
-			}
-			obj = c
+		case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error:
 		default:
 			// As client-go's own decoder: an event of no known type ends the watch with an error.
 			select {
@@ -176,9 +168,36 @@ func (w *childWatch) receive() {
 			return
 		}
 		select {
-		case w.events <- watch.Event{Type: ev.Type, Object: obj}:
+		case w.events <- ev:
 		case <-w.done:
 			return
 		}
 	}
+}
+
+// decodeChildEvent decodes the next event of a stream of children.
+func decodeChildEvent(dec *json.Decoder) (watch.Event, error) {
+	var ev struct {
+		Type   watch.EventType `json:"type"`
+		Object childJSON       `json:"object"`
+	}
+	if err := dec.Decode(&ev); err != nil {
+		return watch.Event{}, err
+	}
+	switch ev.Type {
+	case watch.Error:
+		return watch.Event{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure, Code: ev.Object.Code, Reason: ev.Object.Reason, Message: ev.Object.Message}}, nil
+	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
+		c, err := ev.Object.cached()
+		if err != nil {
+			return undecodable(err), nil
+		}
+		return watch.Event{Type: ev.Type, Object: c}, nil
+	}
+	return watch.Event{Type: ev.Type}, nil
+}
+
+// undecodable is the ERROR event of an object that could not be decoded.
+func undecodable(err error) watch.Event {
+	return watch.Event{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}}
 }

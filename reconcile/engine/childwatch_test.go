@@ -79,7 +79,7 @@ func TestChildWatchDecodesEachEvent(t *testing.T) {
 }
 
 // drain returns the events of w until its stream ends, failing after a bound.
-func drain(t testing.TB, w *childWatch) []watch.Event {
+func drain(t testing.TB, w *streamWatch) []watch.Event {
 	t.Helper()
 	var got []watch.Event
 	timeout := time.After(10 * time.Second)

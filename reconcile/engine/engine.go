@@ -1,4 +1,4 @@
-// Package engine is the operator's kind-neutral engine: discovery, dynamic informers and the
+// Package engine is the operator's kind-neutral engine: discovery, informers and the
 // caches tuned to what it reads, a rate-limited queue and workers per kind, server-side apply of
 // children, one status writer, one finalizer lifecycle for objects kept in an external API, and
 // the metrics of all of it. It names no evals.si kind: kinds register themselves (Kind) with what

@@ -6,10 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
 	"evals.si/operator/evalsi"
@@ -87,14 +84,13 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{ownerIndex: indexByOwner}, ObjectDescription: gvr.String(),
 		})
 	} else {
-		var lw cache.ListerWatcherWithContext = ownerListWatch(e.client, gvr, namespace)
+		var lw cache.ListerWatcherWithContext = ownerListWatch(e.rest, gvr, namespace, owner)
 		if !owner.Shared && !e.cfg.Shard.IsWhole() {
 			lw = shardListWatch(lw, e.cfg.Shard)
 		}
-		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
+		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &cachedOwner{}, cache.SharedIndexInformerOptions{
 			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, referrersIndex: indexByRefers}, ObjectDescription: gvr.String(),
 		})
-		inf.SetTransform(ownerTransform(owner))
 	}
 	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
@@ -223,28 +219,5 @@ func indexByOwner(obj any) ([]string, error) {
 // The informers keep only what the engine reads: a cached object is never written back, so
 // nothing it lacks can reach the API server. Children are decoded into a Child
 // (childListWatch). Owners are handed to render and their status is written from them, so they
-// keep everything but managedFields and kubectl's copy of the last applied object (cachedOwner).
-
-// ownerListWatch lists and watches the objects of a kind's resource gvr in namespace ("" for all)
-// with the dynamic client, as a dynamic informer does.
-func ownerListWatch(client dynamic.Interface, gvr schema.GroupVersionResource, namespace string) *cache.ListWatch {
-	res := client.Resource(gvr).Namespace(namespace)
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
-			return res.List(ctx, options)
-		},
-		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-			return res.Watch(ctx, options)
-		},
-	}
-}
-
-// ownerTransform keeps an owner of kind k as the cache does (newCachedOwner).
-func ownerTransform(k *Kind) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			return newCachedOwner(u, k)
-		}
-		return obj, nil
-	}
-}
+// keep everything but managedFields and kubectl's copy of the last applied object (cachedOwner,
+// ownerListWatch).

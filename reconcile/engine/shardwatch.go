@@ -2,9 +2,9 @@ package engine
 
 import (
 	"context"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -22,14 +22,8 @@ func shardListWatch(lw cache.ListerWatcherWithContext, s shard.Shard) cache.List
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 			options.ShardSelector = s.Selector()
 			obj, err := lw.ListWithContext(ctx, options)
-			if list, ok := obj.(*unstructured.UnstructuredList); ok {
-				kept := list.Items[:0]
-				for _, item := range list.Items {
-					if s.Contains(string(item.GetUID())) {
-						kept = append(kept, item)
-					}
-				}
-				list.Items = kept
+			if list, ok := obj.(*ownerList); ok {
+				list.Items = slices.DeleteFunc(list.Items, func(o *cachedOwner) bool { return !s.Contains(string(o.UID)) })
 			}
 			return obj, err
 		},
@@ -43,8 +37,8 @@ func shardListWatch(lw cache.ListerWatcherWithContext, s shard.Shard) cache.List
 				if ev.Type == watch.Bookmark || ev.Type == watch.Error {
 					return ev, true
 				}
-				u, ok := ev.Object.(*unstructured.Unstructured)
-				return ev, !ok || s.Contains(string(u.GetUID()))
+				o, ok := ev.Object.(*cachedOwner)
+				return ev, !ok || s.Contains(string(o.UID))
 			}), nil
 		},
 	}
