@@ -139,19 +139,6 @@ func FuzzOwnerWatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		w := newStreamWatch(io.NopCloser(bytes.NewReader(stream)), func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, nil) })
 		defer w.Stop()
-		for _, ev := range drain(t, w) {
-			switch ev.Type {
-			case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
-				if _, ok := ev.Object.(*cachedOwner); !ok {
-					t.Errorf("%s event of a %T, want a *cachedOwner", ev.Type, ev.Object)
-				}
-			case watch.Error:
-				if _, ok := ev.Object.(*metav1.Status); !ok {
-					t.Errorf("ERROR event of a %T, want a *metav1.Status", ev.Object)
-				}
-			default:
-				t.Errorf("event of type %q", ev.Type)
-			}
-		}
+		checkEvents[*cachedOwner](t, drain(t, w))
 	})
 }

@@ -24,8 +24,19 @@ import (
 // childListWatch lists and watches the children of resource gvr in namespace ("" for all) that
 // match selector, over rc (a REST client of dynamic.ConfigFor's JSON config).
 func childListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector string) *cache.ListWatch {
+	return jsonListWatch(rc, gvr, namespace, selector,
+		func(raw []byte) (runtime.Object, error) { return decodeChildList(raw) }, decodeChildEvent)
+}
+
+// jsonListWatch lists and watches the objects of resource gvr in namespace ("" for all) that
+// match selector ("" for all) over rc, each list decoded by decodeList and each watch event by
+// decodeEvent, straight from the API server's JSON.
+func jsonListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector string,
+	decodeList func([]byte) (runtime.Object, error), decodeEvent func(*json.Decoder) (watch.Event, error)) *cache.ListWatch {
 	request := func(options metav1.ListOptions) *rest.Request {
-		options.LabelSelector = selector
+		if selector != "" {
+			options.LabelSelector = selector
+		}
 		return rc.Get().AbsPath(resourcePath(gvr, namespace)).VersionedParams(&options, metav1.ParameterCodec)
 	}
 	return &cache.ListWatch{
@@ -34,7 +45,7 @@ func childListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespac
 			if err != nil {
 				return nil, err
 			}
-			return decodeChildList(raw)
+			return decodeList(raw)
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
 			options.Watch = true
@@ -42,7 +53,7 @@ func childListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespac
 			if err != nil {
 				return nil, err
 			}
-			return newChildWatch(body), nil
+			return newStreamWatch(body, decodeEvent), nil
 		},
 	}
 }
@@ -68,41 +79,47 @@ func rawResult(res rest.Result) ([]byte, error) {
 	return res.Raw()
 }
 
-// childList is a list of children: what a list request returns, as the reflector reads it.
-type childList struct {
+// cachedList is a list of what a cache keeps of objects (a Child, a cachedOwner): what a list
+// request returns, as the reflector reads it.
+type cachedList[T runtime.Object] struct {
 	metav1.TypeMeta
 	metav1.ListMeta
-	Items []*Child
+	Items []T
 }
 
 // DeepCopyObject returns a copy of l.
-func (l *childList) DeepCopyObject() runtime.Object {
-	out := &childList{TypeMeta: l.TypeMeta, Items: make([]*Child, len(l.Items))}
+func (l *cachedList[T]) DeepCopyObject() runtime.Object {
+	out := &cachedList[T]{TypeMeta: l.TypeMeta, Items: make([]T, len(l.Items))}
 	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	for i, c := range l.Items {
-		out.Items[i] = c.DeepCopyObject().(*Child)
+	for i, o := range l.Items {
+		out.Items[i] = o.DeepCopyObject().(T)
 	}
 	return out
 }
 
-// decodeChildList decodes a list response of children.
-func decodeChildList(raw []byte) (*childList, error) {
+// decodeList decodes a list response whose items decode as J, each kept as keep says.
+func decodeList[J any, T runtime.Object](raw []byte, keep func(*J) (T, error)) (*cachedList[T], error) {
 	var j struct {
 		Metadata metav1.ListMeta `json:"metadata"`
-		Items    []childJSON     `json:"items"`
+		Items    []J             `json:"items"`
 	}
 	if err := json.Unmarshal(raw, &j); err != nil {
-		return nil, fmt.Errorf("decoding a list of children: %w", err)
+		return nil, fmt.Errorf("decoding a list: %w", err)
 	}
-	l := &childList{ListMeta: j.Metadata, Items: make([]*Child, 0, len(j.Items))}
+	l := &cachedList[T]{ListMeta: j.Metadata, Items: make([]T, 0, len(j.Items))}
 	for i := range j.Items {
-		c, err := j.Items[i].cached()
+		o, err := keep(&j.Items[i])
 		if err != nil {
 			return nil, err
 		}
-		l.Items = append(l.Items, c)
+		l.Items = append(l.Items, o)
 	}
 	return l, nil
+}
+
+// decodeChildList decodes a list response of children.
+func decodeChildList(raw []byte) (*cachedList[*Child], error) {
+	return decodeList(raw, (*childJSON).cached)
 }
 
 // streamWatch is a watch whose events are decoded from the API server's stream by decode, each in

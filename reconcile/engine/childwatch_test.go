@@ -133,21 +133,28 @@ func FuzzChildWatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		w := newChildWatch(io.NopCloser(bytes.NewReader(stream)))
 		defer w.Stop()
-		for _, ev := range drain(t, w) {
-			switch ev.Type {
-			case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
-				if _, ok := ev.Object.(*Child); !ok {
-					t.Errorf("%s event of a %T, want a *Child", ev.Type, ev.Object)
-				}
-			case watch.Error:
-				if _, ok := ev.Object.(*metav1.Status); !ok {
-					t.Errorf("ERROR event of a %T, want a *metav1.Status", ev.Object)
-				}
-			default:
-				t.Errorf("event of type %q", ev.Type)
-			}
-		}
+		checkEvents[*Child](t, drain(t, w))
 	})
+}
+
+// checkEvents fails t for each event a reflector would not take: a T for ADDED, MODIFIED, DELETED
+// and BOOKMARK, a Status for ERROR, no other type.
+func checkEvents[T any](t *testing.T, evs []watch.Event) {
+	t.Helper()
+	for _, ev := range evs {
+		switch ev.Type {
+		case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
+			if _, ok := ev.Object.(T); !ok {
+				t.Errorf("%s event of a %T, want a %T", ev.Type, ev.Object, *new(T))
+			}
+		case watch.Error:
+			if _, ok := ev.Object.(*metav1.Status); !ok {
+				t.Errorf("ERROR event of a %T, want a *metav1.Status", ev.Object)
+			}
+		default:
+			t.Errorf("event of type %q", ev.Type)
+		}
+	}
 }
 
 // FuzzDecodeChildList feeds the list decoder arbitrary JSON: it never panics, and a list it

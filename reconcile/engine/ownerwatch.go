@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 
@@ -20,63 +19,14 @@ import (
 // ownerListWatch lists and watches the objects of kind k's resource gvr in namespace ("" for
 // all) over rc (a REST client of dynamic.ConfigFor's JSON config).
 func ownerListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace string, k *Kind) *cache.ListWatch {
-	request := func(options metav1.ListOptions) *rest.Request {
-		return rc.Get().AbsPath(resourcePath(gvr, namespace)).VersionedParams(&options, metav1.ParameterCodec)
-	}
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
-			raw, err := rawResult(request(options).Do(ctx))
-			if err != nil {
-				return nil, err
-			}
-			return decodeOwnerList(raw, k)
-		},
-		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-			options.Watch = true
-			body, err := request(options).Stream(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return newStreamWatch(body, func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, k) }), nil
-		},
-	}
-}
-
-// ownerList is a list of owners: what a list request returns, as the reflector reads it.
-type ownerList struct {
-	metav1.TypeMeta
-	metav1.ListMeta
-	Items []*cachedOwner
-}
-
-// DeepCopyObject returns a copy of l.
-func (l *ownerList) DeepCopyObject() runtime.Object {
-	out := &ownerList{TypeMeta: l.TypeMeta, Items: make([]*cachedOwner, len(l.Items))}
-	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	for i, o := range l.Items {
-		out.Items[i] = o.DeepCopyObject().(*cachedOwner)
-	}
-	return out
+	return jsonListWatch(rc, gvr, namespace, "",
+		func(raw []byte) (runtime.Object, error) { return decodeOwnerList(raw, k) },
+		func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, k) })
 }
 
 // decodeOwnerList decodes a list response of kind k's objects.
-func decodeOwnerList(raw []byte, k *Kind) (*ownerList, error) {
-	var j struct {
-		Metadata metav1.ListMeta   `json:"metadata"`
-		Items    []json.RawMessage `json:"items"`
-	}
-	if err := json.Unmarshal(raw, &j); err != nil {
-		return nil, fmt.Errorf("decoding a list of owners: %w", err)
-	}
-	l := &ownerList{ListMeta: j.Metadata, Items: make([]*cachedOwner, 0, len(j.Items))}
-	for _, item := range j.Items {
-		o, err := cachedOwnerFromJSON(item, k)
-		if err != nil {
-			return nil, err
-		}
-		l.Items = append(l.Items, o)
-	}
-	return l, nil
+func decodeOwnerList(raw []byte, k *Kind) (*cachedList[*cachedOwner], error) {
+	return decodeList(raw, func(item *json.RawMessage) (*cachedOwner, error) { return cachedOwnerFromJSON(*item, k) })
 }
 
 // decodeOwnerEvent decodes the next event of a stream of kind k's objects.

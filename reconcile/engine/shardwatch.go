@@ -22,7 +22,7 @@ func shardListWatch(lw cache.ListerWatcherWithContext, s shard.Shard) cache.List
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 			options.ShardSelector = s.Selector()
 			obj, err := lw.ListWithContext(ctx, options)
-			if list, ok := obj.(*ownerList); ok {
+			if list, ok := obj.(*cachedList[*cachedOwner]); ok {
 				list.Items = slices.DeleteFunc(list.Items, func(o *cachedOwner) bool { return !s.Contains(string(o.UID)) })
 			}
 			return obj, err
