@@ -1,0 +1,245 @@
+package process
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"evals.si/operator/evalsi"
+	"evals.si/operator/shard"
+)
+
+// The timings of every Lease: a holder renews every retryPeriod and gives up after renewDeadline
+// without a renewal; another replica may take the Lease leaseDuration after its last renewal.
+// The margin between the two is the time a holder that lost its Lease has to stop writing.
+const (
+	leaseDuration = 15 * time.Second
+	renewDeadline = 10 * time.Second
+	retryPeriod   = 2 * time.Second
+)
+
+// LabelShards on each of the operator's Leases is the number of shards of the replica that wrote
+// it: replicas with another number slice the objects otherwise, and must not run beside it.
+const LabelShards = evalsi.Group + "/shards"
+
+// ShardLease is the name of the Lease of shard s of the operator whose leader election name is
+// name: name itself when the operator does not shard (as a single leader's Lease always was).
+func ShardLease(name string, s shard.Shard) string {
+	if s.IsWhole() {
+		return name
+	}
+	return name + "-shard-" + strconv.Itoa(s.Index)
+}
+
+// LeaseHolder returns who holds l at now, or "" when no one does: no holder, or not renewed
+// within its duration.
+func LeaseHolder(l *coordinationv1.Lease, now time.Time) string {
+	s := l.Spec
+	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+		return ""
+	}
+	if now.After(s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)) {
+		return ""
+	}
+	return *s.HolderIdentity
+}
+
+// observation is a Lease's version and when this replica first saw it.
+type observation struct {
+	resourceVersion string
+	since           time.Time
+}
+
+// observedHolder returns who holds l as this replica judges it at now: no one when l names no
+// holder, or when l has not changed (renewed) for its duration since this replica first saw that
+// version. Unlike the Lease's renewTime, this does not trust another machine's clock, as client-go's
+// elector does not; this replica reads the Leases every retryPeriod, so that a killed holder's
+// shard is taken about a Lease duration after its last renewal.
+func (h *shardHolder) observedHolder(l *coordinationv1.Lease, now time.Time) string {
+	s := l.Spec
+	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.LeaseDurationSeconds == nil {
+		return ""
+	}
+	o, ok := h.seen[l.Name]
+	if !ok || o.resourceVersion != l.ResourceVersion {
+		o = observation{resourceVersion: l.ResourceVersion, since: now}
+		h.seen[l.Name] = o
+	}
+	if *s.HolderIdentity != h.id && now.Sub(o.since) > time.Duration(*s.LeaseDurationSeconds)*time.Second {
+		return ""
+	}
+	return *s.HolderIdentity
+}
+
+// take makes this replica the holder of the Lease name, which it judged free, unless another
+// replica changed it since (a conflict: it reports false).
+func (h *shardHolder) take(ctx context.Context, name string) (bool, error) {
+	leases := h.kube.CoordinationV1().Leases(h.namespace)
+	now := metav1.NewMicroTime(time.Now())
+	seconds := int32(leaseDuration / time.Second)
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: h.labels()},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &h.id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now},
+		}, metav1.CreateOptions{FieldManager: evalsi.FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	if err != nil {
+		return false, err
+	}
+	if holder := h.observedHolder(l, now.Time); holder != "" && holder != h.id {
+		return false, nil
+	}
+	transitions := int32(0)
+	if l.Spec.LeaseTransitions != nil {
+		transitions = *l.Spec.LeaseTransitions + 1
+	}
+	l.Labels = h.labels()
+	l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &h.id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now, LeaseTransitions: &transitions}
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager})
+	if apierrors.IsConflict(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// release gives up the Lease name if this replica still holds it: no holder, and a duration of
+// one second, as client-go's elector releases one.
+func (h *shardHolder) release(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), renewDeadline)
+	defer cancel()
+	leases := h.kube.CoordinationV1().Leases(h.namespace)
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != h.id {
+		return nil
+	}
+	now, second, nobody := metav1.NewMicroTime(time.Now()), int32(1), ""
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &nobody, &second, &now
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return nil // changed since it was read: another replica took it
+	}
+	return err
+}
+
+// holders returns who holds each shard's Lease now ("" for none), and, when replicas with another
+// number of shards hold a Lease, which: the Leases of this count carry it (LabelShards), and the
+// first Lease of the other family (the single Lease when this replica shards, the first shard's
+// when it does not) is read too. A rolling change of --shards is safe: the new replicas take
+// nothing until the old ones have stopped.
+func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]string, string, error) {
+	out, conflict := map[int]string{}, ""
+	names := make([]string, 0, h.count+1)
+	for i := range h.count {
+		names = append(names, ShardLease(h.name, shard.Shard{Index: i, Count: h.count}))
+	}
+	if h.count > 1 {
+		names = append(names, h.name)
+	} else {
+		names = append(names, ShardLease(h.name, shard.Shard{Index: 0, Count: 2}))
+	}
+	for i, name := range names {
+		l, err := h.kube.CoordinationV1().Leases(h.namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || i == h.count && apierrors.IsForbidden(err) {
+			// The other family's Lease may be beyond this replica's RBAC (a chart before shards
+			// named it): the check is then not made.
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		holder := h.observedHolder(l, now)
+		if count := cmp.Or(l.Labels[LabelShards], "1"); holder != "" && (i == h.count || count != strconv.Itoa(h.count)) {
+			conflict = fmt.Sprintf("%s holds Lease %s with --shards=%s", holder, name, count)
+		}
+		if i < h.count {
+			out[i] = holder
+		}
+	}
+	return out, conflict, nil
+}
+
+// labels are those of every Lease this replica writes.
+func (h *shardHolder) labels() map[string]string {
+	return map[string]string{LabelShards: strconv.Itoa(h.count)}
+}
+
+// MemberLease is the name of member slot j of the operator whose leader election name is name.
+// A replica is counted while it holds a slot; there are as many slots as shards, since a
+// replica beyond them would hold no shard (it waits for a slot, as a standby).
+func MemberLease(name string, j int) string { return name + "-member-" + strconv.Itoa(j) }
+
+// renewMember renews this replica's member slot, or takes a free one, and returns how many slots
+// are held by replicas of this number of shards (this one included).
+func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (int, error) {
+	leases := h.kube.CoordinationV1().Leases(h.namespace)
+	live, mine := 0, ""
+	var free []string
+	for j := range h.count {
+		name := MemberLease(h.name, j)
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			free = append(free, name)
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		switch holder := h.observedHolder(l, now); {
+		case holder == h.id && mine == "":
+			renew := metav1.NewMicroTime(now)
+			l.Spec.RenewTime = &renew
+			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager}); err != nil && !apierrors.IsConflict(err) {
+				return 0, err
+			} else if err == nil {
+				live, mine = live+1, name
+			}
+		case holder == "":
+			free = append(free, name)
+		case l.Labels[LabelShards] == strconv.Itoa(h.count):
+			// A replica with another number of shards reconciles nothing beside this one
+			// (holders): it is not counted.
+			live++
+		}
+	}
+	for _, name := range free {
+		if mine != "" {
+			break
+		}
+		taken, err := h.take(ctx, name)
+		if err != nil {
+			return 0, err
+		}
+		if taken {
+			live, mine = live+1, name
+		}
+	}
+	h.member = mine
+	return live, nil
+}
+
+// leave releases this replica's member slot, so that the others count it out at once.
+func (h *shardHolder) leave() {
+	if h.member == "" {
+		return
+	}
+	if err := h.release(h.member); err != nil {
+		h.log.Warn("releasing the member Lease", "lease", h.member, "err", err)
+	}
+}
