@@ -86,9 +86,10 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 		b.Fatal(err)
 	}
 	if !*pods {
-		// A Deployment without pods changes once more at its progress deadline (10 minutes),
-		// which the idle window must not see.
-		time.Sleep(time.Until(t0.Add(10*time.Minute + 30*time.Second)))
+		// A Deployment without pods changes once more at its progress deadline (10 minutes
+		// after the contender made it, at the latest before it converged), which the idle
+		// window must not see.
+		time.Sleep(time.Until(t0.Add(res.converge + 10*time.Minute + 30*time.Second)))
 	}
 	idleFrom := mark()
 	time.Sleep(*idle)
