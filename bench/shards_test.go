@@ -125,18 +125,17 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 
 // shardBench is the state of one BenchmarkShards run.
 type shardBench struct {
-	b                  *testing.B
-	ctx                context.Context
-	op, ns             string
-	apiAddr, apiToken  string
-	from               auditMark
-	w                  *namespaceWatch
-	uids               map[string]string // the owners' UIDs by "kind/name"
-	holds              map[string][]hold // by replica identity
-	counts             map[string]int    // each replica's number of shards
-	killedAt           map[string]time.Time
-	evaluatorsByBucket [shard.Buckets]int
-	ownersByBucket     [shard.Buckets]int
+	b                 *testing.B
+	ctx               context.Context
+	op, ns            string
+	apiAddr, apiToken string
+	from              auditMark
+	w                 *namespaceWatch
+	uids              map[string]string // the owners' UIDs by "kind/name"
+	holds             map[string][]hold // by replica identity
+	counts            map[string]int    // each replica's number of shards
+	killedAt          map[string]time.Time
+	ownersByBucket    [shard.Buckets]int
 }
 
 // hold is a span of time a replica held a shard.
@@ -284,11 +283,7 @@ func (s *shardBench) readObjects() {
 		}
 		for _, o := range list.Items {
 			s.uids[k+"/"+o.GetName()] = string(o.GetUID())
-			bucket := shard.Bucket(string(o.GetUID()))
-			s.ownersByBucket[bucket]++
-			if k == "Evaluator" {
-				s.evaluatorsByBucket[bucket]++
-			}
+			s.ownersByBucket[shard.Bucket(string(o.GetUID()))]++
 		}
 	}
 }
@@ -382,19 +377,24 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 func (s *shardBench) waitReconciled(replicas []*replica, before map[*replica]float64) {
 	count := len(replicas)
 	for _, r := range replicas {
-		var held []int
-		for i := range count {
-			l, err := env.Clientset().CoordinationV1().Leases(s.ns).Get(s.ctx, operatorprocess.ShardLease(evalsi.LeaderElectionID, shard.Shard{Index: i, Count: count}), metav1.GetOptions{})
-			if err == nil && operatorprocess.LeaseHolder(l, time.Now()) == r.identity {
-				held = append(held, i)
-			}
-		}
-		want := float64(s.owners(count, held...)) + before[r]
+		want := float64(s.owners(count, s.heldBy(r, count)...)) + before[r]
 		wait(s.b, s.ctx, r.process, "every owner of its shards reconciled", func() bool {
 			got, err := r.reconciles()
 			return err == nil && got >= want
 		})
 	}
+}
+
+// heldBy returns the shards of count whose Lease r holds now.
+func (s *shardBench) heldBy(r *replica, count int) []int {
+	var held []int
+	for i := range count {
+		l, err := env.Clientset().CoordinationV1().Leases(s.ns).Get(s.ctx, operatorprocess.ShardLease(evalsi.LeaderElectionID, shard.Shard{Index: i, Count: count}), metav1.GetOptions{})
+		if err == nil && operatorprocess.LeaseHolder(l, time.Now()) == r.identity {
+			held = append(held, i)
+		}
+	}
+	return held
 }
 
 // kill kills a replica n times, each time measuring how long the others take to reconcile every
@@ -408,13 +408,7 @@ func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
 	var out []time.Duration
 	for k := range n {
 		victim := replicas[k%count]
-		var held []int
-		for i := range count {
-			l, err := env.Clientset().CoordinationV1().Leases(s.ns).Get(s.ctx, operatorprocess.ShardLease(evalsi.LeaderElectionID, shard.Shard{Index: i, Count: count}), metav1.GetOptions{})
-			if err == nil && operatorprocess.LeaseHolder(l, time.Now()) == victim.identity {
-				held = append(held, i)
-			}
-		}
+		held := s.heldBy(victim, count)
 		owners := float64(s.owners(count, held...))
 		var survivors []*replica
 		before := 0.0
