@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -55,66 +57,60 @@ func CacheDir() (string, error) {
 }
 
 // EnsureAssets returns the control-plane binaries, and kubectl when withKubectl is set, building
-// those that are missing from the Go module proxy into the cache directory. Binaries found in an existing KUBEBUILDER_ASSETS
-// directory are used as they are. A file lock makes concurrent callers (test packages run in
-// parallel) build once. Progress is written to progress, one line per binary built.
+// those that are missing from the Go module proxy into the cache directory, with helm (make dev
+// and the chart tests render with it) in the same build. Binaries found in an existing
+// KUBEBUILDER_ASSETS directory are used as they are. A file lock makes concurrent callers (test
+// packages run in parallel) build once. Progress is written to progress: what is built, then a
+// line every 30 s.
 func EnsureAssets(ctx context.Context, progress io.Writer, withKubectl bool) (Assets, error) {
-	cache, err := CacheDir()
+	names := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "helm"}
+	if withKubectl {
+		names = append(names, "kubectl")
+	}
+	paths, b, err := controlPlane(ctx, progress, names...)
 	if err != nil {
 		return Assets{}, err
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return Assets{}, fmt.Errorf("creating cache directory: %w", err)
+	a := Assets{Etcd: paths[0], KubeAPIServer: paths[1], KubeControllerManager: paths[2], KubeScheduler: paths[3], Kwok: paths[4]}
+	if withKubectl {
+		a.Kubectl = paths[6]
 	}
-	unlock, err := lockFile(filepath.Join(cache, ".lock"))
-	if err != nil {
-		return Assets{}, err
-	}
-	defer unlock()
-
-	b := builder{cache: cache, progress: progress, kubebuilder: os.Getenv("KUBEBUILDER_ASSETS")}
-	var a Assets
-	// Three independent builds side by side: each leaves cores idle while it downloads and links.
-	errs := make(chan error, 3)
-	go func() {
-		names := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
-		if withKubectl {
-			names = append(names, "kubectl")
-		}
-		paths, err := b.kubernetes(ctx, names...)
-		if err == nil {
-			a.KubeAPIServer, a.KubeControllerManager, a.KubeScheduler = paths[0], paths[1], paths[2]
-			if withKubectl {
-				a.Kubectl = paths[3]
-			}
-		}
-		errs <- err
-	}()
-	go func() {
-		var err error
-		a.Etcd, err = b.etcd(ctx)
-		errs <- err
-	}()
-	go func() {
-		var err error
-		a.Kwok, a.KwokStages, err = b.kwok(ctx)
-		errs <- err
-	}()
-	var failed []error
-	for range 3 {
-		if err := <-errs; err != nil {
-			failed = append(failed, err)
-		}
-	}
-	if err := errors.Join(failed...); err != nil {
+	dir := filepath.Join(b.cache, "kwok-"+KwokVersion)
+	a.KwokStages = []string{filepath.Join(dir, "stages", "node.yaml"), filepath.Join(dir, "stages", "pod.yaml")}
+	if err := b.kwokStages(ctx, a.KwokStages); err != nil {
 		return Assets{}, err
 	}
 	return a, nil
 }
 
-// Helm returns the helm binary, built from the Go module proxy into the cache on first use.
+// Helm returns the helm binary, built from the Go module proxy into the cache on first use (in the
+// control plane's build when that runs).
 func Helm(ctx context.Context, progress io.Writer) (string, error) {
-	return installTool(ctx, progress, "helm", "helm.sh/helm/v3/cmd/helm", HelmVersion)
+	paths, _, err := controlPlane(ctx, progress, "helm")
+	if err != nil {
+		return "", err
+	}
+	return paths[0], nil
+}
+
+// controlPlane returns the paths of the binaries names of the control plane's module, building
+// those missing under the cache directory's lock.
+func controlPlane(ctx context.Context, progress io.Writer, names ...string) ([]string, builder, error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return nil, builder{}, err
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return nil, builder{}, fmt.Errorf("creating cache directory: %w", err)
+	}
+	unlock, err := lockFile(filepath.Join(cache, ".lock"))
+	if err != nil {
+		return nil, builder{}, err
+	}
+	defer unlock()
+	b := builder{cache: cache, progress: progress, kubebuilder: os.Getenv("KUBEBUILDER_ASSETS")}
+	paths, err := b.controlPlane(ctx, names...)
+	return paths, b, err
 }
 
 // Cosign returns the cosign binary that signs and verifies releases, built from the Go module
@@ -221,14 +217,39 @@ func (b builder) existing(dir, name string) (string, bool) {
 	return "", false
 }
 
-// kubernetes builds the Kubernetes commands names from k8s.io/kubernetes, with the staging
-// modules replaced by their published versions (the kubernetes module zip omits staging/), in one
-// go build (they share most packages, and their links run side by side), and returns their paths.
-func (b builder) kubernetes(ctx context.Context, names ...string) ([]string, error) {
-	dir := filepath.Join(b.cache, "kubernetes-"+KubernetesVersion)
+// controlPlanePackages are the main packages of the binaries the control plane's module builds.
+// They are built together as one module, so that the modules they share are resolved to one
+// version each (the highest any of them requires, by Go's minimal version selection) and their
+// packages compile once: built apart, KWOK (Kubernetes v0.36 libraries), helm (v0.37.0) and etcd
+// (its own gRPC) each compiled their own copies of most of what Kubernetes compiles.
+var controlPlanePackages = map[string]string{
+	"kube-apiserver":          "k8s.io/kubernetes/cmd/kube-apiserver",
+	"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+	"kube-scheduler":          "k8s.io/kubernetes/cmd/kube-scheduler",
+	"kubectl":                 "k8s.io/kubernetes/cmd/kubectl",
+	"etcd":                    "go.etcd.io/etcd/server/v3",
+	"kwok":                    "sigs.k8s.io/kwok/cmd/kwok",
+	"helm":                    "helm.sh/helm/v3/cmd/helm",
+}
+
+// controlPlaneDir is the cache directory of the control plane's module and binaries; its name
+// holds every version it is built from, so that changing one builds again.
+func (b builder) controlPlaneDir() string {
+	return filepath.Join(b.cache, fmt.Sprintf("controlplane-kubernetes-%s-etcd-%s-kwok-%s-helm-%s", KubernetesVersion, EtcdVersion, KwokVersion, HelmVersion))
+}
+
+// controlPlane builds the binaries names (keys of controlPlanePackages) that are missing, in one go
+// build of the control plane's module, and returns their paths in the order of names. A go build
+// of several main packages compiles each package they share once and links them side by side;
+// separate builds on a cold machine compile shared packages again or wait on each other.
+func (b builder) controlPlane(ctx context.Context, names ...string) ([]string, error) {
+	dir := b.controlPlaneDir()
 	paths := make([]string, len(names))
 	var missing []string
 	for i, name := range names {
+		if _, ok := controlPlanePackages[name]; !ok {
+			return nil, fmt.Errorf("no control plane binary %q", name)
+		}
 		if p, ok := b.existing(dir, name); ok {
 			paths[i] = p
 			continue
@@ -240,7 +261,7 @@ func (b builder) kubernetes(ctx context.Context, names ...string) ([]string, err
 		return paths, nil
 	}
 	src := filepath.Join(dir, "src")
-	if err := b.writeKubernetesModule(ctx, src); err != nil {
+	if err := b.writeControlPlaneModule(ctx, src); err != nil {
 		return nil, err
 	}
 	minor := strings.Split(strings.TrimPrefix(KubernetesVersion, "v"), ".")[1]
@@ -253,40 +274,80 @@ func (b builder) kubernetes(ctx context.Context, names ...string) ([]string, err
 		return nil, err
 	}
 	args := []string{"build", "-mod=mod", "-ldflags", "-s -w " + strings.Join(ld, " "), "-o", tmp + string(filepath.Separator)}
+	slices.Sort(missing)
+	fmt.Fprintf(b.progress, "building %s in one go build, first run only\n", strings.Join(missing, ", "))
 	for _, name := range missing {
-		fmt.Fprintf(b.progress, "building %s %s, first run only\n", name, KubernetesVersion)
-		args = append(args, "k8s.io/kubernetes/cmd/"+name)
+		args = append(args, controlPlanePackages[name])
 	}
-	if err := b.goCmd(ctx, src, args...); err != nil {
+	if err := b.goCmdLabel(ctx, src, strings.Join(missing, ", "), nil, args...); err != nil {
 		return nil, err
 	}
 	for _, name := range missing {
-		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
+		if err := os.Rename(filepath.Join(tmp, binaryName(controlPlanePackages[name])), filepath.Join(dir, name)); err != nil {
 			return nil, err
 		}
 	}
 	return paths, nil
 }
 
-// writeKubernetesModule writes a module that requires k8s.io/kubernetes and replaces every
-// staging module its go.mod names with the published staging version.
-func (b builder) writeKubernetesModule(ctx context.Context, src string) error {
-	if _, err := os.Stat(filepath.Join(src, "go.mod")); err == nil {
-		return nil
+// binaryName is the file go build -o DIR/ writes for the main package pkg: its last element, or
+// the one before it when that is a major version.
+func binaryName(pkg string) string {
+	name := path.Base(pkg)
+	if isMajorVersion(name) {
+		name = path.Base(path.Dir(pkg))
+	}
+	return name
+}
+
+// isMajorVersion reports whether a path element is a module's major version suffix (v2, v3, ...).
+func isMajorVersion(elem string) bool {
+	return len(elem) > 1 && elem[0] == 'v' && strings.Trim(elem[1:], "0123456789") == ""
+}
+
+// writeControlPlaneModule writes the control plane's module into src (controlPlaneGoMod).
+func (b builder) writeControlPlaneModule(ctx context.Context, src string) error {
+	mod, err := b.controlPlaneGoMod(ctx)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return fmt.Errorf("creating build module: %w", err)
 	}
-	info, err := b.download(ctx, src, "k8s.io/kubernetes@"+KubernetesVersion)
-	if err != nil {
+	tmp := filepath.Join(src, "go.mod.tmp")
+	if err := os.WriteFile(tmp, mod, 0o644); err != nil {
 		return err
+	}
+	return os.Rename(tmp, filepath.Join(src, "go.mod"))
+}
+
+// controlPlaneGoMod is the go.mod of the module the control plane builds in: it requires
+// k8s.io/kubernetes, etcd, KWOK and helm, and every module of the operator's own build at the
+// operator's version (from the checkout, when run in one), and replaces every staging module
+// Kubernetes' go.mod names with the published staging version (the kubernetes module zip omits
+// staging/). With the operator's versions in it, the packages both use (client-go, apimachinery,
+// the API types) are the same builds, which a cold machine compiles once for both.
+func (b builder) controlPlaneGoMod(ctx context.Context) ([]byte, error) {
+	info, err := b.download(ctx, b.cache, "k8s.io/kubernetes@"+KubernetesVersion)
+	if err != nil {
+		return nil, err
 	}
 	upstream, err := os.ReadFile(info.GoMod)
 	if err != nil {
-		return fmt.Errorf("reading kubernetes go.mod: %w", err)
+		return nil, fmt.Errorf("reading kubernetes go.mod: %w", err)
+	}
+	operator, err := operatorModules(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var mod bytes.Buffer
-	fmt.Fprintf(&mod, "module evalsi.local/controlplane\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n", KubernetesVersion)
+	fmt.Fprintf(&mod, "module evalsi.local/controlplane\n\ngo 1.26\n\nrequire (\n")
+	fmt.Fprintf(&mod, "\tk8s.io/kubernetes %s\n\tgo.etcd.io/etcd/server/v3 %s\n\tsigs.k8s.io/kwok %s\n\thelm.sh/helm/v3 %s\n",
+		KubernetesVersion, EtcdVersion, KwokVersion, HelmVersion)
+	for _, m := range operator {
+		fmt.Fprintf(&mod, "\t%s\n", m)
+	}
+	mod.WriteString(")\n\nreplace (\n")
 	sc := bufio.NewScanner(bytes.NewReader(upstream))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -295,56 +356,44 @@ func (b builder) writeKubernetesModule(ctx context.Context, src string) error {
 		}
 	}
 	mod.WriteString(")\n")
-	return os.WriteFile(filepath.Join(src, "go.mod"), mod.Bytes(), 0o644)
+	return mod.Bytes(), nil
 }
 
-// etcd builds the etcd server from go.etcd.io/etcd/server/v3.
-func (b builder) etcd(ctx context.Context) (string, error) {
-	dir := filepath.Join(b.cache, "etcd-"+EtcdVersion)
-	if p, ok := b.existing(dir, "etcd"); ok {
-		return p, nil
+// operatorModules lists the modules of the operator's build ("path version"), from the checkout
+// that holds the working directory; none outside one.
+func operatorModules(ctx context.Context) ([]string, error) {
+	root, err := Checkout()
+	if err != nil {
+		return nil, nil
 	}
-	src := filepath.Join(dir, "src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", fmt.Errorf("creating build module: %w", err)
-	}
-	mod := fmt.Sprintf("module evalsi.local/etcd\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n", EtcdVersion)
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte(mod), 0o644); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(b.progress, "building etcd %s, first run only\n", EtcdVersion)
-	out := filepath.Join(dir, "etcd")
-	if err := b.goCmd(ctx, src, "build", "-mod=mod", "-ldflags=-s -w", "-o", out+".tmp", "go.etcd.io/etcd/server/v3"); err != nil {
-		return "", err
-	}
-	return out, os.Rename(out+".tmp", out)
+	return listModules(ctx, root, "-mod=readonly")
 }
 
-// kwok installs KWOK and copies its fast node and pod stages out of its module.
-func (b builder) kwok(ctx context.Context) (string, []string, error) {
-	dir := filepath.Join(b.cache, "kwok-"+KwokVersion)
-	stages := []string{filepath.Join(dir, "stages", "node.yaml"), filepath.Join(dir, "stages", "pod.yaml")}
-	if err := b.kwokStages(ctx, dir, stages); err != nil {
-		return "", nil, err
+// listModules lists the modules in the build of the module in dir ("path version", the version
+// a replacement gives where there is one), without it; mod is the go command's -mod flag.
+func listModules(ctx context.Context, dir, mod string) ([]string, error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}", "all")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS="+mod)
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("listing the modules of %s: %w", dir, err)
 	}
-	if p, ok := b.existing(dir, "kwok"); ok {
-		return p, stages, nil
+	var mods []string
+	for line := range strings.Lines(string(out)) {
+		if line = strings.TrimSpace(line); line != "" {
+			mods = append(mods, line)
+		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", nil, err
-	}
-	fmt.Fprintf(b.progress, "building kwok %s, first run only\n", KwokVersion)
-	env := []string{"GOBIN=" + dir}
-	if err := b.goCmdEnv(ctx, dir, env, "install", "-ldflags=-s -w", "sigs.k8s.io/kwok/cmd/kwok@"+KwokVersion); err != nil {
-		return "", nil, err
-	}
-	return filepath.Join(dir, "kwok"), stages, nil
+	return mods, nil
 }
 
 // kwokStages concatenates the stage files of kustomize/stage/{node,pod}/fast into dst.
-func (b builder) kwokStages(ctx context.Context, dir string, dst []string) error {
-	if _, err := os.Stat(dst[1]); err == nil {
-		return nil
+func (b builder) kwokStages(ctx context.Context, dst []string) error {
+	if _, err := os.Stat(dst[0]); err == nil {
+		if _, err := os.Stat(dst[1]); err == nil {
+			return nil
+		}
 	}
 	info, err := b.download(ctx, b.cache, "sigs.k8s.io/kwok@"+KwokVersion)
 	if err != nil {
@@ -371,7 +420,12 @@ func (b builder) kwokStages(ctx context.Context, dir string, dst []string) error
 			all.Write(data)
 			all.WriteString("\n")
 		}
-		if err := os.WriteFile(dst[i], all.Bytes(), 0o644); err != nil {
+		// Written aside and renamed: test packages starting side by side may write them at once.
+		tmp := fmt.Sprintf("%s.%d", dst[i], os.Getpid())
+		if err := os.WriteFile(tmp, all.Bytes(), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, dst[i]); err != nil {
 			return err
 		}
 	}
@@ -422,15 +476,24 @@ func (b builder) goCmd(ctx context.Context, dir string, args ...string) error {
 }
 
 func (b builder) goCmdEnv(ctx context.Context, dir string, env []string, args ...string) error {
+	label := ""
+	if args[0] == "build" || args[0] == "install" {
+		label = buildLabel(args)
+	}
+	return b.goCmdLabel(ctx, dir, label, env, args...)
+}
+
+// goCmdLabel runs the go command args in dir; when label is set, it says every so often that the
+// build of label is still going (progress.go).
+func (b builder) goCmdLabel(ctx context.Context, dir, label string, env []string, args ...string) error {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
 	// -trimpath and no cgo, as go vet, the repository's commands and the release build: the
 	// standard library and any module at the same version compile once on a cold machine.
 	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod -trimpath", "CGO_ENABLED=0"), env...)
-	// A build says every so often that it is still going (progress.go).
 	done := func(bool) {}
-	if args[0] == "build" || args[0] == "install" {
-		done = b.reportProgress(buildLabel(args))
+	if label != "" {
+		done = b.reportProgress(label)
 	}
 	out, err := cmd.CombinedOutput()
 	done(err == nil)

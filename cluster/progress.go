@@ -35,7 +35,7 @@ func buildLabel(args []string) string {
 		}
 		a, _, _ = strings.Cut(a, "@")
 		name := path.Base(a)
-		if len(name) > 1 && name[0] == 'v' && strings.Trim(name[1:], "0123456789") == "" {
+		if isMajorVersion(name) {
 			name = a
 		}
 		names = append(names, name)

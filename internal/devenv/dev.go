@@ -60,13 +60,12 @@ type Target struct{ Kubeconfig, Context string }
 // (or opts.Until holds). It reads the CRDs, the chart's policies and the examples from the
 // checkout (Checkout). On an existing cluster it removes at the end what it created.
 func Run(ctx context.Context, opts Options, out io.Writer) error {
-	root, err := Checkout()
+	root, err := cluster.Checkout()
 	if err != nil {
 		return err
 	}
 	out = &lockedWriter{w: out} // the builds below report side by side
-	// helm renders the admission policies once the control plane is up: it builds beside it.
-	go cluster.Helm(ctx, out)
+	// The control plane's build makes helm too, which renders the admission policies below.
 	c, err := devCluster(ctx, opts, out)
 	if err != nil {
 		return err

@@ -26,7 +26,7 @@ import (
 func TestDevOnAnExistingCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
-	root, err := Checkout()
+	root, err := cluster.Checkout()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,9 +68,9 @@ func main() {
 	<-ctx.Done()
 }
 
-// buildAll builds every binary the tests need, one line of progress per binary built. The control
-// plane, KEDA and the tools build side by side: each is a go build that leaves cores idle while it
-// downloads modules and links.
+// buildAll builds every binary the tests need, with a line of progress every 30 s. The control
+// plane (with helm and kubectl, one go build), KEDA and the other tools build side by side: each
+// is a go build that leaves cores idle while it downloads modules and links.
 func buildAll(ctx context.Context) error {
 	start := time.Now()
 	fmt.Fprintln(os.Stderr, "test binaries: building what the cache lacks (a cold machine: see README.md)")
@@ -78,7 +78,7 @@ func buildAll(ctx context.Context) error {
 		"control plane": func() error { _, err := cluster.EnsureAssets(ctx, os.Stderr, true); return err },
 		"KEDA":          func() error { _, _, err := cluster.Keda(ctx, os.Stderr); return err },
 	}
-	for _, t := range []string{"helm", "cosign", "actionlint"} {
+	for _, t := range []string{"cosign", "actionlint"} {
 		builds[t] = func() error { _, err := toolPath(ctx, t); return err }
 	}
 	errs := make(chan error, len(builds))
