@@ -26,12 +26,17 @@ GO_RUN        := CGO_ENABLED=0 go run -trimpath
 # control plane's flags (no cgo, -trimpath), so that the Kubernetes packages both use compile once.
 dev:
 	@echo "building cmd/evalsi-dev (minutes on a cold machine, seconds after)"; \
+	last=$$(cat "$(CACHE_DIR)/evalsi-dev.build-seconds" 2>/dev/null); \
 	CGO_ENABLED=0 go build -trimpath -o "$(CACHE_DIR)/bin/evalsi-dev" ./cmd/evalsi-dev & build=$$!; seconds=0; \
 	while kill -0 $$build 2>/dev/null; do \
 		sleep 1; seconds=$$((seconds + 1)); \
-		if [ $$((seconds % 30)) -eq 0 ]; then echo "  still building cmd/evalsi-dev: $${seconds}s so far"; fi; \
+		if [ $$((seconds % 30)) -eq 0 ]; then \
+			echo "  still building cmd/evalsi-dev: $${seconds}s so far$${last:+ (it took $${last}s last time on this machine)}"; \
+		fi; \
 	done; \
-	wait $$build && exec "$(CACHE_DIR)/bin/evalsi-dev" $(DEV_ARGS)
+	wait $$build || exit 1; \
+	if [ $$seconds -ge 30 ]; then echo $$seconds > "$(CACHE_DIR)/evalsi-dev.build-seconds"; fi; \
+	exec "$(CACHE_DIR)/bin/evalsi-dev" $(DEV_ARGS)
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/evalsi-operator .
