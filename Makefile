@@ -3,7 +3,7 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
-# The first run builds the control plane from the Go module proxy (about 8 minutes on 2 cores);
+# The first run builds the control plane from the Go module proxy (about 10 minutes on 2 cores);
 # later runs take it from the cache (EVALSI_CACHE_DIR, else ~/.cache/evalsi-operator).
 TEST_TIMEOUT ?= 60m
 
