@@ -67,50 +67,54 @@ func EnsureAssets(ctx context.Context, progress io.Writer, withKubectl bool) (As
 	if withKubectl {
 		names = append(names, "kubectl")
 	}
-	paths, b, err := controlPlane(ctx, progress, names...)
+	b, unlock, err := lockCache(progress)
 	if err != nil {
 		return Assets{}, err
 	}
-	a := Assets{Etcd: paths[0], KubeAPIServer: paths[1], KubeControllerManager: paths[2], KubeScheduler: paths[3], Kwok: paths[4]}
-	if withKubectl {
-		a.Kubectl = paths[6]
-	}
-	dir := filepath.Join(b.cache, "kwok-"+KwokVersion)
-	a.KwokStages = []string{filepath.Join(dir, "stages", "node.yaml"), filepath.Join(dir, "stages", "pod.yaml")}
-	if err := b.kwokStages(ctx, a.KwokStages); err != nil {
+	defer unlock()
+	paths, err := b.controlPlane(ctx, names...)
+	if err != nil {
 		return Assets{}, err
 	}
-	return a, nil
+	dir := filepath.Join(b.cache, "kwok-"+KwokVersion)
+	stages := []string{filepath.Join(dir, "stages", "node.yaml"), filepath.Join(dir, "stages", "pod.yaml")}
+	if err := b.kwokStages(ctx, stages); err != nil {
+		return Assets{}, err
+	}
+	return Assets{
+		Etcd: paths["etcd"], KubeAPIServer: paths["kube-apiserver"], KubeControllerManager: paths["kube-controller-manager"],
+		KubeScheduler: paths["kube-scheduler"], Kubectl: paths["kubectl"], Kwok: paths["kwok"], KwokStages: stages,
+	}, nil
 }
 
 // Helm returns the helm binary, built from the Go module proxy into the cache on first use (in the
 // control plane's build when that runs).
 func Helm(ctx context.Context, progress io.Writer) (string, error) {
-	paths, _, err := controlPlane(ctx, progress, "helm")
+	b, unlock, err := lockCache(progress)
 	if err != nil {
 		return "", err
 	}
-	return paths[0], nil
+	defer unlock()
+	paths, err := b.controlPlane(ctx, "helm")
+	return paths["helm"], err
 }
 
-// controlPlane returns the paths of the binaries names of the control plane's module, building
-// those missing under the cache directory's lock.
-func controlPlane(ctx context.Context, progress io.Writer, names ...string) ([]string, builder, error) {
+// lockCache takes the cache directory's lock, under which the control plane builds: concurrent
+// callers (test packages run in parallel) build once. It returns a builder that reports to
+// progress, and the lock's release.
+func lockCache(progress io.Writer) (builder, func(), error) {
 	cache, err := CacheDir()
 	if err != nil {
-		return nil, builder{}, err
+		return builder{}, nil, err
 	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return nil, builder{}, fmt.Errorf("creating cache directory: %w", err)
+		return builder{}, nil, fmt.Errorf("creating cache directory: %w", err)
 	}
 	unlock, err := lockFile(filepath.Join(cache, ".lock"))
 	if err != nil {
-		return nil, builder{}, err
+		return builder{}, nil, err
 	}
-	defer unlock()
-	b := builder{cache: cache, progress: progress, kubebuilder: os.Getenv("KUBEBUILDER_ASSETS")}
-	paths, err := b.controlPlane(ctx, names...)
-	return paths, b, err
+	return builder{cache: cache, progress: progress, kubebuilder: os.Getenv("KUBEBUILDER_ASSETS")}, unlock, nil
 }
 
 // Cosign returns the cosign binary that signs and verifies releases, built from the Go module
@@ -239,22 +243,19 @@ func (b builder) controlPlaneDir() string {
 }
 
 // controlPlane builds the binaries names (keys of controlPlanePackages) that are missing, in one go
-// build of the control plane's module, and returns their paths in the order of names. A go build
-// of several main packages compiles each package they share once and links them side by side;
+// build of the control plane's module, and returns the path of each by name. A go build of
+// several main packages compiles each package they share once and links them side by side;
 // separate builds on a cold machine compile shared packages again or wait on each other.
-func (b builder) controlPlane(ctx context.Context, names ...string) ([]string, error) {
+func (b builder) controlPlane(ctx context.Context, names ...string) (map[string]string, error) {
 	dir := b.controlPlaneDir()
-	paths := make([]string, len(names))
+	paths := map[string]string{}
 	var missing []string
-	for i, name := range names {
-		if _, ok := controlPlanePackages[name]; !ok {
-			return nil, fmt.Errorf("no control plane binary %q", name)
-		}
+	for _, name := range names {
 		if p, ok := b.existing(dir, name); ok {
-			paths[i] = p
+			paths[name] = p
 			continue
 		}
-		paths[i] = filepath.Join(dir, name)
+		paths[name] = filepath.Join(dir, name)
 		missing = append(missing, name)
 	}
 	if len(missing) == 0 {
@@ -389,11 +390,10 @@ func listModules(ctx context.Context, dir, mod string) ([]string, error) {
 }
 
 // kwokStages concatenates the stage files of kustomize/stage/{node,pod}/fast into dst.
+// Each is written aside and renamed, the last one last, so that its presence means both are whole.
 func (b builder) kwokStages(ctx context.Context, dst []string) error {
-	if _, err := os.Stat(dst[0]); err == nil {
-		if _, err := os.Stat(dst[1]); err == nil {
-			return nil
-		}
+	if _, err := os.Stat(dst[len(dst)-1]); err == nil {
+		return nil
 	}
 	info, err := b.download(ctx, b.cache, "sigs.k8s.io/kwok@"+KwokVersion)
 	if err != nil {
@@ -420,7 +420,6 @@ func (b builder) kwokStages(ctx context.Context, dst []string) error {
 			all.Write(data)
 			all.WriteString("\n")
 		}
-		// Written aside and renamed: test packages starting side by side may write them at once.
 		tmp := fmt.Sprintf("%s.%d", dst[i], os.Getpid())
 		if err := os.WriteFile(tmp, all.Bytes(), 0o644); err != nil {
 			return err

@@ -20,20 +20,6 @@ func TestSupportedMinorIsTheControlPlanes(t *testing.T) {
 	}
 }
 
-// TestBinaryName checks the file go build -o DIR/ writes for each of the control plane's packages,
-// which the build renames to the binary's name.
-func TestBinaryName(t *testing.T) {
-	for name, pkg := range controlPlanePackages {
-		want := name
-		if name == "etcd" {
-			want = "server"
-		}
-		if got := binaryName(pkg); got != want {
-			t.Errorf("binaryName(%q) = %q, want %q", pkg, got, want)
-		}
-	}
-}
-
 // TestControlPlaneSharesTheOperatorsModules holds the operator's go.mod to the control plane's
 // build: every module both build with is at one version, so that a cold machine compiles the
 // packages they share once (make dev builds the operator's binary first, then the control plane,
