@@ -60,7 +60,7 @@ test: lint generate-check test-assets lint-workflows
 # operator's own (about 3 minutes) used to start last.
 SLOW_TESTS := ./reconcile ./chart ./webhook ./internal/devenv ./cluster ./kedatest
 test-race:
-	go test -race -ldflags=-w -count=1 -timeout $(TEST_TIMEOUT) $(SLOW_TESTS) ./...
+	go test -race -trimpath -ldflags=-w -count=1 -timeout $(TEST_TIMEOUT) $(SLOW_TESTS) ./...
 
 # The control plane's binaries and helm, built into the cache with a line of progress each (go test
 # would swallow it); a warm cache makes this a no-op.

@@ -100,6 +100,7 @@ func waitPhase(t testing.TB, ctx context.Context, ns, name, phase string) *unstr
 }
 
 func TestEvalRunFollowsTheServerThenStopsPolling(t *testing.T) {
+	t.Parallel() // see envMu
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{Summary: evalsid.Summary{Total: 10, Passed: 9, Failed: 1, Score: 0.9}})

@@ -40,8 +40,20 @@ var shared = clustertest.New(cluster.Options{
 
 func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 
+// envMu orders the one write of env before every test's use of it. The tests that spend most of
+// their time waiting (on the control plane, on evalsid's schedule, on API server outages) run in
+// parallel, after the others: each in a namespace of its own, with engines limited to it, and
+// touching nothing cluster-wide that another parallel test reads. Each calls needCluster first.
+var envMu sync.Mutex
+
 // needCluster starts the package's control plane if it has not started yet, and sets env.
-func needCluster(t testing.TB) { env = shared.Get(t) }
+func needCluster(t testing.TB) {
+	envMu.Lock()
+	defer envMu.Unlock()
+	if env == nil {
+		env = shared.Get(t)
+	}
+}
 
 // testOptions are the rendering options of the engines under test.
 var testOptions = render.Options{

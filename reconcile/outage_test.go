@@ -34,6 +34,7 @@ var outageLength = flag.Duration("outage-length", 5*time.Second, "how long each 
 // a control plane of its own: the controller-manager, scheduler and KWOK back off through the
 // outages too, and would slow the package's other tests.
 func TestRepairAfterRepeatedOutages(t *testing.T) {
+	t.Parallel() // see envMu
 	if testing.Short() {
 		t.Skip("stops and starts an API server of its own")
 	}

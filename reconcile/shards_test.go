@@ -24,6 +24,7 @@ import (
 // stops, the other takes its shards and repairs what changes in them; the last to stop releases
 // every Lease.
 func TestShardedReplicas(t *testing.T) {
+	t.Parallel() // see envMu
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	const n, shards = 12, 3

@@ -69,6 +69,7 @@ func asNamespaceEditor(t *testing.T, ctx context.Context, ns, user string) dynam
 // the namespace to that project (a Namespace label), the same objects become Ready without being
 // recreated.
 func TestEditorCannotActInAnotherProject(t *testing.T) {
+	t.Parallel() // see envMu
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	other := "team-a-" + ns
@@ -155,6 +156,7 @@ func TestEditorCannotActInAnotherProject(t *testing.T) {
 // made and no run is created; a class that does not exist is ClassNotFound. Labelling the
 // namespace makes them Ready without recreating them.
 func TestSandboxClassAllowedNamespaces(t *testing.T) {
+	t.Parallel() // see envMu
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	class := "restricted-" + ns

@@ -28,12 +28,16 @@ import (
 // garbage collector takes the server it still owned with its children; and `leaked-servers`
 // lists a server made the old way, without an owner.
 func TestCheckpointWatcherFlow(t *testing.T) {
+	t.Parallel() // see envMu
+
 	bin := clustertest.Operator(t) // built before the test's clock starts: a cold build is slow
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	api := startEvalsid(t, evalsid.Schedule{})
 	cfg := api.apiConfig(ns)
-	cfg.Controllers = nil // the CheckpointServer controller too
+	// The CheckpointServer controller too; not the SandboxClass one, which would reconcile the
+	// classes of the tests that run beside this one.
+	cfg.Controllers = []string{"evalrun", "onlineevalpolicy", "tracesource", "checkpointserver"}
 	startEngine(t, cfg)
 
 	kubectl := func(stdin string, args ...string) string {
