@@ -25,6 +25,9 @@ func runCommand() *cli.Command {
 		&cli.BoolFlag{Name: "leader-elect", Value: true, Usage: "run only while holding the leader Lease"},
 		&cli.StringFlag{Name: "leader-election-namespace", EnvVars: []string{"POD_NAMESPACE"}, Usage: "namespace of the leader Lease (default: --namespace, else default)"},
 		&cli.StringFlag{Name: "leader-election-id", Value: evalsi.LeaderElectionID, Usage: "name of the leader Lease (with --shards above 1: the prefix of the shards' and replicas' Leases)"},
+		&cli.DurationFlag{Name: "leader-elect-lease-duration", Value: process.DefaultLeaseTimings.LeaseDuration, Usage: "how long after a Lease's last renewal another replica may take it: the longest a killed replica's shards wait (whole seconds)"},
+		&cli.DurationFlag{Name: "leader-elect-renew-deadline", Value: process.DefaultLeaseTimings.RenewDeadline, Usage: "how long a replica tries to renew a Lease before it stops that shard's writes (shorter than the lease duration)"},
+		&cli.DurationFlag{Name: "leader-elect-retry-period", Value: process.DefaultLeaseTimings.RetryPeriod, Usage: "how often a replica renews its Leases and reads the others'"},
 		&cli.IntFlag{Name: "shards", Value: 1, Usage: "split the objects into this many shards (by owner UID, at most 64), each reconciled by one replica at a time; replicas share them evenly and take over those of a replica that stops; every replica must be given the same number"},
 		&cli.StringFlag{Name: "metrics-bind-address", Value: ":8080", Usage: "address of /metrics (0 disables)"},
 		&cli.BoolFlag{Name: "metrics-secure", Usage: "serve /metrics over HTTPS to bearer tokens allowed to get /metrics (TokenReview and SubjectAccessReview)"},
@@ -99,6 +102,7 @@ func runCommand() *cli.Command {
 					LeaderElectionName:      c.String("leader-election-id"),
 					Shards:                  c.Int("shards"),
 					Identity:                identity,
+					Lease:                   leaseTimings(c),
 					HealthAddr:              c.String("health-probe-bind-address"),
 					MetricsAddr:             c.String("metrics-bind-address"),
 					PprofAddr:               c.String("pprof-bind-address"),
@@ -107,5 +111,14 @@ func runCommand() *cli.Command {
 				},
 			})
 		},
+	}
+}
+
+// leaseTimings are the timings of the Leases that --leader-elect-* set.
+func leaseTimings(c *cli.Context) process.LeaseTimings {
+	return process.LeaseTimings{
+		LeaseDuration: c.Duration("leader-elect-lease-duration"),
+		RenewDeadline: c.Duration("leader-elect-renew-deadline"),
+		RetryPeriod:   c.Duration("leader-elect-retry-period"),
 	}
 }

@@ -397,6 +397,29 @@ func (s *shardBench) heldBy(r *replica, count int) []int {
 	return held
 }
 
+// takeover reads from the survivors' logs when the last of the shards held (of count) was taken
+// after t0, and when the last of their engines' controllers had synced its cache.
+func takeover(survivors []*replica, held []int, count int, t0 time.Time) (taken, synced time.Time) {
+	names := map[string]bool{}
+	for _, i := range held {
+		names[shard.Shard{Index: i, Count: count}.String()] = true
+	}
+	for _, r := range survivors {
+		for _, l := range r.logLines() {
+			if !l.Time.After(t0) || !names[l.Shard] {
+				continue
+			}
+			switch {
+			case l.Msg == "holding a shard" && l.Time.After(taken):
+				taken = l.Time
+			case l.Msg == "controller synced" && l.Time.After(synced):
+				synced = l.Time
+			}
+		}
+	}
+	return taken, synced
+}
+
 // kill kills a replica n times, each time measuring how long the others take to reconcile every
 // owner of its shards, then starts a new replica in its place and waits until the shards are
 // spread again.
@@ -471,7 +494,9 @@ func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
 		})
 		took := time.Since(t0)
 		out = append(out, took)
-		fmt.Fprintf(os.Stderr, "kill %d: shards %v (%.0f owners, %d pools' Deployments deleted) reconciled and repaired by the others %.1f s after the SIGKILL\n", k+1, held, owners, len(sample), took.Seconds())
+		taken, synced := takeover(survivors, held, count, t0)
+		fmt.Fprintf(os.Stderr, "kill %d: shards %v (%.0f owners, %d pools' Deployments deleted) reconciled and repaired by the others %.1f s after the SIGKILL (Leases taken at %.1f s, their engines synced at %.1f s)\n",
+			k+1, held, owners, len(sample), took.Seconds(), taken.Sub(t0).Seconds(), synced.Sub(t0).Seconds())
 		replicas[k%count] = s.startReplica(victim.c)
 		s.counts[replicas[k%count].identity] = count
 		s.waitBalanced(replicas)

@@ -93,6 +93,7 @@ func TestValuesAreChecked(t *testing.T) {
 		"misspelt key":                      {"evalsi", []string{"--set", "operator.replica=3"}, "replica"},
 		"wrong type":                        {"evalsi", []string{"--set-string", "operator.replicas=two"}, "replicas"},
 		"unknown log level":                 {"evalsi-sandboxd", []string{"--set", "operator.logLevel=verbose"}, "logLevel"},
+		"lease duration below a second":     {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "operator.leaseDuration=1500ms"}, "leaseDuration"},
 		"cert-manager, no issuer":           {"evalsi-crds", []string{"--set", "webhook.certManager.enabled=true"}, "webhook.certManager.issuerRef.name"},
 		"no api.url":                        {"evalsi", nil, "api.url: give the URL of the platform's evalsid, which runs the evaluations; or, for a trial with simulated results, set referenceEvalsid.enabled=true"},
 		"api.url and the reference evalsid": {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "referenceEvalsid.enabled=true"}, "api.url and referenceEvalsid.enabled: set one"},

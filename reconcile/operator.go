@@ -116,7 +116,7 @@ func New(cfg Config) (*Operator, error) {
 		}
 	}
 	op.api = api
-	e, err := op.newEngine(shard.Whole, op.namespaces, nil)
+	e, err := op.newEngine(shard.Whole, op.namespaces, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -126,12 +126,12 @@ func New(cfg Config) (*Operator, error) {
 
 // newEngine returns an engine of the operator's kinds for shard s, reading bindings from
 // namespaces, recording into metrics (nil: its own).
-func (op *Operator) newEngine(s shard.Shard, namespaces *tenancy.Namespaces, metrics *engine.Metrics) (*engine.Engine, error) {
+func (op *Operator) newEngine(s shard.Shard, namespaces *tenancy.Namespaces, metrics *engine.Metrics, writable <-chan struct{}) (*engine.Engine, error) {
 	cfg := op.cfg
 	return engine.New(engine.Config{
 		Rest: cfg.Rest, Namespace: cfg.Namespace, Kinds: kinds(cfg, op.api, namespaces), Controllers: cfg.Controllers,
 		Workers: cfg.Workers, Resync: cfg.Resync, DiscoveryInterval: cfg.DiscoveryInterval, ReconcileTimeout: cfg.ReconcileTimeout,
-		Tenancy: projects{namespaces}, Shard: s, Metrics: metrics, Log: cfg.Log, AllowUnsupportedMinor: cfg.AllowUnsupportedMinor,
+		Tenancy: projects{namespaces}, Shard: s, Metrics: metrics, Writable: writable, Log: cfg.Log, AllowUnsupportedMinor: cfg.AllowUnsupportedMinor,
 	})
 }
 
@@ -140,17 +140,19 @@ func (op *Operator) newEngine(s shard.Shard, namespaces *tenancy.Namespaces, met
 const namespacesWait = 30 * time.Second
 
 // Run reconciles every object until ctx ends.
-func (op *Operator) Run(ctx context.Context) error { return op.RunShard(ctx, shard.Whole) }
+func (op *Operator) Run(ctx context.Context) error { return op.RunShard(ctx, shard.Whole, nil) }
 
 // RunShard reads the namespaces' bindings (all of them, or the operator's one namespace) and
 // reconciles the objects of s until ctx ends: with the operator's engine for the whole, else with
-// an engine of s's own, which ends with ctx.
-func (op *Operator) RunShard(ctx context.Context, s shard.Shard) error {
+// an engine of s's own, which ends with ctx. Writable, when set, holds its writes until it is
+// closed (engine.Config.Writable): s's engine then warms its caches first, with one of its own
+// even for the whole.
+func (op *Operator) RunShard(ctx context.Context, s shard.Shard, writable <-chan struct{}) error {
 	e, namespaces := op.Engine, op.namespaces
-	if !s.IsWhole() {
+	if !s.IsWhole() || writable != nil {
 		namespaces = tenancy.NewNamespaces()
 		var err error
-		if e, err = op.newEngine(s, namespaces, op.Metrics()); err != nil {
+		if e, err = op.newEngine(s, namespaces, op.Metrics(), writable); err != nil {
 			return err
 		}
 	}
@@ -159,7 +161,9 @@ func (op *Operator) RunShard(ctx context.Context, s shard.Shard) error {
 	op.mu.Unlock()
 	defer func() {
 		op.mu.Lock()
-		delete(op.running, s)
+		if op.running[s] == e { // not yet another engine of s (a warm one handed over)
+			delete(op.running, s)
+		}
 		op.mu.Unlock()
 	}()
 	namespaces.Watch(ctx, op.kube, op.cfg.Namespace)
@@ -182,15 +186,20 @@ func (op *Operator) engines() []*engine.Engine {
 	return out
 }
 
-// Synced reports whether every running engine has synced; false when none runs.
+// Synced reports whether every running engine that may write has synced (those that warm their
+// caches for a shard not yet held are not counted); false when none runs.
 func (op *Operator) Synced() bool {
-	engines := op.engines()
-	for _, e := range engines {
+	writing := 0
+	for _, e := range op.engines() {
+		if !e.Writable() {
+			continue
+		}
 		if !e.Synced() {
 			return false
 		}
+		writing++
 	}
-	return len(engines) > 0
+	return writing > 0
 }
 
 // VersionRefusal says why the running engines do not reconcile on this cluster, "" when they

@@ -2,10 +2,14 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,3 +179,139 @@ func TestShardedReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestCutOffReplicasShardsAreWarmedThenTaken runs two replicas with short Leases, over one shard
+// (one leads, the other stands by) and over two (each holds one), then cuts the holder of the
+// first shard off from the API server, as a killed or partitioned replica is: the other sees it
+// late to renew, warms its shards (lists and watches them, writing nothing) while the Leases run
+// out, then takes them and reconciles with the warm engine, repairing their pools.
+func TestCutOffReplicasShardsAreWarmedThenTaken(t *testing.T) {
+	t.Parallel() // see envMu
+
+	for _, shards := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) {
+			t.Parallel()
+			cutOffReplica(t, shards)
+		})
+	}
+}
+
+func cutOffReplica(t *testing.T, shards int) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	const n = 8
+	for i := range n {
+		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
+	}
+	cs := env.Clientset()
+	timings := process.LeaseTimings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	type replica struct {
+		cut  atomic.Bool
+		logs syncBuffer
+	}
+	replicas := map[string]*replica{}
+	for _, name := range []string{"replica-a", "replica-b"} {
+		r := &replica{}
+		replicas[name] = r
+		rc := rest.CopyConfig(env.Config)
+		rc.UserAgent = name
+		rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+				if r.cut.Load() {
+					return nil, errors.New("cut off from the API server")
+				}
+				return rt.RoundTrip(req)
+			})
+		})
+		mctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			// A cut-off replica cannot release its Leases; it may end with an error.
+			_ = RunManager(mctx, ManagerConfig{
+				Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
+					Log: slog.New(slog.NewTextHandler(&r.logs, nil))},
+				Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator", Shards: shards,
+					Identity: name, Lease: timings},
+			})
+		}()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+		})
+	}
+	// The victim holds the first shard; with two shards, the other replica holds the second.
+	var victim, survivor string
+	var cut []shard.Shard
+	clustertest.Eventually(t, ctx, "the replicas share the shards", func() error {
+		victim, cut = "", nil
+		var holders []string
+		for i := range shards {
+			s := shard.Shard{Index: i, Count: shards}
+			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", s), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			h := process.LeaseHolder(l, time.Now())
+			if i == 0 {
+				victim = h
+			}
+			if h != "" && h == victim {
+				cut = append(cut, s)
+			}
+			holders = append(holders, h)
+		}
+		if slices.Sort(holders); len(slices.Compact(holders)) != shards || slices.Contains(holders, "") {
+			return fmt.Errorf("shards held by %v", holders)
+		}
+		return nil
+	})
+	survivor = map[string]string{"replica-a": "replica-b", "replica-b": "replica-a"}[victim]
+	for i := range n {
+		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
+	}
+
+	replicas[victim].cut.Store(true)
+	before := len(replicas[survivor].logs.String()) // it may have held the victim's shard at the start
+	all, err := env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := 0
+	for _, o := range all.Items {
+		if slices.ContainsFunc(cut, func(s shard.Shard) bool { return s.Contains(string(o.GetUID())) }) {
+			if err := cs.AppsV1().Deployments(ns).Delete(ctx, o.GetName()+"-evaluator", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			deleted++
+		}
+	}
+	clustertest.Eventually(t, ctx, "the cut-off replica's pools repaired by the other", func() error {
+		l, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) != n {
+			return fmt.Errorf("%d of %d Deployments (%d deleted)", len(l.Items), n, deleted)
+		}
+		return nil
+	})
+	logs := replicas[survivor].logs.String()[before:]
+	for _, s := range cut {
+		warming := strings.Index(logs, fmt.Sprintf("msg=\"warming a shard: its holder is late to renew its Lease\" shard=%s", s))
+		holding := strings.Index(logs, fmt.Sprintf("msg=\"holding a shard\" shard=%s", s))
+		switch {
+		case warming < 0:
+			t.Errorf("%s did not warm shard %s\n%s", survivor, s, logs)
+		case holding < warming:
+			t.Errorf("%s held shard %s before it warmed it\n%s", survivor, s, logs)
+		case !strings.Contains(strings.SplitN(logs[holding:], "\n", 2)[0], "warm=true"):
+			t.Errorf("%s took shard %s with a new engine, not the warm one\n%s", survivor, s, logs)
+		}
+	}
+}
+
+// roundTripperFunc is a function as an http.RoundTripper.
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

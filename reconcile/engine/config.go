@@ -39,6 +39,10 @@ type Config struct {
 	// Metrics, when set, are the metrics the engine records into (the engines of one process's
 	// shards share them); else the engine makes its own.
 	Metrics *Metrics
+	// Writable, when set, holds the engine's writes until it is closed: before, the engine
+	// discovers, watches and queues, and reconciles nothing. A replica warms the caches of a
+	// shard this way while the Lease of a holder that stopped renewing it runs out.
+	Writable <-chan struct{}
 	// Log is the engine's logger.
 	Log *slog.Logger
 	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor

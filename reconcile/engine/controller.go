@@ -173,10 +173,19 @@ func (c *Controller) enqueueNamespace(namespace string) {
 	}
 }
 
-// run waits for the cache, runs the workers until ctx ends, then drains.
+// run waits for the cache and for the engine to be writable, runs the workers until ctx ends,
+// then drains.
 func (c *Controller) run(ctx context.Context) {
 	defer c.queue.ShutDown()
+	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), c.inf.shared.HasSynced) {
+		return
+	}
+	c.e.log.Info("controller synced", "controller", c.kind.Controller, "queued", c.queue.Len(), "took", time.Since(start).Round(time.Millisecond).String())
+	if !c.e.Writable() {
+		c.e.log.Info("controller stands by: it reconciles once the shard's Lease is taken", "controller", c.kind.Controller)
+	}
+	if !c.e.waitWritable(ctx) {
 		return
 	}
 	done := make(chan struct{})

@@ -238,10 +238,35 @@ func (e *Engine) startController(ctx context.Context, k *Kind, wg *sync.WaitGrou
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k.Run(ctx, c)
+			if e.waitWritable(ctx) {
+				k.Run(ctx, c)
+			}
 		}()
 	}
 	return c
+}
+
+// Writable reports whether the engine may write: Config.Writable is nil or closed.
+func (e *Engine) Writable() bool {
+	select {
+	case <-e.cfg.Writable:
+		return true
+	default:
+		return e.cfg.Writable == nil
+	}
+}
+
+// waitWritable waits until the engine may write, and reports false if ctx ended first.
+func (e *Engine) waitWritable(ctx context.Context) bool {
+	if e.cfg.Writable == nil {
+		return true
+	}
+	select {
+	case <-e.cfg.Writable:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // enqueueNamespace queues every object of namespace, of every running controller: its binding or

@@ -10,19 +10,43 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/shard"
 )
 
-// The timings of every Lease: a holder renews every retryPeriod and gives up after renewDeadline
-// without a renewal; another replica may take the Lease leaseDuration after its last renewal.
-// The margin between the two is the time a holder that lost its Lease has to stop writing.
-const (
-	leaseDuration = 15 * time.Second
-	renewDeadline = 10 * time.Second
-	retryPeriod   = 2 * time.Second
-)
+// LeaseTimings are the timings of every Lease a replica holds: it renews each every RetryPeriod
+// and gives up after RenewDeadline without a renewal; another replica may take the Lease
+// LeaseDuration after its last renewal. The margin between the last two is the time a holder
+// that lost its Lease has to stop writing; LeaseDuration bounds how long a killed replica's
+// shards wait for another.
+type LeaseTimings struct {
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// DefaultLeaseTimings are those of Kubernetes' own controllers.
+var DefaultLeaseTimings = LeaseTimings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+
+// Validate says what is wrong with t, naming the flag.
+func (t LeaseTimings) Validate() error {
+	switch {
+	case t.RetryPeriod <= 0:
+		return fmt.Errorf("--leader-elect-retry-period must be positive, not %s", t.RetryPeriod)
+	case float64(t.RenewDeadline) <= leaderelection.JitterFactor*float64(t.RetryPeriod):
+		return fmt.Errorf("--leader-elect-renew-deadline (%s) must be longer than %v times --leader-elect-retry-period (%s)", t.RenewDeadline, leaderelection.JitterFactor, t.RetryPeriod)
+	case t.LeaseDuration <= t.RenewDeadline:
+		return fmt.Errorf("--leader-elect-lease-duration (%s) must be longer than --leader-elect-renew-deadline (%s)", t.LeaseDuration, t.RenewDeadline)
+	case t.LeaseDuration%time.Second != 0:
+		return fmt.Errorf("--leader-elect-lease-duration must be whole seconds (a Lease counts in seconds), not %s", t.LeaseDuration)
+	}
+	return nil
+}
+
+// late is how long a Lease another replica holds may go without a renewal before this replica
+// judges its holder late: three renewals missed, where one may be missed to the two replicas'
+// reading and renewing out of step. A late holder's shards are warmed (shardHolder.warmLate).
+func (t LeaseTimings) late() time.Duration { return 3 * t.RetryPeriod }
 
 // LabelShards on each of the operator's Leases is the number of shards of the replica that wrote
 // it: replicas with another number slice the objects otherwise, and must not run beside it.
@@ -59,22 +83,28 @@ type observation struct {
 // observedHolder returns who holds l as this replica judges it at now: no one when l names no
 // holder, or when l has not changed (renewed) for its duration since this replica first saw that
 // version. Unlike the Lease's renewTime, this does not trust another machine's clock, as client-go's
-// elector does not; this replica reads the Leases every retryPeriod, so that a killed holder's
+// elector does not; this replica reads the Leases every RetryPeriod, so that a killed holder's
 // shard is taken about a Lease duration after its last renewal.
-func (h *shardHolder) observedHolder(l *coordinationv1.Lease, now time.Time) string {
+// It also reports whether that holder, another replica, is late: l has not changed for
+// LeaseTimings.late.
+func (h *shardHolder) observedHolder(l *coordinationv1.Lease, now time.Time) (holder string, late bool) {
 	s := l.Spec
 	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.LeaseDurationSeconds == nil {
-		return ""
+		return "", false
 	}
 	o, ok := h.seen[l.Name]
 	if !ok || o.resourceVersion != l.ResourceVersion {
 		o = observation{resourceVersion: l.ResourceVersion, since: now}
 		h.seen[l.Name] = o
 	}
-	if *s.HolderIdentity != h.id && now.Sub(o.since) > time.Duration(*s.LeaseDurationSeconds)*time.Second {
-		return ""
+	if *s.HolderIdentity == h.id {
+		return h.id, false
 	}
-	return *s.HolderIdentity
+	quiet := now.Sub(o.since)
+	if quiet > time.Duration(*s.LeaseDurationSeconds)*time.Second {
+		return "", false
+	}
+	return *s.HolderIdentity, quiet > h.timings.late()
 }
 
 // take makes this replica the holder of the Lease name, which it judged free, unless another
@@ -82,7 +112,7 @@ func (h *shardHolder) observedHolder(l *coordinationv1.Lease, now time.Time) str
 func (h *shardHolder) take(ctx context.Context, name string) (bool, error) {
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
 	now := metav1.NewMicroTime(time.Now())
-	seconds := int32(leaseDuration / time.Second)
+	seconds := int32(h.timings.LeaseDuration / time.Second)
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
@@ -97,7 +127,7 @@ func (h *shardHolder) take(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if holder := h.observedHolder(l, now.Time); holder != "" && holder != h.id {
+	if holder, _ := h.observedHolder(l, now.Time); holder != "" && holder != h.id {
 		return false, nil
 	}
 	transitions := int32(0)
@@ -116,7 +146,7 @@ func (h *shardHolder) take(ctx context.Context, name string) (bool, error) {
 // release gives up the Lease name if this replica still holds it: no holder, and a duration of
 // one second, as client-go's elector releases one.
 func (h *shardHolder) release(name string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), renewDeadline)
+	ctx, cancel := context.WithTimeout(context.Background(), h.timings.RenewDeadline)
 	defer cancel()
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
@@ -138,13 +168,20 @@ func (h *shardHolder) release(name string) error {
 	return err
 }
 
-// holders returns who holds each shard's Lease now ("" for none), and, when replicas with another
-// number of shards hold a Lease, which: the Leases of this count carry it (LabelShards), and the
-// first Lease of the other family (the single Lease when this replica shards, the first shard's
-// when it does not) is read too. A rolling change of --shards is safe: the new replicas take
-// nothing until the old ones have stopped.
-func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]string, string, error) {
-	out, conflict := map[int]string{}, ""
+// shardLease is a shard's Lease as this replica judges it: who holds it ("" for no one), and
+// whether that holder, another replica, is late to renew it.
+type shardLease struct {
+	holder string
+	late   bool
+}
+
+// holders returns each shard's Lease now, and, when replicas with another number of shards hold
+// a Lease, which: the Leases of this count carry it (LabelShards), and the first Lease of the
+// other family (the single Lease when this replica shards, the first shard's when it does not)
+// is read too. A rolling change of --shards is safe: the new replicas take nothing until the old
+// ones have stopped.
+func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]shardLease, string, error) {
+	out, conflict := map[int]shardLease{}, ""
 	names := make([]string, 0, h.count+1)
 	for i := range h.count {
 		names = append(names, ShardLease(h.name, shard.Shard{Index: i, Count: h.count}))
@@ -164,12 +201,12 @@ func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]strin
 		if err != nil {
 			return nil, "", err
 		}
-		holder := h.observedHolder(l, now)
+		holder, late := h.observedHolder(l, now)
 		if count := cmp.Or(l.Labels[LabelShards], "1"); holder != "" && (i == h.count || count != strconv.Itoa(h.count)) {
 			conflict = fmt.Sprintf("%s holds Lease %s with --shards=%s", holder, name, count)
 		}
 		if i < h.count {
-			out[i] = holder
+			out[i] = shardLease{holder: holder, late: late}
 		}
 	}
 	return out, conflict, nil
@@ -186,10 +223,11 @@ func (h *shardHolder) labels() map[string]string {
 func MemberLease(name string, j int) string { return name + "-member-" + strconv.Itoa(j) }
 
 // renewMember renews this replica's member slot, or takes a free one, and returns how many slots
-// are held by replicas of this number of shards (this one included).
-func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (int, error) {
+// are held by replicas of this number of shards (this one included), and how many of those
+// holders are late to renew theirs.
+func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, late int, err error) {
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
-	live, mine := 0, ""
+	mine := ""
 	var free []string
 	for j := range h.count {
 		name := MemberLease(h.name, j)
@@ -199,14 +237,14 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (int, erro
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		switch holder := h.observedHolder(l, now); {
+		switch holder, isLate := h.observedHolder(l, now); {
 		case holder == h.id && mine == "":
 			renew := metav1.NewMicroTime(now)
 			l.Spec.RenewTime = &renew
 			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager}); err != nil && !apierrors.IsConflict(err) {
-				return 0, err
+				return 0, 0, err
 			} else if err == nil {
 				live, mine = live+1, name
 			}
@@ -216,6 +254,9 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (int, erro
 			// A replica with another number of shards reconciles nothing beside this one
 			// (holders): it is not counted.
 			live++
+			if isLate {
+				late++
+			}
 		}
 	}
 	for _, name := range free {
@@ -224,14 +265,14 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (int, erro
 		}
 		taken, err := h.take(ctx, name)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if taken {
 			live, mine = live+1, name
 		}
 	}
 	h.member = mine
-	return live, nil
+	return live, late, nil
 }
 
 // leave releases this replica's member slot, so that the others count it out at once.

@@ -29,8 +29,9 @@ import (
 
 // Engine is what the process runs: the reconciling engine, one per held shard.
 type Engine interface {
-	// RunShard reconciles the objects of s until ctx ends.
-	RunShard(ctx context.Context, s shard.Shard) error
+	// RunShard reconciles the objects of s until ctx ends; with writable set, it reads them
+	// from the start and writes only once writable is closed.
+	RunShard(ctx context.Context, s shard.Shard, writable <-chan struct{}) error
 	// Synced reports whether the caches of every running shard have synced; VersionRefusal why
 	// the engine does not reconcile on this cluster ("" when it does).
 	Synced() bool
@@ -51,6 +52,8 @@ type Config struct {
 	LeaderElectionName      string
 	// Identity names this replica in the Leases it holds (NewIdentity when empty).
 	Identity string
+	// Lease are the timings of every Lease (DefaultLeaseTimings when zero).
+	Lease LeaseTimings
 	// Shards is how many shards the objects are split into (1 when 0); each replica holds its
 	// fair share of them.
 	Shards int
@@ -86,6 +89,12 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 	}
 	if count > 1 && !cfg.LeaderElect {
 		return errNoElection
+	}
+	if cfg.Lease == (LeaseTimings{}) {
+		cfg.Lease = DefaultLeaseTimings
+	}
+	if err := cfg.Lease.Validate(); err != nil {
+		return err
 	}
 	var held atomic.Int32
 	heldGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "evalsi_shards_held", Help: "Shards this replica holds and reconciles."},
@@ -164,11 +173,11 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 	done := make(chan error, 1)
 	if !cfg.LeaderElect {
 		held.Store(1)
-		go func() { done <- e.RunShard(ctx, shard.Whole) }()
+		go func() { done <- e.RunShard(ctx, shard.Whole, nil) }()
 	} else {
 		id := cmp.Or(cfg.Identity, NewIdentity())
 		h := &shardHolder{kube: e.Kube(), log: log, namespace: cfg.LeaderElectionNamespace, name: cfg.LeaderElectionName,
-			count: count, id: id, run: e.RunShard, onHeld: func(n int) { held.Store(int32(n)) }}
+			count: count, id: id, timings: cfg.Lease, run: e.RunShard, onHeld: func(n int) { held.Store(int32(n)) }}
 		log.Info("holding shards", "shards", count, "namespace", cfg.LeaderElectionNamespace, "lease", cfg.LeaderElectionName, "identity", id)
 		go func() { done <- holdShards(ctx, h) }()
 	}

@@ -26,6 +26,11 @@ import (
 // two replicas at once. A replica under its share takes shards whose Lease is free: released, or
 // expired because its holder died. Replicas count each other by the member slots they hold
 // (MemberLease). Every Lease has a name known in advance, so that RBAC can name them all.
+//
+// While a late holder's Lease runs out, the replicas that will take its shards warm them: they
+// start the shards' engines without writes (engine.Config.Writable), which list and watch the
+// shards' objects, so that the one that takes a Lease reconciles at once instead of listing
+// then. The others stop theirs when they see the Lease taken.
 type shardHolder struct {
 	kube      kubernetes.Interface
 	log       *slog.Logger
@@ -33,11 +38,12 @@ type shardHolder struct {
 	name      string
 	count     int
 	id        string
+	timings   LeaseTimings
 	// member is this replica's member slot ("" when it holds none, or the operator does not
 	// shard).
 	member string
-	// run reconciles a shard until its context ends.
-	run  func(context.Context, shard.Shard) error
+	// run reconciles a shard until its context ends; with writable set, only once it is closed.
+	run  func(ctx context.Context, s shard.Shard, writable <-chan struct{}) error
 	errc chan error
 	// onHeld is told how many shards are held whenever that changes.
 	onHeld func(n int)
@@ -51,6 +57,31 @@ type shardHolder struct {
 	mu     sync.Mutex
 	tries  map[int]*shardTry
 	byHash map[int]uint64
+	// warm are the engines of the shards this replica warms, by index, until it takes their
+	// Leases (lead adopts them) or sees them taken by another.
+	warm map[int]*shardEngine
+}
+
+// shardEngine is a shard's engine running in its own goroutine.
+type shardEngine struct {
+	// writable, when not nil, is closed to let a warm engine write.
+	writable chan struct{}
+	stop     context.CancelFunc
+	// done is closed when the engine's run returned, with err.
+	done chan struct{}
+	err  error
+}
+
+// startEngine starts the engine of s under ctx; with writable, a warm one that writes nothing
+// until it is closed.
+func (h *shardHolder) startEngine(ctx context.Context, s shard.Shard, writable chan struct{}) *shardEngine {
+	ctx, stop := context.WithCancel(ctx)
+	e := &shardEngine{writable: writable, stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.err = h.run(ctx, s, writable)
+	}()
+	return e
 }
 
 // shardTry is an elector of one shard's Lease and, while it leads, the shard's engine.
@@ -73,7 +104,7 @@ func (t *shardTry) isLeading() bool {
 
 // holdShards holds shards for this replica (identity id) until ctx ends or an engine fails.
 func holdShards(ctx context.Context, h *shardHolder) error {
-	h.tries, h.byHash, h.errc, h.seen = map[int]*shardTry{}, map[int]uint64{}, make(chan error, h.count), map[string]observation{}
+	h.tries, h.warm, h.byHash, h.errc, h.seen = map[int]*shardTry{}, map[int]*shardEngine{}, map[int]uint64{}, make(chan error, h.count), map[string]observation{}
 	for i := range h.count {
 		// Each replica prefers the shards that hash best with its identity (rendezvous hashing),
 		// so that replicas starting together try different shards first.
@@ -83,7 +114,7 @@ func holdShards(ctx context.Context, h *shardHolder) error {
 	}
 	defer h.leave()
 	defer h.stopAll()
-	t := time.NewTicker(retryPeriod)
+	t := time.NewTicker(h.timings.RetryPeriod)
 	defer t.Stop()
 	for {
 		h.rebalance(ctx)
@@ -98,24 +129,34 @@ func holdShards(ctx context.Context, h *shardHolder) error {
 }
 
 // rebalance renews this replica's membership, then drains the shards over its fair share, lets
-// go of tries on Leases that another replica holds, and tries free shards up to its share.
+// go of tries on Leases that another replica holds, tries free shards up to its share, and warms
+// the shards of late holders that it would take.
 func (h *shardHolder) rebalance(ctx context.Context) {
 	now := time.Now()
-	members := 1
+	members, lateMembers, standby := 1, 0, false
 	if h.count > 1 {
-		n, err := h.renewMember(ctx, now)
+		n, late, err := h.renewMember(ctx, now)
 		if err != nil {
 			h.log.Warn("renewing the member Lease", "err", err)
 			return
 		}
-		if h.member == "" {
-			// Every slot is held: as many replicas as shards run, and this one stands by.
-			h.drain(0, n)
-			return
-		}
+		lateMembers = late
 		members = max(n, 1)
+		if h.member == "" {
+			// Every slot is held: as many replicas as shards run, and this one stands by. It
+			// takes nothing, and warms what it would take once a late replica's slot is free.
+			h.drain(0, n)
+			if late == 0 {
+				h.warmLate(ctx, nil, 0)
+				return
+			}
+			standby, members = true, n+1
+		}
 	}
 	fair := (h.count + members - 1) / members
+	if standby {
+		fair = 0
+	}
 	holders, conflict, err := h.holders(ctx, now)
 	if err != nil {
 		h.log.Warn("reading the shards' Leases", "err", err)
@@ -132,6 +173,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	if conflict != "" {
 		// Their shards are other slices of the same objects: taking any would make two writers.
 		h.drain(0, members)
+		h.warmLate(ctx, nil, 0)
 		return
 	}
 	leading := h.drain(fair, members)
@@ -140,7 +182,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 		if t.isLeading() {
 			continue
 		}
-		if holder := holders[t.Index]; holder != "" && holder != h.id {
+		if holder := holders[t.Index].holder; holder != "" && holder != h.id {
 			// Another replica took it first: try a free one instead.
 			h.drop(t)
 			continue
@@ -150,16 +192,89 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	var free []int
 	h.mu.Lock()
 	for i := range h.count {
-		if _, ok := h.tries[i]; !ok && holders[i] == "" {
+		if _, ok := h.tries[i]; !ok && holders[i].holder == "" {
 			free = append(free, i)
 		}
 	}
 	h.mu.Unlock()
-	// Most preferred first.
-	slices.SortFunc(free, func(a, b int) int { return cmp.Compare(h.byHash[b], h.byHash[a]) })
+	h.byPreference(free)
 	want := max(fair-leading-tries, 0)
-	for _, i := range free[:min(want, len(free))] {
+	taking := free[:min(want, len(free))]
+	for _, i := range taking {
 		h.try(ctx, shard.Shard{Index: i, Count: h.count})
+	}
+	// Once the late replicas are counted out, this replica's share is larger.
+	share := (h.count + max(members-lateMembers, 1) - 1) / max(members-lateMembers, 1)
+	h.warmLate(ctx, holders, share-leading-tries-len(taking))
+}
+
+// byPreference sorts shards most preferred first: those this replica warms, then by its
+// rendezvous hash.
+func (h *shardHolder) byPreference(shards []int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	slices.SortFunc(shards, func(a, b int) int {
+		_, wa := h.warm[a]
+		_, wb := h.warm[b]
+		if wa != wb {
+			if wa {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(h.byHash[b], h.byHash[a])
+	})
+}
+
+// warmLate stops the warm engines of shards whose Lease is held again by a replica on time (it
+// was only slow, or another took it), then warms up to want more shards whose holder is late,
+// most preferred first. nil holders stops them all.
+func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease, want int) {
+	var stopped []*shardEngine
+	h.mu.Lock()
+	for i, e := range h.warm {
+		l, ok := holders[i]
+		select {
+		case <-e.done:
+			// Ended on its own (an error a leading engine would meet too): warmed again if
+			// still wanted.
+			if e.err != nil {
+				h.log.Warn("a warm shard's engine failed", "shard", shard.Shard{Index: i, Count: h.count}.String(), "err", e.err)
+			}
+			delete(h.warm, i)
+			continue
+		default:
+		}
+		if ok && (l.late || l.holder == "" || l.holder == h.id) {
+			if _, tried := h.tries[i]; !tried { // a shard tried is counted in want already
+				want--
+			}
+			continue
+		}
+		delete(h.warm, i)
+		stopped = append(stopped, e)
+	}
+	var late []int
+	for i, l := range holders {
+		_, warm := h.warm[i]
+		_, tried := h.tries[i]
+		if l.late && !warm && !tried {
+			late = append(late, i)
+		}
+	}
+	h.mu.Unlock()
+	for _, e := range stopped {
+		e.stop()
+		<-e.done
+	}
+	h.byPreference(late)
+	for _, i := range late[:max(min(want, len(late)), 0)] {
+		s := shard.Shard{Index: i, Count: h.count}
+		h.log.Info("warming a shard: its holder is late to renew its Lease", "shard", s.String(), "holder", holders[i].holder)
+		e := h.startEngine(ctx, s, make(chan struct{}))
+		h.mu.Lock()
+		h.warm[i] = e
+		h.mu.Unlock()
 	}
 }
 
@@ -212,7 +327,7 @@ func (h *shardHolder) try(ctx context.Context, s shard.Shard) {
 	ectx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	t := &shardTry{Shard: s, stopElector: stop, elector: make(chan struct{})}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
+		Lock: lock, LeaseDuration: h.timings.LeaseDuration, RenewDeadline: h.timings.RenewDeadline, RetryPeriod: h.timings.RetryPeriod,
 		Name: name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) { h.lead(lctx, t) },
@@ -251,18 +366,32 @@ func (h *shardHolder) try(ctx context.Context, s shard.Shard) {
 	}()
 }
 
-// lead runs s's engine while t's elector leads (lctx).
+// lead runs s's engine while t's elector leads (lctx): the warm one when this replica warmed s,
+// which may now write, else a new one.
 func (h *shardHolder) lead(lctx context.Context, t *shardTry) {
-	ctx, stop := context.WithCancel(lctx)
-	done := make(chan struct{})
+	h.mu.Lock()
+	e, warm := h.warm[t.Index]
+	delete(h.warm, t.Index)
+	h.mu.Unlock()
+	if warm {
+		close(e.writable)
+	} else {
+		e = h.startEngine(lctx, t.Shard, nil)
+	}
 	t.mu.Lock()
-	t.leading, t.stopEngine, t.engine = true, stop, done
+	t.leading, t.stopEngine, t.engine = true, e.stop, e.done
 	t.mu.Unlock()
-	h.log.Info("holding a shard", "shard", t.String(), "lease", ShardLease(h.name, t.Shard), "identity", h.id)
+	h.log.Info("holding a shard", "shard", t.String(), "lease", ShardLease(h.name, t.Shard), "identity", h.id, "warm", warm)
 	h.heldChanged()
-	defer close(done)
-	if err := h.run(ctx, t.Shard); err != nil {
-		h.errc <- fmt.Errorf("shard %s: %w", t.Shard, err)
+	select {
+	case <-lctx.Done():
+		// A warm engine runs under the holder's context, not lctx.
+		e.stop()
+		<-e.done
+	case <-e.done:
+	}
+	if e.err != nil {
+		h.errc <- fmt.Errorf("shard %s: %w", t.Shard, e.err)
 	}
 }
 
@@ -287,12 +416,21 @@ func (h *shardHolder) drop(t *shardTry) {
 	}
 }
 
-// stopAll drops every shard: engines first, then Leases.
+// stopAll drops every shard: engines first, then Leases; and stops the warm engines.
 func (h *shardHolder) stopAll() {
 	var wg sync.WaitGroup
 	for _, t := range h.current() {
 		wg.Go(func() { h.drop(t) })
 	}
+	h.mu.Lock()
+	for i, e := range h.warm {
+		delete(h.warm, i)
+		wg.Go(func() {
+			e.stop()
+			<-e.done
+		})
+	}
+	h.mu.Unlock()
 	wg.Wait()
 }
 
