@@ -86,7 +86,7 @@ type observation struct {
 // elector does not; this replica reads the Leases every RetryPeriod, so that a killed holder's
 // shard is taken about a Lease duration after its last renewal.
 // It also reports whether that holder, another replica, is late: l has not changed for
-// LeaseTimings.late.
+// LeaseTimings.late; then it notes when l runs out (shardHolder.expires).
 func (h *shardHolder) observedHolder(l *coordinationv1.Lease, now time.Time) (holder string, late bool) {
 	s := l.Spec
 	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.LeaseDurationSeconds == nil {
@@ -100,11 +100,16 @@ func (h *shardHolder) observedHolder(l *coordinationv1.Lease, now time.Time) (ho
 	if *s.HolderIdentity == h.id {
 		return h.id, false
 	}
+	duration := time.Duration(*s.LeaseDurationSeconds) * time.Second
 	quiet := now.Sub(o.since)
-	if quiet > time.Duration(*s.LeaseDurationSeconds)*time.Second {
+	if quiet > duration {
 		return "", false
 	}
-	return *s.HolderIdentity, quiet > h.timings.late()
+	late = quiet > h.timings.late()
+	if expires := o.since.Add(duration); late && (h.expires.IsZero() || expires.Before(h.expires)) {
+		h.expires = expires
+	}
+	return *s.HolderIdentity, late
 }
 
 // take makes this replica the holder of the Lease name, which it judged free, unless another

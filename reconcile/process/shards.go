@@ -53,6 +53,9 @@ type shardHolder struct {
 	// seen is each Lease's version as this replica first saw it: a holder whose Lease has not
 	// changed for its duration of this replica's own clock is gone (observedHolder).
 	seen map[string]observation
+	// expires is when the first Lease of a late holder runs out (zero: none is late): rebalance
+	// runs again then, not up to a RetryPeriod later.
+	expires time.Time
 
 	mu     sync.Mutex
 	tries  map[int]*shardTry
@@ -114,10 +117,17 @@ func holdShards(ctx context.Context, h *shardHolder) error {
 	}
 	defer h.leave()
 	defer h.stopAll()
-	t := time.NewTicker(h.timings.RetryPeriod)
+	t := time.NewTimer(h.timings.RetryPeriod)
 	defer t.Stop()
 	for {
+		h.expires = time.Time{}
 		h.rebalance(ctx)
+		wait := h.timings.RetryPeriod
+		if !h.expires.IsZero() {
+			// Just past it, so that the Lease is judged run out.
+			wait = min(wait, max(time.Until(h.expires)+10*time.Millisecond, 0))
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
