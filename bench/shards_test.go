@@ -30,7 +30,6 @@ var (
 	shardRuns       = flag.Int("shard-runs", 500, "running EvalRuns of BenchmarkShards, beside the Evaluators")
 	shardCounts     = flag.String("shards", "1,2,3", "numbers of shards BenchmarkShards runs, each with as many replicas, over the same objects")
 	shardKills      = flag.Int("kills", 5, "SIGKILLs of a replica with the largest number of shards")
-	shardSettle     = flag.Duration("shard-settle", 10*time.Minute+30*time.Second, "how long BenchmarkShards waits after converging, for the Deployments' progress deadline (0: not at all, when only the kills are measured: the churn CPU then counts the Deployments that pass it)")
 )
 
 // BenchmarkShards runs the operator over the same Evaluators and EvalRuns with 1, 2 and 3 shards
@@ -91,7 +90,7 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	// A Deployment without pods changes once more, when the Deployment controller finds it past
 	// its progress deadline (10 minutes after the operator made it, at the latest before it
 	// converged): the measures start after that.
-	time.Sleep(*shardSettle)
+	time.Sleep(10*time.Minute + 30*time.Second)
 	runIDs := runIDsOf(runs.GetStore().List())
 	s.stopReplicas(first)
 	s.readObjects()
