@@ -286,6 +286,19 @@ func cutOffReplica(t *testing.T, shards int) {
 			deleted++
 		}
 	}
+	// The Lease first: with no Evaluator in the cut shard, the pools are "repaired" at once.
+	clustertest.Eventually(t, ctx, "the cut-off replica's shards held by the other", func() error {
+		for _, s := range cut {
+			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", s), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if h := process.LeaseHolder(l, time.Now()); h != survivor {
+				return fmt.Errorf("shard %s held by %q", s, h)
+			}
+		}
+		return nil
+	})
 	clustertest.Eventually(t, ctx, "the cut-off replica's pools repaired by the other", func() error {
 		l, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -87,6 +87,15 @@ func (h *shardHolder) startEngine(ctx context.Context, s shard.Shard, writable c
 	return e
 }
 
+// halt stops the engine and waits until it ended; a nil engine (none started) is a no-op.
+func (e *shardEngine) halt() {
+	if e == nil {
+		return
+	}
+	e.stop()
+	<-e.done
+}
+
 // shardTry is an elector of one shard's Lease and, while it leads, the shard's engine.
 type shardTry struct {
 	shard.Shard
@@ -95,8 +104,8 @@ type shardTry struct {
 	elector     chan struct{}
 	mu          sync.Mutex
 	leading     bool
-	stopEngine  context.CancelFunc
-	engine      chan struct{}
+	// engine runs while the elector leads (nil before).
+	engine *shardEngine
 }
 
 func (t *shardTry) isLeading() bool {
@@ -274,8 +283,7 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease, 
 	}
 	h.mu.Unlock()
 	for _, e := range stopped {
-		e.stop()
-		<-e.done
+		e.halt()
 	}
 	h.byPreference(late)
 	for _, i := range late[:max(min(want, len(late)), 0)] {
@@ -343,13 +351,10 @@ func (h *shardHolder) try(ctx context.Context, s shard.Shard) {
 			OnStartedLeading: func(lctx context.Context) { h.lead(lctx, t) },
 			OnStoppedLeading: func() {
 				t.mu.Lock()
-				stopEngine, engine := t.stopEngine, t.engine
+				engine := t.engine
 				t.leading = false
 				t.mu.Unlock()
-				if stopEngine != nil {
-					stopEngine()
-					<-engine
-				}
+				engine.halt()
 				if ectx.Err() == nil {
 					h.log.Warn("lost a shard's Lease; its engine stopped", "shard", s.String(), "lease", name)
 				}
@@ -389,15 +394,13 @@ func (h *shardHolder) lead(lctx context.Context, t *shardTry) {
 		e = h.startEngine(lctx, t.Shard, nil)
 	}
 	t.mu.Lock()
-	t.leading, t.stopEngine, t.engine = true, e.stop, e.done
+	t.leading, t.engine = true, e
 	t.mu.Unlock()
 	h.log.Info("holding a shard", "shard", t.String(), "lease", ShardLease(h.name, t.Shard), "identity", h.id, "warm", warm)
 	h.heldChanged()
 	select {
 	case <-lctx.Done():
-		// A warm engine runs under the holder's context, not lctx.
-		e.stop()
-		<-e.done
+		e.halt() // a warm engine runs under the holder's context, not lctx
 	case <-e.done:
 	}
 	if e.err != nil {
@@ -409,19 +412,16 @@ func (h *shardHolder) lead(lctx context.Context, t *shardTry) {
 // Lease (the elector's own release on cancel would not wait for the engine).
 func (h *shardHolder) drop(t *shardTry) {
 	t.mu.Lock()
-	stopEngine, engine := t.stopEngine, t.engine
+	engine := t.engine
 	t.mu.Unlock()
-	if stopEngine != nil {
-		stopEngine()
-		<-engine
-	}
+	engine.halt()
 	t.stopElector()
 	<-t.elector
 	if err := h.release(ShardLease(h.name, t.Shard)); err != nil {
 		h.log.Warn("releasing a shard's Lease; it expires instead", "shard", t.String(), "err", err)
 		return
 	}
-	if stopEngine != nil {
+	if engine != nil {
 		h.log.Info("released a shard", "shard", t.String(), "identity", h.id)
 	}
 }
@@ -435,10 +435,7 @@ func (h *shardHolder) stopAll() {
 	h.mu.Lock()
 	for i, e := range h.warm {
 		delete(h.warm, i)
-		wg.Go(func() {
-			e.stop()
-			<-e.done
-		})
+		wg.Go(e.halt)
 	}
 	h.mu.Unlock()
 	wg.Wait()
