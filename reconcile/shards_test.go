@@ -180,15 +180,16 @@ func TestShardedReplicas(t *testing.T) {
 	}
 }
 
-// TestCutOffReplicasShardsAreWarmedThenTaken runs two replicas with short Leases, over one shard
-// (one leads, the other stands by) and over two (each holds one), then cuts the holder of the
-// first shard off from the API server, as a killed or partitioned replica is: the other sees it
-// late to renew, warms its shards (lists and watches them, writing nothing) while the Leases run
-// out, then takes them and reconciles with the warm engine, repairing their pools.
+// TestCutOffReplicasShardsAreWarmedThenTaken runs replicas with short Leases, over one shard (two
+// replicas: one leads, the other stands by), two and three (as many replicas, each holding one),
+// then cuts the holder of the first shard off from the API server, as a killed or partitioned
+// replica is: the others see it late to renew, one of them warms its shard (lists and watches it,
+// writing nothing) while the Lease runs out, then takes it and reconciles with the warm engine,
+// repairing its pools.
 func TestCutOffReplicasShardsAreWarmedThenTaken(t *testing.T) {
 	t.Parallel() // see envMu
 
-	for _, shards := range []int{1, 2} {
+	for _, shards := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) {
 			t.Parallel()
 			cutOffReplica(t, shards)
@@ -210,7 +211,11 @@ func cutOffReplica(t *testing.T, shards int) {
 		logs syncBuffer
 	}
 	replicas := map[string]*replica{}
-	for _, name := range []string{"replica-a", "replica-b"} {
+	var names []string
+	for i := range max(shards, 2) {
+		names = append(names, fmt.Sprintf("replica-%c", 'a'+i))
+	}
+	for _, name := range names {
 		r := &replica{}
 		replicas[name] = r
 		rc := rest.CopyConfig(env.Config)
@@ -240,8 +245,8 @@ func cutOffReplica(t *testing.T, shards int) {
 			<-done
 		})
 	}
-	// The victim holds the first shard; with two shards, the other replica holds the second.
-	var victim, survivor string
+	// The victim holds the first shard; each other replica holds another, or stands by.
+	var victim string
 	var cut []shard.Shard
 	clustertest.Eventually(t, ctx, "the replicas share the shards", func() error {
 		victim, cut = "", nil
@@ -266,13 +271,16 @@ func cutOffReplica(t *testing.T, shards int) {
 		}
 		return nil
 	})
-	survivor = map[string]string{"replica-a": "replica-b", "replica-b": "replica-a"}[victim]
+	survivors := slices.DeleteFunc(slices.Clone(names), func(name string) bool { return name == victim })
 	for i := range n {
 		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
 	}
 
 	replicas[victim].cut.Store(true)
-	before := len(replicas[survivor].logs.String()) // it may have held the victim's shard at the start
+	before := map[string]int{} // a survivor may have held the victim's shard at the start
+	for _, name := range survivors {
+		before[name] = len(replicas[name].logs.String())
+	}
 	all, err := env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -287,19 +295,19 @@ func cutOffReplica(t *testing.T, shards int) {
 		}
 	}
 	// The Lease first: with no Evaluator in the cut shard, the pools are "repaired" at once.
-	clustertest.Eventually(t, ctx, "the cut-off replica's shards held by the other", func() error {
+	clustertest.Eventually(t, ctx, "the cut-off replica's shards held by the others", func() error {
 		for _, s := range cut {
 			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", s), metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			if h := process.LeaseHolder(l, time.Now()); h != survivor {
+			if h := process.LeaseHolder(l, time.Now()); !slices.Contains(survivors, h) {
 				return fmt.Errorf("shard %s held by %q", s, h)
 			}
 		}
 		return nil
 	})
-	clustertest.Eventually(t, ctx, "the cut-off replica's pools repaired by the other", func() error {
+	clustertest.Eventually(t, ctx, "the cut-off replica's pools repaired by the others", func() error {
 		l, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -309,17 +317,27 @@ func cutOffReplica(t *testing.T, shards int) {
 		}
 		return nil
 	})
-	logs := replicas[survivor].logs.String()[before:]
 	for _, s := range cut {
-		warming := strings.Index(logs, fmt.Sprintf("msg=\"warming a shard: its holder is late to renew its Lease\" shard=%s", s))
-		holding := strings.Index(logs, fmt.Sprintf("msg=\"holding a shard\" shard=%s", s))
-		switch {
-		case warming < 0:
-			t.Errorf("%s did not warm shard %s\n%s", survivor, s, logs)
-		case holding < warming:
-			t.Errorf("%s held shard %s before it warmed it\n%s", survivor, s, logs)
-		case !strings.Contains(strings.SplitN(logs[holding:], "\n", 2)[0], "warm=true"):
-			t.Errorf("%s took shard %s with a new engine, not the warm one\n%s", survivor, s, logs)
+		var warmers []string
+		for _, name := range survivors {
+			logs := replicas[name].logs.String()[before[name]:]
+			warming := strings.Index(logs, fmt.Sprintf("msg=\"warming a shard: its holder is late to renew its Lease\" shard=%s", s))
+			if warming < 0 {
+				continue
+			}
+			warmers = append(warmers, name)
+			holding := strings.Index(logs, fmt.Sprintf("msg=\"holding a shard\" shard=%s", s))
+			switch {
+			case holding < 0:
+				t.Errorf("%s warmed shard %s, and another took it\n%s", name, s, logs)
+			case holding < warming:
+				t.Errorf("%s held shard %s before it warmed it\n%s", name, s, logs)
+			case !strings.Contains(strings.SplitN(logs[holding:], "\n", 2)[0], "warm=true"):
+				t.Errorf("%s took shard %s with a new engine, not the warm one\n%s", name, s, logs)
+			}
+		}
+		if len(warmers) != 1 {
+			t.Errorf("shard %s warmed by %v, want one of %v", s, warmers, survivors)
 		}
 	}
 }

@@ -229,10 +229,11 @@ func MemberLease(name string, j int) string { return name + "-member-" + strconv
 
 // renewMember renews this replica's member slot, or takes a free one, and returns how many slots
 // are held by replicas of this number of shards (this one included), and how many of those
-// holders are late to renew theirs.
+// holders are late to renew theirs. It keeps the others that are on time in h.peers.
 func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, late int, err error) {
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
 	mine := ""
+	h.peers = h.peers[:0]
 	var free []string
 	for j := range h.count {
 		name := MemberLease(h.name, j)
@@ -261,6 +262,8 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, lat
 			live++
 			if isLate {
 				late++
+			} else {
+				h.peers = append(h.peers, holder)
 			}
 		}
 	}

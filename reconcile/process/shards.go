@@ -63,6 +63,12 @@ type shardHolder struct {
 	// warm are the engines of the shards this replica warms, by index, until it takes their
 	// Leases (lead adopts them) or sees them taken by another.
 	warm map[int]*shardEngine
+	// peers are the other replicas whose member slots are renewed on time; warmer is, for each
+	// shard of a late holder, the replica that warms it and takes it first (assignLate), and
+	// freeSince when this replica first saw that shard's Lease free. Only rebalance uses them.
+	peers     []string
+	warmer    map[int]string
+	freeSince map[int]time.Time
 }
 
 // shardEngine is a shard's engine running in its own goroutine.
@@ -117,12 +123,10 @@ func (t *shardTry) isLeading() bool {
 // holdShards holds shards for this replica (identity id) until ctx ends or an engine fails.
 func holdShards(ctx context.Context, h *shardHolder) error {
 	h.tries, h.warm, h.byHash, h.errc, h.seen = map[int]*shardTry{}, map[int]*shardEngine{}, map[int]uint64{}, make(chan error, h.count), map[string]observation{}
+	h.warmer, h.freeSince = map[int]string{}, map[int]time.Time{}
 	for i := range h.count {
-		// Each replica prefers the shards that hash best with its identity (rendezvous hashing),
-		// so that replicas starting together try different shards first.
-		f := fnv.New64a()
-		fmt.Fprintf(f, "%s/%d", h.id, i)
-		h.byHash[i] = f.Sum64()
+		// Replicas starting together try different shards first.
+		h.byHash[i] = rendezvous(h.id, i)
 	}
 	defer h.leave()
 	defer h.stopAll()
@@ -166,7 +170,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 			// takes nothing, and warms what it would take once a late replica's slot is free.
 			h.drain(0, n)
 			if late == 0 {
-				h.warmLate(ctx, nil, 0)
+				h.warmLate(ctx, nil)
 				return
 			}
 			standby, members = true, n+1
@@ -192,7 +196,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	if conflict != "" {
 		// Their shards are other slices of the same objects: taking any would make two writers.
 		h.drain(0, members)
-		h.warmLate(ctx, nil, 0)
+		h.warmLate(ctx, nil)
 		return
 	}
 	leading := h.drain(fair, members)
@@ -208,23 +212,87 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 		}
 		tries++
 	}
+	// Once the late replicas are counted out, this replica's share is larger.
+	share := (h.count + max(members-lateMembers, 1) - 1) / max(members-lateMembers, 1)
+	h.assignLate(holders, share, now)
 	var free []int
 	h.mu.Lock()
 	for i := range h.count {
-		if _, ok := h.tries[i]; !ok && holders[i].holder == "" {
+		if _, ok := h.tries[i]; !ok && holders[i].holder == "" && !h.leftToWarmer(i, now) {
 			free = append(free, i)
 		}
 	}
 	h.mu.Unlock()
 	h.byPreference(free)
 	want := max(fair-leading-tries, 0)
-	taking := free[:min(want, len(free))]
-	for _, i := range taking {
+	for _, i := range free[:min(want, len(free))] {
 		h.try(ctx, shard.Shard{Index: i, Count: h.count})
 	}
-	// Once the late replicas are counted out, this replica's share is larger.
-	share := (h.count + max(members-lateMembers, 1) - 1) / max(members-lateMembers, 1)
-	h.warmLate(ctx, holders, share-leading-tries-len(taking))
+	h.warmLate(ctx, holders)
+}
+
+// assignLate gives each shard of a late holder one warmer among this replica and its peers: in
+// the order of the shards, the one that hashes best with the shard (rendezvous hashing) among
+// those below share with the shards they hold and were given. Every replica computes the same
+// from the same Leases, so one warms each shard, not all. A shard keeps its warmer while its
+// Lease is free, and loses it once the Lease is held again.
+func (h *shardHolder) assignLate(holders map[int]shardLease, share int, now time.Time) {
+	load := map[string]int{}
+	for _, l := range holders {
+		if l.holder != "" && !l.late {
+			load[l.holder]++
+		}
+	}
+	candidates := append([]string{h.id}, h.peers...)
+	for i := range h.count {
+		l := holders[i]
+		switch {
+		case l.holder == "":
+			if _, seen := h.freeSince[i]; !seen {
+				h.freeSince[i] = now
+			}
+			continue
+		case !l.late:
+			delete(h.warmer, i)
+			delete(h.freeSince, i)
+			continue
+		}
+		delete(h.freeSince, i)
+		best, bestHash := "", uint64(0)
+		for _, c := range candidates {
+			if load[c] >= share {
+				continue
+			}
+			if hash := rendezvous(c, i); best == "" || hash > bestHash {
+				best, bestHash = c, hash
+			}
+		}
+		if best == "" {
+			delete(h.warmer, i)
+			continue
+		}
+		h.warmer[i] = best
+		load[best]++
+	}
+}
+
+// leftToWarmer reports whether this replica leaves free shard i to another replica that warmed
+// it, for one RetryPeriod after this replica saw it free: that replica's warm engine reconciles
+// at once. After that, any replica takes it.
+func (h *shardHolder) leftToWarmer(i int, now time.Time) bool {
+	w, ok := h.warmer[i]
+	if !ok || w == h.id || !slices.Contains(h.peers, w) {
+		return false
+	}
+	return now.Sub(h.freeSince[i]) < h.timings.RetryPeriod
+}
+
+// rendezvous is the rendezvous hash of replica id and shard i: each replica prefers the shards
+// that hash best with its identity.
+func rendezvous(id string, i int) uint64 {
+	f := fnv.New64a()
+	fmt.Fprintf(f, "%s/%d", id, i)
+	return f.Sum64()
 }
 
 // byPreference sorts shards most preferred first: those this replica warms, then by its
@@ -246,17 +314,18 @@ func (h *shardHolder) byPreference(shards []int) {
 }
 
 // warmLate stops the warm engines of shards whose Lease is held again by a replica on time (it
-// was only slow, or another took it), then warms up to want more shards whose holder is late,
-// most preferred first. nil holders stops them all.
-func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease, want int) {
+// was only slow, or another took it) or that another replica now warms, then warms the shards of
+// late holders that assignLate gave this replica. nil holders stops them all.
+func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease) {
 	var stopped []*shardEngine
+	var late []int
 	h.mu.Lock()
 	for i, e := range h.warm {
 		l, ok := holders[i]
 		select {
 		case <-e.done:
 			// Ended on its own (an error a leading engine would meet too): warmed again if
-			// still wanted.
+			// still given.
 			if e.err != nil {
 				h.log.Warn("a warm shard's engine failed", "shard", shard.Shard{Index: i, Count: h.count}.String(), "err", e.err)
 			}
@@ -264,20 +333,16 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease, 
 			continue
 		default:
 		}
-		if ok && (l.late || l.holder == "" || l.holder == h.id) {
-			if _, tried := h.tries[i]; !tried { // a shard tried is counted in want already
-				want--
-			}
+		if ok && (l.late && h.warmer[i] == h.id || l.holder == "" || l.holder == h.id) {
 			continue
 		}
 		delete(h.warm, i)
 		stopped = append(stopped, e)
 	}
-	var late []int
 	for i, l := range holders {
 		_, warm := h.warm[i]
 		_, tried := h.tries[i]
-		if l.late && !warm && !tried {
+		if l.late && h.warmer[i] == h.id && !warm && !tried {
 			late = append(late, i)
 		}
 	}
@@ -285,8 +350,8 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease, 
 	for _, e := range stopped {
 		e.halt()
 	}
-	h.byPreference(late)
-	for _, i := range late[:max(min(want, len(late)), 0)] {
+	slices.Sort(late)
+	for _, i := range late {
 		s := shard.Shard{Index: i, Count: h.count}
 		h.log.Info("warming a shard: its holder is late to renew its Lease", "shard", s.String(), "holder", holders[i].holder)
 		e := h.startEngine(ctx, s, make(chan struct{}))
