@@ -67,7 +67,6 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	createNamespace(b, ctx, ns)
 	// What is measured here needs no pod: steady state is converged children and statuses.
 	admitNoPods(b, ctx, ns)
-	defer deleteNamespace(b, ctx, ns)
 	evalsid, apiAddr, apiToken := startEvalsid(b, ctx, op)
 	defer evalsid.stop()
 	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, from: mark(), holds: map[string][]hold{}, counts: map[string]int{}}
@@ -96,24 +95,32 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	s.readObjects()
 
 	var rows []shardRow
-	for _, n := range counts {
-		row, replicas := s.measure(n)
+	var replicas []*replica
+	for i, n := range counts {
+		if i > 0 {
+			s.stopReplicas(replicas)
+		}
+		var row shardRow
+		row, replicas = s.measure(n)
 		rows = append(rows, row)
 		if n == slices.Max(counts) && n > 1 {
 			rows[len(rows)-1].kills = s.kill(replicas, *shardKills)
 		}
-		s.stopReplicas(replicas)
-	}
-
-	doubles, checked, err := s.doubleWriters()
-	if err != nil {
-		b.Fatal(err)
 	}
 	duplicates := 0
 	for key, id := range runIDsOf(runs.GetStore().List()) {
 		if runIDs[key] != id {
 			duplicates++
 		}
+	}
+	// The EvalRuns' finalizer is released by the replicas that hold their shards: the namespace
+	// is deleted while the last ones run.
+	deleteNamespace(b, ctx, ns)
+	s.stopReplicas(replicas)
+
+	doubles, checked, err := s.doubleWriters()
+	if err != nil {
+		b.Fatal(err)
 	}
 	fmt.Print(shardTable(rows, len(s.uids), len(runIDs)))
 	fmt.Printf("audit log: %d writes of owners and children by the replicas, %d received while their writer did not hold the object's shard; EvalRuns whose run changed (a second run): %d of %d\n",

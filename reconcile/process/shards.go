@@ -216,17 +216,28 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	share := (h.count + max(members-lateMembers, 1) - 1) / max(members-lateMembers, 1)
 	h.assignLate(holders, share, now)
 	var free []int
+	warmed := map[int]bool{}
 	h.mu.Lock()
 	for i := range h.count {
 		if _, ok := h.tries[i]; !ok && holders[i].holder == "" && !h.leftToWarmer(i, now) {
 			free = append(free, i)
+			_, warmed[i] = h.warm[i]
 		}
 	}
 	h.mu.Unlock()
 	h.byPreference(free)
-	want := max(fair-leading-tries, 0)
-	for _, i := range free[:min(want, len(free))] {
+	// A free shard this replica warmed is taken up to the share that counts the late replicas
+	// out: its holder has lost its Lease, and the late replica's member slot can outlive that
+	// Lease by up to a retry period, during which fair still counts it and the others leave the
+	// shard to this replica.
+	want, wantWarmed := max(fair-leading-tries, 0), max(share-leading-tries, 0)
+	taken := 0
+	for _, i := range free {
+		if taken >= want && (!warmed[i] || taken >= wantWarmed) {
+			break
+		}
 		h.try(ctx, shard.Shard{Index: i, Count: h.count})
+		taken++
 	}
 	h.warmLate(ctx, holders)
 }
