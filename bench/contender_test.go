@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -168,12 +169,43 @@ func (p *process) peakRSS() float64 {
 	return 0
 }
 
-// heapAllocRE finds the heap in use in a heap profile's text form, which the profile writes
-// after the garbage collection that ?gc=1 asks for.
-var heapAllocRE = regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)`)
+// heapRecordRE finds the in-use objects and bytes of each record of a heap profile's text form,
+// and heapRateRE its sampling rate (the header gives twice the rate).
+var (
+	heapRecordRE = regexp.MustCompile(`(?m)^(\d+): (\d+) \[\d+: \d+\] @`)
+	heapRateRE   = regexp.MustCompile(`(?m)^heap profile: .* @ heap/(\d+)$`)
+)
 
-// liveHeap returns the bytes of live heap right after a garbage collection; when -profiles names
-// a directory, the heap profile goes there as name.heap.
+// inUseBytes returns the bytes in use in a heap profile's text form: each record's sampled
+// bytes scaled up as pprof scales them (runtime.MemProfileRate samples one allocation per rate
+// bytes on average).
+func inUseBytes(text []byte) (float64, error) {
+	m := heapRateRE.FindSubmatch(text)
+	if m == nil {
+		return 0, fmt.Errorf("no heap profile header")
+	}
+	twiceRate, _ := strconv.ParseFloat(string(m[1]), 64)
+	rate := twiceRate / 2
+	total := 0.0
+	for _, r := range heapRecordRE.FindAllSubmatch(text, -1) {
+		count, _ := strconv.ParseFloat(string(r[1]), 64)
+		size, _ := strconv.ParseFloat(string(r[2]), 64)
+		if count == 0 || size == 0 {
+			continue
+		}
+		scale := 1.0
+		if rate > 1 {
+			scale = 1 / (1 - math.Exp(-size/count/rate))
+		}
+		total += size * scale
+	}
+	return total, nil
+}
+
+// liveHeap returns the bytes of live heap at a garbage collection it asks for: what the heap
+// profile counts in use as of that collection. (HeapAlloc, which the profile prints after it,
+// also counts what a busy process allocated since: 5 s after converging, 132 MiB against 91 in
+// use.) When -profiles names a directory, the heap profile goes there as name.heap.
 func (p *process) liveHeap(name string) (float64, error) {
 	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?gc=1&debug=1")
 	if err != nil {
@@ -189,11 +221,11 @@ func (p *process) liveHeap(name string) (float64, error) {
 			return 0, err
 		}
 	}
-	m := heapAllocRE.FindSubmatch(body)
-	if m == nil {
-		return 0, fmt.Errorf("no HeapAlloc in the heap profile of %s", p.c.name)
+	live, err := inUseBytes(body)
+	if err != nil {
+		return 0, fmt.Errorf("the heap profile of %s: %w", p.c.name, err)
 	}
-	return strconv.ParseFloat(string(m[1]), 64)
+	return live, nil
 }
 
 // saveHeapProfile writes the process's heap profile (symbolized) to name.heap under -profiles.

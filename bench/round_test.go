@@ -50,6 +50,13 @@ func (r roundResult) String() string {
 func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (roundResult, string) {
 	ns := fmt.Sprintf("bench-%d-%d-%s", n, round, c.short)
 	createNamespace(b, ctx, ns)
+	// A round that fails leaves its objects to no one: the benchmarks after it would share the
+	// control plane with them (its namespace goes with the others' otherwise).
+	b.Cleanup(func() {
+		if b.Failed() {
+			deleteNamespace(b, context.Background(), ns)
+		}
+	})
 	if !*pods {
 		admitNoPods(b, ctx, ns)
 	}
