@@ -132,7 +132,7 @@ func BenchmarkOperatorVsPeer(b *testing.B) {
 					}
 				}
 				for _, namespace := range namespaces {
-					deleteNamespace(b, ctx, namespace)
+					deleteNamespace(b, ctx, namespace, 10*time.Minute)
 				}
 			}
 		}

@@ -54,7 +54,7 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 	// control plane with them (its namespace goes with the others' otherwise).
 	b.Cleanup(func() {
 		if b.Failed() {
-			deleteNamespace(b, context.Background(), ns)
+			deleteNamespace(b, context.Background(), ns, 10*time.Minute)
 		}
 	})
 	if !*pods {
@@ -222,21 +222,21 @@ func createNamespace(b testing.TB, ctx context.Context, name string) {
 	}
 }
 
-// deleteNamespace deletes a round's namespace and waits until it is gone, so that the next
-// round does not share the machine with its garbage collection.
-func deleteNamespace(b testing.TB, ctx context.Context, name string) {
+// deleteNamespace deletes a round's namespace and waits until it is gone (at most within), so
+// that the next round does not share the machine with its garbage collection.
+func deleteNamespace(b testing.TB, ctx context.Context, name string, within time.Duration) {
 	c := env.Dynamic().Resource(namespaces)
 	if err := c.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		b.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Minute)
+	deadline := time.Now().Add(within)
 	for {
 		_, err := c.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			b.Fatalf("namespace %s not gone after 10 minutes: %v", name, err)
+			b.Fatalf("namespace %s not gone after %v: %v", name, within, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

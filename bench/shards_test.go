@@ -113,11 +113,6 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 			duplicates++
 		}
 	}
-	// The EvalRuns' finalizer is released by the replicas that hold their shards: the namespace
-	// is deleted while the last ones run.
-	deleteNamespace(b, ctx, ns)
-	s.stopReplicas(replicas)
-
 	doubles, checked, err := s.doubleWriters()
 	if err != nil {
 		b.Fatal(err)
@@ -128,6 +123,11 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	if doubles > 0 || duplicates > 0 {
 		b.Errorf("%d double writes, %d duplicate runs", doubles, duplicates)
 	}
+	// The EvalRuns' finalizer is released by the replicas that hold their shards: the namespace
+	// is deleted while the last ones run. With its 70,000 objects it was not gone 10 minutes
+	// after the delete (whether slow or stuck was not looked into).
+	deleteNamespace(b, ctx, ns, 30*time.Minute)
+	s.stopReplicas(replicas)
 }
 
 // shardBench is the state of one BenchmarkShards run.
