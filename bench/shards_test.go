@@ -113,6 +113,11 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 			duplicates++
 		}
 	}
+	// The last replicas still run (they release the EvalRuns' finalizers below): what they held
+	// so far.
+	for _, r := range replicas {
+		s.recordHolds(r)
+	}
 	doubles, checked, err := s.doubleWriters()
 	if err != nil {
 		b.Fatal(err)
@@ -127,7 +132,9 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	// is deleted while the last ones run. With its 70,000 objects it was not gone 10 minutes
 	// after the delete (whether slow or stuck was not looked into).
 	deleteNamespace(b, ctx, ns, 30*time.Minute)
-	s.stopReplicas(replicas)
+	for _, r := range replicas {
+		r.stop()
+	}
 }
 
 // shardBench is the state of one BenchmarkShards run.
