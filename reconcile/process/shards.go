@@ -216,28 +216,25 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	share := (h.count + max(members-lateMembers, 1) - 1) / max(members-lateMembers, 1)
 	h.assignLate(holders, share, now)
 	var free []int
-	warmed := map[int]bool{}
+	warmed := 0
 	h.mu.Lock()
 	for i := range h.count {
 		if _, ok := h.tries[i]; !ok && holders[i].holder == "" && !h.leftToWarmer(i, now) {
 			free = append(free, i)
-			_, warmed[i] = h.warm[i]
+			if _, ok := h.warm[i]; ok {
+				warmed++
+			}
 		}
 	}
 	h.mu.Unlock()
-	h.byPreference(free)
-	// A free shard this replica warmed is taken up to the share that counts the late replicas
-	// out: its holder has lost its Lease, and the late replica's member slot can outlive that
-	// Lease by up to a retry period, during which fair still counts it and the others leave the
-	// shard to this replica.
-	want, wantWarmed := max(fair-leading-tries, 0), max(share-leading-tries, 0)
-	taken := 0
-	for _, i := range free {
-		if taken >= want && (!warmed[i] || taken >= wantWarmed) {
-			break
-		}
+	h.byPreference(free) // the warmed first
+	// The free shards this replica warmed are taken up to the share that counts the late
+	// replicas out: their holder has lost its Lease, and the late replica's member slot can
+	// outlive that Lease by up to a retry period, during which fair still counts it and the
+	// others leave the shards to this replica.
+	want := max(fair-leading-tries, min(warmed, share-leading-tries), 0)
+	for _, i := range free[:min(want, len(free))] {
 		h.try(ctx, shard.Shard{Index: i, Count: h.count})
-		taken++
 	}
 	h.warmLate(ctx, holders)
 }
