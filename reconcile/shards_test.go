@@ -85,6 +85,17 @@ func TestShardedReplicas(t *testing.T) {
 		}
 		return nil
 	})
+	// Started together, they counted each other before taking shards: none was taken by one and
+	// handed over to the other.
+	for i := range shards {
+		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: shards}), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := l.Spec.LeaseTransitions; n != nil && *n != 0 {
+			t.Errorf("shard %d's Lease changed holder %d times while the replicas started", i, *n)
+		}
+	}
 
 	evaluators := env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns)
 	all, err := evaluators.List(ctx, metav1.ListOptions{})

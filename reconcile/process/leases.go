@@ -228,9 +228,10 @@ func (h *shardHolder) labels() map[string]string {
 func MemberLease(name string, j int) string { return name + "-member-" + strconv.Itoa(j) }
 
 // renewMember renews this replica's member slot, or takes a free one, and returns how many slots
-// are held by replicas of this number of shards (this one included), and how many of those
-// holders are late to renew theirs. It keeps the others that are on time in h.peers.
-func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, late int, err error) {
+// are held by replicas of this number of shards (this one included), how many of those holders
+// are late to renew theirs, and whether this replica took its slot just now (joined). It keeps
+// the others that are on time in h.peers.
+func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, late int, joined bool, err error) {
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
 	mine := ""
 	h.peers = h.peers[:0]
@@ -243,14 +244,14 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, lat
 			continue
 		}
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, false, err
 		}
 		switch holder, isLate := h.observedHolder(l, now); {
 		case holder == h.id && mine == "":
 			renew := metav1.NewMicroTime(now)
 			l.Spec.RenewTime = &renew
 			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager}); err != nil && !apierrors.IsConflict(err) {
-				return 0, 0, err
+				return 0, 0, false, err
 			} else if err == nil {
 				live, mine = live+1, name
 			}
@@ -273,14 +274,14 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, lat
 		}
 		taken, err := h.take(ctx, name)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, false, err
 		}
 		if taken {
-			live, mine = live+1, name
+			live, mine, joined = live+1, name, true
 		}
 	}
 	h.member = mine
-	return live, late, nil
+	return live, late, joined, nil
 }
 
 // leave releases this replica's member slot, so that the others count it out at once.

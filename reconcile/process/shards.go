@@ -25,7 +25,9 @@ import (
 // the shard's engine, and only then releases its Lease, so that an object is never written by
 // two replicas at once. A replica under its share takes shards whose Lease is free: released, or
 // expired because its holder died. Replicas count each other by the member slots they hold
-// (MemberLease). Every Lease has a name known in advance, so that RBAC can name them all.
+// (MemberLease), and a replica that has just taken its slot takes shards a RetryPeriod later, so
+// that replicas started together count each other first and none takes a shard only to hand it
+// over. Every Lease has a name known in advance, so that RBAC can name them all.
 //
 // While a late holder's Lease runs out, the replicas that will take its shards warm them: they
 // start the shards' engines without writes (engine.Config.Writable), which list and watch the
@@ -158,9 +160,15 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	now := time.Now()
 	members, lateMembers, standby := 1, 0, false
 	if h.count > 1 {
-		n, late, err := h.renewMember(ctx, now)
+		n, late, joined, err := h.renewMember(ctx, now)
 		if err != nil {
 			h.log.Warn("renewing the member Lease", "err", err)
+			return
+		}
+		if joined && n < h.count {
+			// Replicas started beside this one may not hold their slots yet: counted now, this
+			// one would take every shard, then drain all but its share once they are. It takes
+			// shards from the next round, a RetryPeriod later.
 			return
 		}
 		lateMembers = late
