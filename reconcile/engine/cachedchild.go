@@ -16,27 +16,75 @@ import (
 	"evals.si/operator/evalsi"
 )
 
-// Child is what the engine keeps of a child in its caches, under a kilobyte where the
-// object is many: its identity, owners and spec hash; the fields the operator's apply set (its
+// Child is what the engine keeps of a child in its caches, a few hundred bytes where the
+// object is many: its identity, controller owner and spec hash; the fields the operator's apply set (its
 // managed-fields entry), which the drift check holds the rendering to; and of a Deployment the
 // replicas and counts its rollout is read from. It is never written back: every apply sends the
 // rendering.
 type Child struct {
 	metav1.TypeMeta
-	// ObjectMeta holds the identity and owners; Annotations only on a watch's bookmark (the end
-	// of its initial events), as a map per child would outweigh the rest.
-	metav1.ObjectMeta
+	cachedMeta
+	// controller is the controller owner's reference (zero when it has none), interned: a
+	// rendering's children share one. Other owners are not kept: the engine reads none.
+	controller unique.Handle[controllerRef]
 	// specHash is the child's spec-hash annotation: the rendering it was applied from.
 	specHash string
 	// owned is the FieldsV1 JSON of the operator's apply with the controller owner's UID replaced
-	// by ownerPlaceholder, interned: children rendered alike share one copy. hasOwned is false
-	// when the operator never applied this child (or another manager took every field).
-	owned    unique.Handle[string]
-	hasOwned bool
+	// by ownerPlaceholder, interned: children rendered alike share one copy. It is the zero
+	// Handle when the operator never applied this child (or another manager took every field).
+	owned unique.Handle[string]
 	// replicas and rollout are a Deployment's spec.replicas (nil when unset) and the status
 	// counts rolloutOf reads; rollout is nil for other kinds.
 	replicas *int64
 	rollout  *rolloutCounts
+}
+
+// controllerRef is a controller owner's reference as a Child keeps it.
+type controllerRef struct {
+	APIVersion, Kind, Name string
+	UID                    types.UID
+	BlockOwnerDeletion     bool
+}
+
+// GetOwnerReferences returns the controller owner's reference, the only one a Child keeps.
+func (c *Child) GetOwnerReferences() []metav1.OwnerReference {
+	ref := c.controllerRef()
+	if ref == nil {
+		return nil
+	}
+	return []metav1.OwnerReference{*ref}
+}
+
+// controllerRef returns the controller owner's reference, or nil.
+func (c *Child) controllerRef() *metav1.OwnerReference {
+	if c.controller == (unique.Handle[controllerRef]{}) {
+		return nil
+	}
+	r := c.controller.Value()
+	yes := true
+	return &metav1.OwnerReference{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID, Controller: &yes, BlockOwnerDeletion: &r.BlockOwnerDeletion}
+}
+
+// controllerOf returns obj's controller owner's reference (zero when it has none); of a Child
+// without building a metav1.OwnerReference.
+func controllerOf(obj metav1.Object) controllerRef {
+	if c, ok := obj.(*Child); ok {
+		if c.controller == (unique.Handle[controllerRef]{}) {
+			return controllerRef{}
+		}
+		return c.controller.Value()
+	}
+	return controllerIn(obj.GetOwnerReferences())
+}
+
+// controllerIn returns the controller owner's reference among refs (zero when none is).
+func controllerIn(refs []metav1.OwnerReference) controllerRef {
+	for _, r := range refs {
+		if r.Controller != nil && *r.Controller {
+			return controllerRef{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID, BlockOwnerDeletion: r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion}
+		}
+	}
+	return controllerRef{}
 }
 
 // rolloutCounts are the Deployment status fields a rollout is read from (absent reads as 0).
@@ -89,11 +137,6 @@ type objectIdentity struct {
 	Generation      int64     `json:"generation"`
 }
 
-// objectMeta returns the identity as the cache keeps it, the namespace interned.
-func (id objectIdentity) objectMeta() metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: id.Name, Namespace: intern(id.Namespace), UID: id.UID, ResourceVersion: id.ResourceVersion, Generation: id.Generation}
-}
-
 // decodeChild decodes a child's JSON into what the engine keeps of it.
 func decodeChild(raw []byte) (*Child, error) {
 	var j childJSON
@@ -106,11 +149,10 @@ func decodeChild(raw []byte) (*Child, error) {
 // cached returns what the engine keeps of j.
 func (j *childJSON) cached() (*Child, error) {
 	m := &j.Metadata
-	c := &Child{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, ObjectMeta: m.objectMeta()}
-	c.OwnerReferences, c.DeletionTimestamp = m.OwnerReferences, m.DeletionTimestamp
-	for i := range c.OwnerReferences {
-		ref := &c.OwnerReferences[i]
-		ref.APIVersion, ref.Kind = intern(ref.APIVersion), intern(ref.Kind)
+	c := &Child{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, cachedMeta: m.cachedMeta()}
+	c.DeletionTimestamp = m.DeletionTimestamp
+	if ref := controllerIn(m.OwnerReferences); ref.UID != "" {
+		c.controller = unique.Make(ref)
 	}
 	c.specHash = m.Annotations[evalsi.AnnotationSpecHash]
 	if end, ok := m.Annotations[metav1.InitialEventsAnnotationKey]; ok {
@@ -121,10 +163,10 @@ func (j *childJSON) cached() (*Child, error) {
 			continue
 		}
 		owned := string(e.FieldsV1)
-		if ref := metav1.GetControllerOfNoCopy(c); ref != nil {
-			owned = strings.ReplaceAll(owned, string(ref.UID), ownerPlaceholder)
+		if uid := controllerOf(c).UID; uid != "" {
+			owned = strings.ReplaceAll(owned, string(uid), ownerPlaceholder)
 		}
-		c.owned, c.hasOwned = unique.Make(owned), true
+		c.owned = unique.Make(owned)
 	}
 	if c.Kind != "Deployment" {
 		return c, nil
@@ -144,10 +186,10 @@ func (j *childJSON) cached() (*Child, error) {
 func intern(s string) string { return unique.Make(s).Value() }
 
 // DeepCopyObject returns a copy of c (a Child is a runtime.Object, as the informer
-// machinery needs); the interned field set is shared, as it never changes.
+// machinery needs); the interned owner and field set are shared, as they never change.
 func (c *Child) DeepCopyObject() runtime.Object {
 	out := *c
-	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.cachedMeta = c.cachedMeta.deepCopy()
 	if c.replicas != nil {
 		r := *c.replicas
 		out.replicas = &r
@@ -164,12 +206,12 @@ func (c *Child) DeepCopyObject() runtime.Object {
 // Server-side apply keeps a field's value while its owner does, so ownership is the drift check:
 // it needs no copy of the values, and a value the API server normalizes is not drift.
 func (c *Child) unowned(want *unstructured.Unstructured) string {
-	if !c.hasOwned {
+	if c.owned == (unique.Handle[string]{}) {
 		return "."
 	}
 	owned := c.owned.Value()
-	if ref := metav1.GetControllerOfNoCopy(c); ref != nil {
-		owned = strings.ReplaceAll(owned, ownerPlaceholder, string(ref.UID))
+	if uid := controllerOf(c).UID; uid != "" {
+		owned = strings.ReplaceAll(owned, ownerPlaceholder, string(uid))
 	}
 	var fields map[string]any
 	if err := json.Unmarshal([]byte(owned), &fields); err != nil {

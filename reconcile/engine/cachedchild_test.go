@@ -49,7 +49,7 @@ func TestUnownedFields(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := &Child{owned: unique.Make(owned), hasOwned: true}
+			c := &Child{owned: unique.Make(owned)}
 			want := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "v1", "kind": "Thing",
 				"metadata": map[string]any{"name": "n", "namespace": "ns", "labels": map[string]any{"app": "a"}},

@@ -16,7 +16,7 @@ import (
 // change: the cache is never written through.
 type cachedOwner struct {
 	metav1.TypeMeta
-	metav1.ObjectMeta
+	cachedMeta
 	raw []byte
 	// followed is the kind's Followed verdict of this version.
 	followed bool
@@ -33,7 +33,7 @@ func newCachedOwner(u *unstructured.Unstructured, k *Kind) (*cachedOwner, error)
 		return nil, fmt.Errorf("encoding %s %s/%s for the cache: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	id := objectIdentity{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration()}
-	co := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(u.GetAPIVersion()), Kind: intern(u.GetKind())}, ObjectMeta: id.objectMeta(), raw: raw}
+	co := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(u.GetAPIVersion()), Kind: intern(u.GetKind())}, cachedMeta: id.cachedMeta(), raw: raw}
 	if k != nil && k.Followed != nil {
 		co.followed = k.Followed(u)
 	}
@@ -106,7 +106,7 @@ func cachedOwnerFromJSON(raw []byte, k *Kind) (*cachedOwner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding an owner for the cache: %w", err)
 	}
-	co := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(apiVersion), Kind: intern(kind)}, ObjectMeta: id.objectMeta(), raw: pruned}
+	co := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(apiVersion), Kind: intern(kind)}, cachedMeta: id.cachedMeta(), raw: pruned}
 	if end, ok := annotations[metav1.InitialEventsAnnotationKey]; ok {
 		co.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: end}
 	}
@@ -125,7 +125,7 @@ func decodeOwner(raw []byte) (*cachedOwner, error) {
 	if err := json.Unmarshal(raw, &j); err != nil {
 		return nil, fmt.Errorf("decoding an owner: %w", err)
 	}
-	return &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, ObjectMeta: j.Metadata.objectMeta(), raw: raw}, nil
+	return &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, cachedMeta: j.Metadata.cachedMeta(), raw: raw}, nil
 }
 
 // object decodes a copy of the owner.
@@ -142,7 +142,7 @@ func (o *cachedOwner) object() (*unstructured.Unstructured, error) {
 // machinery needs); the JSON is shared, as it never changes.
 func (o *cachedOwner) DeepCopyObject() runtime.Object {
 	out := *o
-	o.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.cachedMeta = o.cachedMeta.deepCopy()
 	return &out
 }
 

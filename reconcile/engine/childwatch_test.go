@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unique"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,21 +54,20 @@ func TestChildWatchDecodesEachEvent(t *testing.T) {
 	}
 	replicas := int64(3)
 	want := &Child{
-		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: "ns", UID: "u1", ResourceVersion: "7", Generation: 2,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "evals.si/v1alpha1", Kind: "Evaluator", Name: "pool", UID: "o1", Controller: new(true)}},
-		},
-		specHash: "h1",
-		rollout:  &rolloutCounts{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3, AvailableReplicas: 2},
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		cachedMeta: cachedMeta{Name: "pool", Namespace: "ns", UID: "u1", ResourceVersion: "7", Generation: 2},
+		controller: unique.Make(controllerRef{APIVersion: "evals.si/v1alpha1", Kind: "Evaluator", Name: "pool", UID: "o1"}),
+		specHash:   "h1",
+		rollout:    &rolloutCounts{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3, AvailableReplicas: 2},
 	}
-	if diff := cmp.Diff(want.ObjectMeta, added.ObjectMeta); diff != "" {
-		t.Errorf("metadata (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want.cachedMeta, added.cachedMeta); diff != "" || added.controller != want.controller {
+		t.Errorf("metadata (-want +got):\n%s\ncontroller %+v, want %+v", diff, added.controller.Value(), want.controller.Value())
 	}
 	if diff := cmp.Diff(want.rollout, added.rollout); diff != "" || added.replicas == nil || *added.replicas != replicas || added.specHash != want.specHash {
 		t.Errorf("rollout (-want +got):\n%s, replicas %v, spec hash %q", diff, added.replicas, added.specHash)
 	}
-	if owned := added.owned.Value(); !added.hasOwned || !strings.Contains(owned, ownerPlaceholder) || strings.Contains(owned, "f:status") {
-		t.Errorf("the operator's field set is %q (hasOwned %v), want its apply's with the owner's UID factored out", owned, added.hasOwned)
+	if owned := added.owned.Value(); added.owned == (unique.Handle[string]{}) || !strings.Contains(owned, ownerPlaceholder) || strings.Contains(owned, "f:status") {
+		t.Errorf("the operator's field set is %q, want its apply's with the owner's UID factored out", owned)
 	}
 	bookmark, _ := meta.Accessor(got[1].Object)
 	if got[1].Type != watch.Bookmark || bookmark.GetResourceVersion() != "8" || bookmark.GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" {

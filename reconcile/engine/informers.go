@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
@@ -40,14 +39,17 @@ func (i *informer) owner(key string) (*unstructured.Unstructured, error) {
 // ownedBy returns the children whose controller owner has the UID owner, each the informer's or
 // the operator's newer write of it, with those written but not shown yet.
 func (i *informer) ownedBy(owner string) ([]*Child, error) {
-	objs, err := i.shared.GetIndexer().ByIndex(ownerIndex, owner)
+	objs, err := i.shared.GetIndexer().ByIndex(ownerIndex, ownerBucket(owner))
 	if err != nil {
 		return nil, err
 	}
 	written := i.written.ownedBy(owner)
-	out := make([]*Child, 0, len(objs)+len(written))
+	out := make([]*Child, 0, len(written)+1)
 	for _, o := range objs {
 		c := o.(*Child)
+		if string(controllerOf(c).UID) != owner {
+			continue // another owner's in the same bucket
+		}
 		key := c.Namespace + "/" + c.Name
 		delete(written, key)
 		out = append(out, i.written.newer(key, c).(*Child))
@@ -58,8 +60,20 @@ func (i *informer) ownedBy(owner string) ([]*Child, error) {
 	return out, nil
 }
 
-// ownerIndex indexes children by the UID of their controller owner.
+// ownerIndex indexes children by a bucket of their controller owner's UID (ownerBucket), not by
+// the UID: the index keeps a set (a map) of the objects of each value, and one per child (an
+// owner has one child of each resource) took more memory than the child. A lookup reads the
+// bucket's children, a 256th of them as UIDs are random, and keeps the owner's.
 const ownerIndex = "owner"
+
+// ownerBucket is the owner index's value for the UID of a controller owner: its first two
+// characters, interned, so that an index value does not keep a UID's string alive.
+func ownerBucket(uid string) string {
+	if len(uid) > 2 {
+		uid = uid[:2]
+	}
+	return intern(uid)
+}
 
 // ensureInformer starts (once) an informer of gvr in namespace whose events go to enqueue. Child
 // informers select by the managed-by label and index by controller owner; their events go to the
@@ -189,8 +203,8 @@ func (e *Engine) enqueueOwner(obj any) {
 	if err != nil {
 		return
 	}
-	ref := metav1.GetControllerOfNoCopy(child)
-	if ref == nil {
+	ref := controllerOf(child)
+	if ref.UID == "" {
 		return
 	}
 	c := e.controllerOfKind(ref.Kind)
@@ -204,14 +218,14 @@ func (e *Engine) enqueueOwner(obj any) {
 	c.queue.Add(key)
 }
 
-// indexByOwner indexes an object under the UID of its controller owner.
+// indexByOwner indexes an object under the bucket of its controller owner's UID.
 func indexByOwner(obj any) ([]string, error) {
 	o, err := meta.Accessor(obj)
 	if err != nil {
 		return nil, nil
 	}
-	if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
-		return []string{string(ref.UID)}, nil
+	if uid := controllerOf(o).UID; uid != "" {
+		return []string{ownerBucket(string(uid))}, nil
 	}
 	return nil, nil
 }

@@ -1,14 +1,10 @@
 package engine
 
-import (
-	"testing"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
+import "testing"
 
 // deploymentWith is a cached Deployment of generation with spec.replicas (nil: unset) and status.
 func deploymentWith(generation int64, replicas *int64, status rolloutCounts) *Child {
-	return &Child{ObjectMeta: metav1.ObjectMeta{Name: "d", Generation: generation}, replicas: replicas, rollout: &status}
+	return &Child{cachedMeta: cachedMeta{Name: "d", Generation: generation}, replicas: replicas, rollout: &status}
 }
 
 func TestRolloutOf(t *testing.T) {

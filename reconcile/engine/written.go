@@ -45,9 +45,7 @@ func (w *recentWrites) remember(obj metav1.Object) {
 		return
 	}
 	r := recentWrite{obj: obj, version: versionOf(obj), expires: time.Now().Add(writtenTTL)}
-	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
-		r.owner = string(ref.UID)
-	}
+	r.owner = string(controllerOf(obj).UID)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if time.Since(w.swept) > writtenTTL {
