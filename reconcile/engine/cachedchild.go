@@ -17,12 +17,11 @@ import (
 )
 
 // Child is what the engine keeps of a child in its caches, a few hundred bytes where the
-// object is many: its identity, controller owner and spec hash; the fields the operator's apply set (its
-// managed-fields entry), which the drift check holds the rendering to; and of a Deployment the
-// replicas and counts its rollout is read from. It is never written back: every apply sends the
-// rendering.
+// object is many: its type, identity, controller owner and spec hash; the fields the operator's
+// apply set (its managed-fields entry), which the drift check holds the rendering to; and of a
+// Deployment the replicas and counts its rollout is read from. It is never written back: every
+// apply sends the rendering.
 type Child struct {
-	metav1.TypeMeta
 	cachedMeta
 	// controller is the controller owner's reference (zero when it has none), interned: a
 	// rendering's children share one. Other owners are not kept: the engine reads none.
@@ -33,36 +32,31 @@ type Child struct {
 	// by ownerPlaceholder, interned: children rendered alike share one copy. It is the zero
 	// Handle when the operator never applied this child (or another manager took every field).
 	owned unique.Handle[string]
-	// replicas and rollout are a Deployment's spec.replicas (nil when unset) and the status
-	// counts rolloutOf reads; rollout is nil for other kinds.
-	replicas *int64
-	rollout  *rolloutCounts
+	// deployment is nil for other kinds.
+	deployment *deployment
 }
 
-// controllerRef is a controller owner's reference as a Child keeps it.
+// deployment is what a Child keeps of a Deployment: its spec.replicas (nil when unset) and the
+// status counts RolloutOf reads.
+type deployment struct {
+	replicas *int64
+	status   rolloutCounts
+}
+
+// controllerRef is a controller owner's reference as a Child keeps it (without
+// blockOwnerDeletion, which the engine does not read).
 type controllerRef struct {
 	APIVersion, Kind, Name string
 	UID                    types.UID
-	BlockOwnerDeletion     bool
 }
 
 // GetOwnerReferences returns the controller owner's reference, the only one a Child keeps.
 func (c *Child) GetOwnerReferences() []metav1.OwnerReference {
-	ref := c.controllerRef()
-	if ref == nil {
-		return nil
-	}
-	return []metav1.OwnerReference{*ref}
-}
-
-// controllerRef returns the controller owner's reference, or nil.
-func (c *Child) controllerRef() *metav1.OwnerReference {
 	if c.controller == (unique.Handle[controllerRef]{}) {
 		return nil
 	}
 	r := c.controller.Value()
-	yes := true
-	return &metav1.OwnerReference{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID, Controller: &yes, BlockOwnerDeletion: &r.BlockOwnerDeletion}
+	return []metav1.OwnerReference{{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID, Controller: new(true)}}
 }
 
 // controllerOf returns obj's controller owner's reference (zero when it has none); of a Child
@@ -81,7 +75,7 @@ func controllerOf(obj metav1.Object) controllerRef {
 func controllerIn(refs []metav1.OwnerReference) controllerRef {
 	for _, r := range refs {
 		if r.Controller != nil && *r.Controller {
-			return controllerRef{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID, BlockOwnerDeletion: r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion}
+			return controllerRef{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID}
 		}
 	}
 	return controllerRef{}
@@ -149,7 +143,7 @@ func decodeChild(raw []byte) (*Child, error) {
 // cached returns what the engine keeps of j.
 func (j *childJSON) cached() (*Child, error) {
 	m := &j.Metadata
-	c := &Child{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, cachedMeta: m.cachedMeta()}
+	c := &Child{cachedMeta: m.cachedMeta(j.APIVersion, j.Kind)}
 	c.DeletionTimestamp = m.DeletionTimestamp
 	if ref := controllerIn(m.OwnerReferences); ref.UID != "" {
 		c.controller = unique.Make(ref)
@@ -168,14 +162,14 @@ func (j *childJSON) cached() (*Child, error) {
 		}
 		c.owned = unique.Make(owned)
 	}
-	if c.Kind != "Deployment" {
+	if j.Kind != "Deployment" {
 		return c, nil
 	}
-	c.replicas, c.rollout = j.Spec.Replicas, &rolloutCounts{}
+	c.deployment = &deployment{replicas: j.Spec.Replicas}
 	if len(j.Status) == 0 {
 		return c, nil
 	}
-	if err := json.Unmarshal(j.Status, c.rollout); err != nil {
+	if err := json.Unmarshal(j.Status, &c.deployment.status); err != nil {
 		return nil, fmt.Errorf("decoding the status of Deployment %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	return c, nil
@@ -190,13 +184,13 @@ func intern(s string) string { return unique.Make(s).Value() }
 func (c *Child) DeepCopyObject() runtime.Object {
 	out := *c
 	out.cachedMeta = c.cachedMeta.deepCopy()
-	if c.replicas != nil {
-		r := *c.replicas
-		out.replicas = &r
-	}
-	if c.rollout != nil {
-		r := *c.rollout
-		out.rollout = &r
+	if c.deployment != nil {
+		d := *c.deployment
+		if d.replicas != nil {
+			r := *d.replicas
+			d.replicas = &r
+		}
+		out.deployment = &d
 	}
 	return &out
 }

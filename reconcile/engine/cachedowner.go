@@ -15,7 +15,6 @@ import (
 // the same object decoded into maps, and every reconcile decodes a copy of its own, which it may
 // change: the cache is never written through.
 type cachedOwner struct {
-	metav1.TypeMeta
 	cachedMeta
 	raw []byte
 	// followed is the kind's Followed verdict of this version.
@@ -33,7 +32,7 @@ func newCachedOwner(u *unstructured.Unstructured, k *Kind) (*cachedOwner, error)
 		return nil, fmt.Errorf("encoding %s %s/%s for the cache: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	id := objectIdentity{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration()}
-	co := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(u.GetAPIVersion()), Kind: intern(u.GetKind())}, cachedMeta: id.cachedMeta(), raw: raw}
+	co := &cachedOwner{cachedMeta: id.cachedMeta(u.GetAPIVersion(), u.GetKind()), raw: raw}
 	if k != nil && k.Followed != nil {
 		co.followed = k.Followed(u)
 	}
@@ -106,7 +105,7 @@ func cachedOwnerFromJSON(raw []byte, k *Kind) (*cachedOwner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding an owner for the cache: %w", err)
 	}
-	co := &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(apiVersion), Kind: intern(kind)}, cachedMeta: id.cachedMeta(), raw: pruned}
+	co := &cachedOwner{cachedMeta: id.cachedMeta(apiVersion, kind), raw: pruned}
 	if end, ok := annotations[metav1.InitialEventsAnnotationKey]; ok {
 		co.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: end}
 	}
@@ -125,14 +124,14 @@ func decodeOwner(raw []byte) (*cachedOwner, error) {
 	if err := json.Unmarshal(raw, &j); err != nil {
 		return nil, fmt.Errorf("decoding an owner: %w", err)
 	}
-	return &cachedOwner{TypeMeta: metav1.TypeMeta{APIVersion: intern(j.APIVersion), Kind: intern(j.Kind)}, cachedMeta: j.Metadata.cachedMeta(), raw: raw}, nil
+	return &cachedOwner{cachedMeta: j.Metadata.cachedMeta(j.APIVersion, j.Kind), raw: raw}, nil
 }
 
 // object decodes a copy of the owner.
 func (o *cachedOwner) object() (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(o.raw); err != nil {
-		return nil, fmt.Errorf("decoding %s %s/%s from the cache: %w", o.Kind, o.Namespace, o.Name, err)
+		return nil, fmt.Errorf("decoding %s %s/%s from the cache: %w", o.kind(), o.Namespace, o.Name, err)
 	}
 	pruneOwner(u)
 	return u, nil

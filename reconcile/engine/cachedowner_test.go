@@ -38,11 +38,8 @@ func TestOwnersFromJSON(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := wholeCachedOwner(t, []byte(raw))
-			if diff := cmp.Diff(want.cachedMeta, got.cachedMeta); diff != "" {
-				t.Errorf("identity (-whole +from JSON):\n%s", diff)
-			}
-			if got.TypeMeta != want.TypeMeta {
-				t.Errorf("type %v, want %v", got.TypeMeta, want.TypeMeta)
+			if diff := cmp.Diff(metadataOf(t, want), metadataOf(t, got)); diff != "" {
+				t.Errorf("type and identity (-whole +from JSON):\n%s", diff)
 			}
 			compareObjects(t, want, got)
 		})
@@ -115,8 +112,8 @@ func FuzzOwnerFromJSON(f *testing.F) {
 			return
 		}
 		want := wholeCachedOwner(t, raw)
-		if diff := cmp.Diff(want.cachedMeta, got.cachedMeta); diff != "" {
-			t.Errorf("identity (-whole +from JSON):\n%s", diff)
+		if diff := cmp.Diff(metadataOf(t, want), metadataOf(t, got)); diff != "" {
+			t.Errorf("type and identity (-whole +from JSON):\n%s", diff)
 		}
 		compareObjects(t, want, got)
 	})

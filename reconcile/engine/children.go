@@ -69,7 +69,7 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 			return nil, fmt.Errorf("listing children: %w", err)
 		}
 		for _, c := range objs {
-			live[childKey(c.Kind, c.Namespace, c.Name)] = c
+			live[childKey(c.kind(), c.Namespace, c.Name)] = c
 		}
 	}
 
@@ -122,7 +122,7 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 		if err := e.deleteChild(ctx, stale); err != nil {
 			return nil, err
 		}
-		c.Eventf(owner, corev1.EventTypeNormal, "Deleted", "deleted %s %s: no longer desired", stale.Kind, stale.Name)
+		c.Eventf(owner, corev1.EventTypeNormal, "Deleted", "deleted %s %s: no longer desired", stale.kind(), stale.Name)
 	}
 	return out, nil
 }
@@ -278,16 +278,16 @@ func ownsReplicas(deploy *unstructured.Unstructured) (bool, error) {
 
 // deleteChild deletes a child that is no longer desired, if it is still the object seen.
 func (e *Engine) deleteChild(ctx context.Context, child *Child) error {
-	gvr, ok := e.resourceOf(child.APIVersion, child.Kind)
+	gvr, ok := e.resourceOf(child.apiVersion(), child.kind())
 	if !ok {
-		return fmt.Errorf("no served resource of %s %s", child.APIVersion, child.Kind)
+		return fmt.Errorf("no served resource of %s %s", child.apiVersion(), child.kind())
 	}
-	uid := child.UID
+	uid := child.GetUID()
 	err := e.client.Resource(gvr).Namespace(child.Namespace).Delete(ctx, child.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid},
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting %s %s/%s: %w", child.Kind, child.Namespace, child.Name, err)
+		return fmt.Errorf("deleting %s %s/%s: %w", child.kind(), child.Namespace, child.Name, err)
 	}
 	return nil
 }

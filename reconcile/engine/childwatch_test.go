@@ -53,18 +53,18 @@ func TestChildWatchDecodesEachEvent(t *testing.T) {
 		t.Fatalf("first event: %s %T", got[0].Type, got[0].Object)
 	}
 	replicas := int64(3)
-	want := &Child{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		cachedMeta: cachedMeta{Name: "pool", Namespace: "ns", UID: "u1", ResourceVersion: "7", Generation: 2},
-		controller: unique.Make(controllerRef{APIVersion: "evals.si/v1alpha1", Kind: "Evaluator", Name: "pool", UID: "o1"}),
-		specHash:   "h1",
-		rollout:    &rolloutCounts{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3, AvailableReplicas: 2},
+	wantMeta := &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: "ns", UID: "u1", ResourceVersion: "7", Generation: 2,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "evals.si/v1alpha1", Kind: "Evaluator", Name: "pool", UID: "o1", Controller: new(true)}},
+		},
 	}
-	if diff := cmp.Diff(want.cachedMeta, added.cachedMeta); diff != "" || added.controller != want.controller {
-		t.Errorf("metadata (-want +got):\n%s\ncontroller %+v, want %+v", diff, added.controller.Value(), want.controller.Value())
+	if diff := cmp.Diff(wantMeta, metadataOf(t, added)); diff != "" {
+		t.Errorf("metadata (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(want.rollout, added.rollout); diff != "" || added.replicas == nil || *added.replicas != replicas || added.specHash != want.specHash {
-		t.Errorf("rollout (-want +got):\n%s, replicas %v, spec hash %q", diff, added.replicas, added.specHash)
+	want := &deployment{replicas: &replicas, status: rolloutCounts{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3, AvailableReplicas: 2}}
+	if diff := cmp.Diff(want, added.deployment, cmp.AllowUnexported(deployment{})); diff != "" || added.specHash != "h1" {
+		t.Errorf("Deployment (-want +got):\n%s, spec hash %q", diff, added.specHash)
 	}
 	if owned := added.owned.Value(); added.owned == (unique.Handle[string]{}) || !strings.Contains(owned, ownerPlaceholder) || strings.Contains(owned, "f:status") {
 		t.Errorf("the operator's field set is %q, want its apply's with the owner's UID factored out", owned)
@@ -185,7 +185,7 @@ func TestDecodeChildList(t *testing.T) {
 	if err != nil || len(items) != 1 || l.GetResourceVersion() != "9" || l.GetContinue() != "c" {
 		t.Fatalf("list: %v items, rv %q, continue %q, %v", len(items), l.GetResourceVersion(), l.GetContinue(), err)
 	}
-	if c := items[0].(*Child); c.Name != "pool" || c.rollout.ReadyReplicas != 2 {
+	if c := items[0].(*Child); c.Name != "pool" || c.deployment.status.ReadyReplicas != 2 {
 		t.Errorf("item: %+v", c)
 	}
 	if _, err := decodeChildList([]byte(`{"items":[{"kind":"Deployment","status":[]}]}`)); err == nil {

@@ -73,7 +73,7 @@ func (c *Controller) objects(followed bool) map[string]*unstructured.Unstructure
 	out := map[string]*unstructured.Unstructured{}
 	for _, o := range c.inf.shared.GetStore().List() {
 		co := o.(*cachedOwner)
-		if followed && !co.followed || !c.e.cfg.Shard.Contains(string(co.UID)) {
+		if followed && !co.followed || !c.e.cfg.Shard.Contains(string(co.GetUID())) {
 			continue
 		}
 		obj, err := co.object()

@@ -67,12 +67,12 @@ func (i *informer) ownedBy(owner string) ([]*Child, error) {
 const ownerIndex = "owner"
 
 // ownerBucket is the owner index's value for the UID of a controller owner: its first two
-// characters, interned, so that an index value does not keep a UID's string alive.
+// characters. (An index value keeps the UID string it was cut from, 48 bytes of each bucket.)
 func ownerBucket(uid string) string {
 	if len(uid) > 2 {
-		uid = uid[:2]
+		return uid[:2]
 	}
-	return intern(uid)
+	return uid
 }
 
 // ensureInformer starts (once) an informer of gvr in namespace whose events go to enqueue. Child

@@ -18,12 +18,12 @@ func RolloutOf(d *Child) Rollout {
 		return Rollout{Message: "waiting for the Deployment to be created"}
 	}
 	var st rolloutCounts
-	if d.rollout != nil {
-		st = *d.rollout
-	}
 	want := int64(1) // spec.replicas left to an autoscaler defaults to 1
-	if d.replicas != nil {
-		want = *d.replicas
+	if d.deployment != nil {
+		st = d.deployment.status
+		if d.deployment.replicas != nil {
+			want = *d.deployment.replicas
+		}
 	}
 	r := Rollout{Replicas: st.Replicas, Ready: st.ReadyReplicas}
 	updated, available := st.UpdatedReplicas, st.AvailableReplicas

@@ -4,7 +4,7 @@ import "testing"
 
 // deploymentWith is a cached Deployment of generation with spec.replicas (nil: unset) and status.
 func deploymentWith(generation int64, replicas *int64, status rolloutCounts) *Child {
-	return &Child{cachedMeta: cachedMeta{Name: "d", Generation: generation}, replicas: replicas, rollout: &status}
+	return &Child{cachedMeta: cachedMeta{Name: "d", Generation: generation}, deployment: &deployment{replicas: replicas, status: status}}
 }
 
 func TestRolloutOf(t *testing.T) {

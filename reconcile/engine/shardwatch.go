@@ -23,7 +23,7 @@ func shardListWatch(lw cache.ListerWatcherWithContext, s shard.Shard) cache.List
 			options.ShardSelector = s.Selector()
 			obj, err := lw.ListWithContext(ctx, options)
 			if list, ok := obj.(*cachedList[*cachedOwner]); ok {
-				list.Items = slices.DeleteFunc(list.Items, func(o *cachedOwner) bool { return !s.Contains(string(o.UID)) })
+				list.Items = slices.DeleteFunc(list.Items, func(o *cachedOwner) bool { return !s.Contains(string(o.GetUID())) })
 			}
 			return obj, err
 		},
@@ -38,7 +38,7 @@ func shardListWatch(lw cache.ListerWatcherWithContext, s shard.Shard) cache.List
 					return ev, true
 				}
 				o, ok := ev.Object.(*cachedOwner)
-				return ev, !ok || s.Contains(string(o.UID))
+				return ev, !ok || s.Contains(string(o.GetUID()))
 			}), nil
 		},
 	}
