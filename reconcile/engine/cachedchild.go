@@ -16,11 +16,11 @@ import (
 	"evals.si/operator/evalsi"
 )
 
-// Child is what the engine keeps of a child in its caches, a few hundred bytes where the
-// object is many: its type, identity, controller owner and spec hash; the fields the operator's
-// apply set (its managed-fields entry), which the drift check holds the rendering to; and of a
-// Deployment the replicas and counts its rollout is read from. It is never written back: every
-// apply sends the rendering.
+// Child is what the engine keeps of a child in its caches, about 200 bytes where the object
+// decoded takes tens of kilobytes: its type, identity, controller owner and spec hash; the
+// fields the operator's apply set (its managed-fields entry), which the drift check holds the
+// rendering to; and of a Deployment the replicas and counts its rollout is read from. It is never
+// written back: every apply sends the rendering.
 type Child struct {
 	cachedMeta
 	// controller is the controller owner's reference (zero when it has none), interned: a

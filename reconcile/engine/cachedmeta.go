@@ -61,7 +61,7 @@ func (k *fixedKind) SetGroupVersionKind(schema.GroupVersionKind) { notKept("its 
 // (lowercase, hyphenated), interned otherwise: a UID's string takes 48 bytes more.
 type compactUID struct {
 	uuid  [16]byte
-	other unique.Handle[types.UID] // zero for a UUID, and for no UID with a zero uuid
+	other unique.Handle[types.UID] // zero when the UID is a UUID, or none (then uuid is zero too)
 }
 
 // uuidGroups are the lengths, in hex digits, of a UUID's hyphen-separated groups.

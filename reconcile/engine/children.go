@@ -60,15 +60,11 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 		if inf == nil {
 			continue
 		}
-		if !inf.shared.HasSynced() {
+		if !inf.synced() {
 			return nil, errCacheNotSynced
 		}
 		informers[gvr.Resource] = inf
-		objs, err := inf.ownedBy(string(owner.GetUID()))
-		if err != nil {
-			return nil, fmt.Errorf("listing children: %w", err)
-		}
-		for _, c := range objs {
+		for _, c := range inf.ownedBy(string(owner.GetUID())) {
 			live[childKey(c.kind(), c.Namespace, c.Name)] = c
 		}
 	}

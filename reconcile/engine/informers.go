@@ -2,10 +2,12 @@ package engine
 
 import (
 	"context"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"evals.si/operator/evalsi"
@@ -20,11 +22,18 @@ type informerKey struct {
 // informer is a running shared informer and the operator's own writes it has not shown yet.
 type informer struct {
 	shared cache.SharedIndexInformer
-	stop   chan struct{}
+	// handled tells whether the engine's handler has had the informer's initial list.
+	handled cache.ResourceEventHandlerRegistration
+	stop    chan struct{}
 	// written holds objects the operator just wrote, until the informer has seen them, so that
 	// a reconcile right after a write neither writes again nor conflicts with it.
 	written *recentWrites
+	// children holds a child informer's objects by controller owner (nil for owners).
+	children *childrenByOwner
 }
+
+// synced reports whether the informer has listed its objects and its handler has had them all.
+func (i *informer) synced() bool { return i.handled != nil && i.handled.HasSynced() }
 
 // owner returns a copy of the owner of key: the informer's, or the operator's newer write of it;
 // nil when the informer does not have it (deleted, whatever status was last written).
@@ -38,18 +47,11 @@ func (i *informer) owner(key string) (*unstructured.Unstructured, error) {
 
 // ownedBy returns the children whose controller owner has the UID owner, each the informer's or
 // the operator's newer write of it, with those written but not shown yet.
-func (i *informer) ownedBy(owner string) ([]*Child, error) {
-	objs, err := i.shared.GetIndexer().ByIndex(ownerIndex, ownerBucket(owner))
-	if err != nil {
-		return nil, err
-	}
+func (i *informer) ownedBy(owner string) []*Child {
+	cached := i.children.of(types.UID(owner))
 	written := i.written.ownedBy(owner)
-	out := make([]*Child, 0, len(written)+1)
-	for _, o := range objs {
-		c := o.(*Child)
-		if string(controllerOf(c).UID) != owner {
-			continue // another owner's in the same bucket
-		}
+	out := make([]*Child, 0, len(cached)+len(written))
+	for _, c := range cached {
 		key := c.Namespace + "/" + c.Name
 		delete(written, key)
 		out = append(out, i.written.newer(key, c).(*Child))
@@ -57,27 +59,12 @@ func (i *informer) ownedBy(owner string) ([]*Child, error) {
 	for _, w := range written {
 		out = append(out, w.(*Child))
 	}
-	return out, nil
-}
-
-// ownerIndex indexes children by a bucket of their controller owner's UID (ownerBucket), not by
-// the UID: the index keeps a set (a map) of the objects of each value, and one per child (an
-// owner has one child of each resource) took more memory than the child. A lookup reads the
-// bucket's children, a 256th of them as UIDs are random, and keeps the owner's.
-const ownerIndex = "owner"
-
-// ownerBucket is the owner index's value for the UID of a controller owner: its first two
-// characters. (An index value keeps the UID string it was cut from, 48 bytes of each bucket.)
-func ownerBucket(uid string) string {
-	if len(uid) > 2 {
-		return uid[:2]
-	}
-	return uid
+	return out
 }
 
 // ensureInformer starts (once) an informer of gvr in namespace whose events go to enqueue. Child
-// informers select by the managed-by label and index by controller owner; their events go to the
-// owner's controller (enqueueOwner). Objects are pruned to what the engine reads before they
+// informers select by the managed-by label and hold their children by controller owner
+// (childrenByOwner); their events go to the owner's controller (enqueueOwner). Objects are pruned to what the engine reads before they
 // enter the cache.
 func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner *Kind, enqueue func(obj any)) *informer {
 	e.mu.Lock()
@@ -95,7 +82,7 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 		}
 		lw := childListWatch(e.rest, gvr, namespace, selector)
 		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &Child{}, cache.SharedIndexInformerOptions{
-			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{ownerIndex: indexByOwner}, ObjectDescription: gvr.String(),
+			ResyncPeriod: e.cfg.Resync, ObjectDescription: gvr.String(),
 		})
 	} else {
 		var lw cache.ListerWatcherWithContext = ownerListWatch(e.rest, gvr, namespace, owner)
@@ -107,15 +94,26 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 		})
 	}
 	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
+	if child {
+		i.children = newChildrenByOwner()
+	}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
-	// which tells a reconcile nothing new) before it is routed: echoes enqueue nothing.
-	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// which tells a reconcile nothing new) before it is routed: echoes enqueue nothing. It keeps
+	// the children by owner first, so that the reconcile an event queues reads them.
+	handled, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
+			if c, ok := obj.(*Child); ok && child {
+				i.children.set(nil, c)
+			}
 			if o, err := meta.Accessor(obj); err == nil && !i.written.seen(o) {
 				enqueue(obj)
 			}
 		},
 		UpdateFunc: func(old, obj any) {
+			if c, ok := obj.(*Child); ok && child {
+				was, _ := old.(*Child)
+				i.children.set(was, c)
+			}
 			o, err := meta.Accessor(obj)
 			before, err2 := meta.Accessor(old)
 			if err != nil || err2 != nil {
@@ -132,12 +130,20 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
+			if c, ok := obj.(*Child); ok && child {
+				i.children.delete(c)
+			}
 			if o, err := meta.Accessor(obj); err == nil {
 				i.written.seen(o)
 			}
 			enqueue(obj)
 		},
 	})
+	if err != nil {
+		// Only an informer that has stopped refuses a handler, and this one has not started.
+		panic(fmt.Sprintf("adding the handler of the %s informer: %v", gvr, err))
+	}
+	i.handled = handled
 	e.informers[key] = i
 	go inf.RunWithContext(stopContext(ctx, i.stop))
 	return i
@@ -217,21 +223,3 @@ func (e *Engine) enqueueOwner(obj any) {
 	}
 	c.queue.Add(key)
 }
-
-// indexByOwner indexes an object under the bucket of its controller owner's UID.
-func indexByOwner(obj any) ([]string, error) {
-	o, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, nil
-	}
-	if uid := controllerOf(o).UID; uid != "" {
-		return []string{ownerBucket(string(uid))}, nil
-	}
-	return nil, nil
-}
-
-// The informers keep only what the engine reads: a cached object is never written back, so
-// nothing it lacks can reach the API server. Children are decoded into a Child
-// (childListWatch). Owners are handed to render and their status is written from them, so they
-// keep everything but managedFields and kubectl's copy of the last applied object (cachedOwner,
-// ownerListWatch).
