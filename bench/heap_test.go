@@ -7,26 +7,31 @@ import (
 	"testing"
 )
 
-// TestInUseBytes checks the live heap the benchmarks read against pprof's own: a profile with no
-// record is 0, one that is not a heap profile is refused, and this process's heap profile, with
-// a known 64 MiB held live, counts it. The 64 MiB are eight 8 MiB blocks: the profile samples a
+// TestHeapFromProfile checks the live heap the benchmarks read against pprof's own: a profile with
+// no record is 0, one that is not a heap profile is refused, an unsampled one has no error, the
+// allocated bytes are read from the runtime's statistics at its end, and this process's heap
+// profile, with a known 64 MiB held live, counts it. The 64 MiB are eight 8 MiB blocks: the profile samples a
 // block with probability 1-exp(-size/rate), so one of 1 MiB (rate 512 KiB) goes unsampled one
 // time in seven, and 64 of them came out at 61.1 MiB in CI; one of 8 MiB, one time in 9 million.
-func TestInUseBytes(t *testing.T) {
+func TestHeapFromProfile(t *testing.T) {
 	for name, tc := range map[string]struct {
 		text    string
-		want    float64
+		want    heapMeasure
 		wantErr bool
 	}{
-		"no records":           {text: "heap profile: 0: 0 [0: 0] @ heap/1048576\n", want: 0},
+		"no records":           {text: "heap profile: 0: 0 [0: 0] @ heap/1048576\n"},
 		"not a heap profile":   {text: "goroutine profile: total 3\n", wantErr: true},
-		"unsampled (rate 1)":   {text: "heap profile: 2: 96 [2: 96] @ heap/2\n2: 96 [2: 96] @ 0x1\n", want: 96},
-		"freed record skipped": {text: "heap profile: 0: 0 [1: 32] @ heap/1048576\n0: 0 [1: 32] @ 0x1\n", want: 0},
+		"unsampled (rate 1)":   {text: "heap profile: 2: 96 [2: 96] @ heap/2\n2: 96 [2: 96] @ 0x1\n", want: heapMeasure{inUse: 96}},
+		"freed record skipped": {text: "heap profile: 0: 0 [1: 32] @ heap/1048576\n0: 0 [1: 32] @ 0x1\n"},
+		"allocated": {
+			text: "heap profile: 2: 96 [2: 96] @ heap/2\n2: 96 [2: 96] @ 0x1\n\n# runtime.MemStats\n# Alloc = 4096\n# HeapAlloc = 4096\n",
+			want: heapMeasure{inUse: 96, allocated: 4096},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := inUseBytes([]byte(tc.text))
+			got, err := heapFromProfile([]byte(tc.text))
 			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Errorf("inUseBytes = %v, %v; want %v (error %v)", got, err, tc.want, tc.wantErr)
+				t.Errorf("heapFromProfile = %+v, %v; want %+v (error %v)", got, err, tc.want, tc.wantErr)
 			}
 		})
 	}
@@ -40,12 +45,19 @@ func TestInUseBytes(t *testing.T) {
 	if err := pprof.Lookup("heap").WriteTo(&sb, 1); err != nil {
 		t.Fatal(err)
 	}
-	got, err := inUseBytes([]byte(sb.String()))
+	got, err := heapFromProfile([]byte(sb.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got < 64<<20 || got > 96<<20 {
-		t.Errorf("in use %.1f MiB with 64 MiB held", got/(1<<20))
+	if got.inUse < 64<<20 || got.inUse > 96<<20 {
+		t.Errorf("in use %.1f MiB with 64 MiB held", got.inUse/(1<<20))
+	}
+	if got.allocated < 64<<20 || got.allocated > 96<<20 {
+		t.Errorf("allocated %.1f MiB with 64 MiB held", got.allocated/(1<<20))
+	}
+	// Eight samples of 8 MiB objects: each sampled surely, so the estimate is as good as exact.
+	if got.inUseSE > 1<<20 {
+		t.Errorf("standard error %.1f MiB of eight 8 MiB blocks", got.inUseSE/(1<<20))
 	}
 	runtime.KeepAlive(held)
 }

@@ -22,7 +22,7 @@ type roundResult struct {
 	created         time.Duration // from the first create until the last returned
 	cpuConverge     time.Duration // the contender's CPU time until converged
 	peakRSS         float64       // bytes
-	liveHeap        float64       // bytes, at steady state, right after a garbage collection
+	liveHeap        heapMeasure   // at steady state, right after a garbage collection
 	reconciles      float64       // reconciles of Evaluators until Ready
 	// writes by resource until converged, until Ready (from the start) and in the idle window
 	writesConverge, writesReady, writesIdle writeCount
@@ -38,9 +38,9 @@ type roundResult struct {
 }
 
 func (r roundResult) String() string {
-	return fmt.Sprintf("created %.2fs, converged %.2fs (CPU %.2fs, writes %d: %s), Ready %.2fs (writes %d, reconciles %.0f), idle writes %d, peak RSS %.0f MiB, live heap %.1f MiB, restart %.2fs (writes %d), Ready Events: latest %.0fs after the status, %d over 5s, %d missing",
+	return fmt.Sprintf("created %.2fs, converged %.2fs (CPU %.2fs, writes %d: %s), Ready %.2fs (writes %d, reconciles %.0f), idle writes %d, peak RSS %.0f MiB, live heap %s, restart %.2fs (writes %d), Ready Events: latest %.0fs after the status, %d over 5s, %d missing",
 		r.created.Seconds(), r.converge.Seconds(), r.cpuConverge.Seconds(), r.writesConverge.total(), r.writesConverge, r.ready.Seconds(),
-		r.writesReady.total(), r.reconciles, r.writesIdle.total(), r.peakRSS/(1<<20), r.liveHeap/(1<<20),
+		r.writesReady.total(), r.reconciles, r.writesIdle.total(), r.peakRSS/(1<<20), r.liveHeap,
 		r.restart.Seconds(), r.writesRestart.total(), r.eventLag.Seconds(), r.lateEvents, r.noEvents)
 }
 

@@ -358,7 +358,7 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 		if err != nil {
 			s.b.Fatal(err)
 		}
-		row.heap = append(row.heap, h)
+		row.heap = append(row.heap, h.inUse)
 	}
 	// The churn: every Evaluator and every pool Deployment changes once (a label: a Deployment's
 	// annotation would be a new generation for the Deployment controller to roll out), which each
