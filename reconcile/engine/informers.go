@@ -20,6 +20,10 @@ type informerKey struct {
 }
 
 // informer is a running shared informer and the operator's own writes it has not shown yet.
+// Informers keep only what the engine reads: a cached object is never written back, so nothing it
+// lacks can reach the API server. Children are decoded into a Child (childListWatch). Owners are
+// handed to render and their status is written from them, so they keep everything but
+// managedFields and kubectl's copy of the last applied object (cachedOwner, ownerListWatch).
 type informer struct {
 	shared cache.SharedIndexInformer
 	// handled tells whether the engine's handler has had the informer's initial list.
@@ -33,7 +37,7 @@ type informer struct {
 }
 
 // synced reports whether the informer has listed its objects and its handler has had them all.
-func (i *informer) synced() bool { return i.handled != nil && i.handled.HasSynced() }
+func (i *informer) synced() bool { return i.handled.HasSynced() }
 
 // owner returns a copy of the owner of key: the informer's, or the operator's newer write of it;
 // nil when the informer does not have it (deleted, whatever status was last written).
@@ -64,8 +68,8 @@ func (i *informer) ownedBy(owner string) []*Child {
 
 // ensureInformer starts (once) an informer of gvr in namespace whose events go to enqueue. Child
 // informers select by the managed-by label and hold their children by controller owner
-// (childrenByOwner); their events go to the owner's controller (enqueueOwner). Objects are pruned to what the engine reads before they
-// enter the cache.
+// (childrenByOwner); their events go to the owner's controller (enqueueOwner). Objects are pruned
+// to what the engine reads before they enter the cache.
 func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner *Kind, enqueue func(obj any)) *informer {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -99,10 +103,11 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
 	// which tells a reconcile nothing new) before it is routed: echoes enqueue nothing. It keeps
-	// the children by owner first, so that the reconcile an event queues reads them.
+	// the children by owner first (only a child informer holds Childs), so that the reconcile an
+	// event queues reads them.
 	handled, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if c, ok := obj.(*Child); ok && child {
+			if c, ok := obj.(*Child); ok {
 				i.children.set(nil, c)
 			}
 			if o, err := meta.Accessor(obj); err == nil && !i.written.seen(o) {
@@ -110,7 +115,7 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 			}
 		},
 		UpdateFunc: func(old, obj any) {
-			if c, ok := obj.(*Child); ok && child {
+			if c, ok := obj.(*Child); ok {
 				was, _ := old.(*Child)
 				i.children.set(was, c)
 			}
@@ -130,7 +135,7 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if c, ok := obj.(*Child); ok && child {
+			if c, ok := obj.(*Child); ok {
 				i.children.delete(c)
 			}
 			if o, err := meta.Accessor(obj); err == nil {
