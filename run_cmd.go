@@ -36,6 +36,7 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (0 disables)"},
 		&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API, per resource (Deployments, Evaluators' statuses, Events, ...); -1: no client-side limit"},
 		&cli.IntFlag{Name: "kube-api-burst", Value: 400, Usage: "burst of requests to the Kubernetes API, per resource"},
+		&cli.BoolFlag{Name: "kube-api-compression", Usage: "ask the API server to gzip its responses and watch streams (off: inside the cluster, gzip costs the API server and the operator CPU and saves no time; on across a slow link)"},
 		&cli.StringFlag{Name: "api-token-file", Value: "/var/run/secrets/evals.si/token", Usage: "bearer token for evalsid, read again when it changes (a projected service-account token)"},
 		&cli.StringFlag{Name: "api-ca-file", Usage: "CA bundle that verifies evalsid (https)"},
 		&cli.StringFlag{Name: "api-client-cert", Usage: "client certificate for mutual TLS to evalsid"},
@@ -63,6 +64,7 @@ func runCommand() *cli.Command {
 				return err
 			}
 			rc.QPS, rc.Burst = float32(c.Float64("kube-api-qps")), c.Int("kube-api-burst")
+			rc.DisableCompression = !c.Bool("kube-api-compression")
 			// The user agent names the replica, so that the API server's audit log says which one
 			// wrote (its Leases' holder identity).
 			identity := process.NewIdentity()
