@@ -3,13 +3,10 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -193,140 +190,6 @@ func (c *Child) DeepCopyObject() runtime.Object {
 		out.deployment = &d
 	}
 	return &out
-}
-
-// unowned returns the first field that want sets and the operator's apply no longer owns (another
-// writer changed it, which moves its ownership to that writer), or "" when it owns them all.
-// Server-side apply keeps a field's value while its owner does, so ownership is the drift check:
-// it needs no copy of the values, and a value the API server normalizes is not drift.
-func (c *Child) unowned(want *unstructured.Unstructured) string {
-	if c.owned == (unique.Handle[string]{}) {
-		return "."
-	}
-	owned := c.owned.Value()
-	if uid := controllerOf(c).UID; uid != "" {
-		owned = strings.ReplaceAll(owned, ownerPlaceholder, string(uid))
-	}
-	var fields map[string]any
-	if err := json.Unmarshal([]byte(owned), &fields); err != nil {
-		return "."
-	}
-	// The type and the name identify the object; field sets do not list them.
-	top := maps.Clone(want.Object)
-	delete(top, "apiVersion")
-	delete(top, "kind")
-	if meta, ok := top["metadata"].(map[string]any); ok {
-		meta = maps.Clone(meta)
-		delete(meta, "name")
-		delete(meta, "namespace")
-		top["metadata"] = meta
-	}
-	return uncoveredValue(fields, top, "")
-}
-
-// uncovered returns the path of the first field under key (with value v) that the field set fs
-// (a FieldsV1 object) does not hold, or "". Empty values are not compared (an apply of an empty
-// list or map may leave no field); a field set entry with nothing under it holds its whole
-// value (an atomic list or map). List elements are found by their keys ("k:{...}", matched on the
-// key fields the element has), their value ("v:...") or their index ("i:N").
-func uncovered(fs map[string]any, key string, v any, path string) string {
-	path += "." + key
-	if empty(v) {
-		return ""
-	}
-	sub, ok := fs["f:"+key].(map[string]any)
-	if !ok {
-		return path
-	}
-	return uncoveredValue(sub, v, path)
-}
-
-func uncoveredValue(fs map[string]any, v any, path string) string {
-	if len(fs) == 0 || len(fs) == 1 && fs["."] != nil {
-		return "" // the whole value is owned
-	}
-	switch w := v.(type) {
-	case map[string]any:
-		for _, k := range slices.Sorted(maps.Keys(w)) {
-			if p := uncovered(fs, k, w[k], path); p != "" {
-				return p
-			}
-		}
-	case []any:
-		for i, el := range w {
-			sub := elementFields(fs, el, i)
-			if sub == nil {
-				return fmt.Sprintf("%s[%d]", path, i)
-			}
-			if p := uncoveredValue(sub, el, fmt.Sprintf("%s[%d]", path, i)); p != "" {
-				return p
-			}
-		}
-	}
-	return ""
-}
-
-// elementFields returns the field set of list element el (the i-th), or nil when fs has none:
-// an object by its key fields, a scalar by its value, either by its index.
-func elementFields(fs map[string]any, el any, i int) map[string]any {
-	if sub, ok := fs[fmt.Sprintf("i:%d", i)].(map[string]any); ok {
-		return sub
-	}
-	m, isMap := el.(map[string]any)
-	if !isMap {
-		raw, _ := json.Marshal(el)
-		sub, _ := fs["v:"+string(raw)].(map[string]any)
-		return sub
-	}
-	for k, sub := range fs {
-		keyJSON, ok := strings.CutPrefix(k, "k:")
-		if !ok {
-			continue
-		}
-		var keyFields map[string]any
-		if json.Unmarshal([]byte(keyJSON), &keyFields) != nil {
-			continue
-		}
-		if keyMatches(keyFields, m) {
-			s, _ := sub.(map[string]any)
-			return s
-		}
-	}
-	return nil
-}
-
-// keyMatches reports whether element m has the values of keyFields, for the key fields it sets
-// (a key field the API server defaulted, such as a port's protocol, is not in the rendering).
-func keyMatches(keyFields, m map[string]any) bool {
-	matched := 0
-	for f, kv := range keyFields {
-		ev, ok := m[f]
-		if !ok {
-			continue
-		}
-		if en, ok := number(ev); ok {
-			if kn, _ := number(kv); kn != en {
-				return false
-			}
-		} else if ev != kv {
-			return false
-		}
-		matched++
-	}
-	return matched > 0
-}
-
-// empty reports whether v is nil or an empty map or list.
-func empty(v any) bool {
-	switch w := v.(type) {
-	case nil:
-		return true
-	case map[string]any:
-		return len(w) == 0
-	case []any:
-		return len(w) == 0
-	}
-	return false
 }
 
 // number returns v as a float64 when it is a JSON number (int64 or float64 in unstructured
