@@ -1,7 +1,6 @@
 package render
 
 import (
-	"encoding/json"
 	"net/url"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	v1 "evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/internal/unstructuredjson"
 	"evals.si/operator/schemas"
 )
 
@@ -73,7 +73,7 @@ func decodeMessage(obj *unstructured.Unstructured, msg proto.Message) error {
 	if err := schemas.Validate(obj); err != nil {
 		return err
 	}
-	data, err := json.Marshal(obj.Object["spec"])
+	data, err := unstructuredjson.Marshal(obj.Object["spec"])
 	if err == nil {
 		err = protojson.Unmarshal(data, msg)
 	}

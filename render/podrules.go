@@ -14,6 +14,8 @@ import (
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"evals.si/operator/internal/unstructuredjson"
 )
 
 // This file holds the API server's rules for the spec fields that are copied into a pod
@@ -181,7 +183,7 @@ func (s Scheduling) check(p pointer, ps *problems) {
 
 // strictly decodes v (a JSON value) into out, refusing unknown fields; the error names the field.
 func strictly(v any, out any) error {
-	data, err := json.Marshal(v)
+	data, err := unstructuredjson.Marshal(v)
 	if err != nil {
 		return err
 	}

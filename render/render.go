@@ -3,7 +3,6 @@ package render
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -11,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/unstructuredjson"
 )
 
 // Result is what rendering one evals.si object gives.
@@ -65,7 +65,7 @@ func Object(obj *unstructured.Unstructured, opts Options) (Result, error) {
 
 // stampHash sets evalsi.AnnotationSpecHash to a hash of the object without that annotation.
 func stampHash(obj *unstructured.Unstructured) error {
-	data, err := json.Marshal(obj.Object)
+	data, err := unstructuredjson.Marshal(obj.Object)
 	if err != nil {
 		return fmt.Errorf("hashing %s %s: %w", obj.GetKind(), obj.GetName(), err)
 	}

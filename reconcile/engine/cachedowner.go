@@ -7,6 +7,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"evals.si/operator/internal/unstructuredjson"
 )
 
 // cachedOwner is what the engine keeps of an owner (an object of the operator's kinds) in its
@@ -27,7 +29,7 @@ type cachedOwner struct {
 // what its kind k (nil: none) asks of each version (Followed, Refers); u is pruned in place.
 func newCachedOwner(u *unstructured.Unstructured, k *Kind) (*cachedOwner, error) {
 	pruneOwner(u)
-	raw, err := u.MarshalJSON()
+	raw, err := unstructuredjson.Marshal(u.Object)
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s %s/%s for the cache: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}

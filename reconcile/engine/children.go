@@ -20,6 +20,7 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/unstructuredjson"
 )
 
 // errCacheNotSynced says that a child informer has not listed yet: the reconcile comes back
@@ -198,7 +199,7 @@ func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur
 			}
 		}
 	}
-	body, err := want.MarshalJSON()
+	body, err := unstructuredjson.Marshal(want.Object)
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s %s/%s: %w", want.GetKind(), want.GetNamespace(), want.GetName(), err)
 	}

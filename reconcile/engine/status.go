@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/unstructuredjson"
 )
 
 // now is the clock of lastTransitionTime.
@@ -35,7 +35,7 @@ func (e *Engine) writeStatus(ctx context.Context, c *Controller, obj *unstructur
 		return nil, nil
 	}
 	obj.Object["status"] = next
-	body, err := obj.MarshalJSON()
+	body, err := unstructuredjson.Marshal(obj.Object)
 	if err != nil {
 		return nil, fmt.Errorf("encoding status: %w", err)
 	}
@@ -186,7 +186,7 @@ func ReadyOf(status map[string]any) map[string]any {
 // float64 of the same value encode alike, so a status read back from the server compares equal
 // to the one computed.
 func SameJSON(a, b any) bool {
-	ja, err1 := json.Marshal(a)
-	jb, err2 := json.Marshal(b)
+	ja, err1 := unstructuredjson.Marshal(a)
+	jb, err2 := unstructuredjson.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
