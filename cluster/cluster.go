@@ -307,7 +307,6 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 		"--enable-priority-and-fairness=false",
 		// The kubernetes Service cannot point at a loopback address.
 		"--endpoint-reconciler-type=none",
-		"--storage-media-type=application/json",
 		// A namespace's deletion sends one DeleteCollection per resource, which deletes one object
 		// at a time by default: with a benchmark's 10,000 Evaluators, several timed out at the
 		// request timeout (60 s) and the namespace took several passes. A namespace of 5,000

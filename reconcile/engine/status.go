@@ -40,7 +40,7 @@ func (e *Engine) writeStatus(ctx context.Context, c *Controller, obj *unstructur
 		return nil, fmt.Errorf("encoding status: %w", err)
 	}
 	raw, err := rawResult(e.rest.Put().AbsPath(resourcePath(c.kind.Resource, obj.GetNamespace()), obj.GetName(), "status").
-		VersionedParams(&metav1.UpdateOptions{FieldManager: FieldManager}, metav1.ParameterCodec).Body(body).Do(ctx))
+		Param("fieldManager", FieldManager).Body(body).Do(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("writing status: %w", err)
 	}
