@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
-	"os"
-	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
+	"evals.si/operator/internal/manifest"
 )
 
 // Marshal writes what encoding/json writes, for each kind of value unstructured content holds and
@@ -108,24 +106,17 @@ func assertSame(t *testing.T, v any) {
 }
 
 // goldenObjects returns the objects of the Evaluator renderings' goldens, decoded as unstructured
-// content is (YAML to JSON, then into maps).
+// content is.
 func goldenObjects(t testing.TB) []map[string]any {
 	t.Helper()
 	var objs []map[string]any
 	for _, name := range []string{"autoscaling", "full", "egress"} {
-		data, err := os.ReadFile("../../testdata/render/evaluator/" + name + "/output.yaml")
+		docs, err := manifest.Read("../../testdata/render/evaluator/"+name+"/output.yaml", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for doc := range strings.SplitSeq(string(data), "---\n") {
-			if strings.TrimSpace(doc) == "" {
-				continue
-			}
-			var obj map[string]any
-			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-				t.Fatal(err)
-			}
-			objs = append(objs, obj)
+		for _, d := range docs {
+			objs = append(objs, d.Object.Object)
 		}
 	}
 	return objs

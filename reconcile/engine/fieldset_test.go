@@ -3,13 +3,12 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"strings"
 	"testing"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
+
+	"evals.si/operator/internal/manifest"
 )
 
 // The controller owner's UID in an interned field set stands for the owner of the child it is
@@ -57,26 +56,19 @@ func TestParseFieldSetErrors(t *testing.T) {
 // BenchmarkUnowned is the drift check of an autoscaled Evaluator's rendered children against the
 // fields an apply of each owns.
 func BenchmarkUnowned(b *testing.B) {
-	data, err := os.ReadFile("../../testdata/render/evaluator/autoscaling/output.yaml")
+	docs, err := manifest.Read("../../testdata/render/evaluator/autoscaling/output.yaml", nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var children []*Child
 	var wants []*unstructured.Unstructured
-	for doc := range strings.SplitSeq(string(data), "---\n") {
-		if strings.TrimSpace(doc) == "" {
-			continue
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-			b.Fatal(err)
-		}
-		raw, err := json.Marshal(appliedFields(obj))
+	for _, d := range docs {
+		raw, err := json.Marshal(appliedFields(d.Object.Object))
 		if err != nil {
 			b.Fatal(err)
 		}
 		children = append(children, &Child{owned: unique.Make(string(raw))})
-		wants = append(wants, &unstructured.Unstructured{Object: obj})
+		wants = append(wants, d.Object)
 	}
 	for b.Loop() {
 		for i, c := range children {
