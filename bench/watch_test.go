@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/shard"
 )
 
 // childKinds are the children of an autoscaled Evaluator.
@@ -111,14 +113,19 @@ func outputs(t testing.TB, ctx context.Context, ns string) map[string]any {
 // chose (namespace, UIDs, versions, times) masked.
 func comparable(t testing.TB, obj *unstructured.Unstructured, ns string) any {
 	refs := obj.GetOwnerReferences()
+	labels := obj.GetLabels()
 	for i := range refs {
+		// A child's shard bucket is its owner's UID's: masked where it is that one's.
+		if b, ok := labels[evalsi.LabelShardBucket]; ok && refs[i].Controller != nil && *refs[i].Controller && b == strconv.Itoa(shard.Bucket(string(refs[i].UID))) {
+			labels[evalsi.LabelShardBucket] = "(the bucket of the owner's UID)"
+		}
 		refs[i].UID = ""
 	}
 	annotations := obj.GetAnnotations()
 	if _, ok := annotations[evalsi.AnnotationSpecHash]; ok {
 		annotations[evalsi.AnnotationSpecHash] = "(a hash of the rendering, which holds the namespace)"
 	}
-	kept := map[string]any{"labels": obj.GetLabels(), "annotations": annotations, "owners": refs}
+	kept := map[string]any{"labels": labels, "annotations": annotations, "owners": refs}
 	if obj.GetKind() == "Evaluator" {
 		status, _, _ := unstructured.NestedMap(obj.Object, "status")
 		conds, _, _ := unstructured.NestedSlice(status, "conditions")
@@ -147,4 +154,25 @@ func comparable(t testing.TB, obj *unstructured.Unstructured, ns string) any {
 		t.Fatalf("masking %s %s: %v", obj.GetKind(), obj.GetName(), err)
 	}
 	return masked
+}
+
+// What the round chose (namespace, owner UIDs and the shard buckets they give) is masked; a
+// bucket that is not the owner's is not.
+func TestComparableMasksTheRound(t *testing.T) {
+	child := func(ns, uid, bucket string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ServiceAccount",
+			"metadata": map[string]any{"name": "pool", "namespace": ns, "labels": map[string]any{evalsi.LabelShardBucket: bucket},
+				"ownerReferences": []any{map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator", "name": "pool", "uid": uid, "controller": true}}}}}
+	}
+	bucket := func(uid string) string { return strconv.Itoa(shard.Bucket(uid)) }
+	a, b := "2b1f6a3e-0000-4000-8000-000000000001", "97c04d11-5e2a-4b7f-9a01-3c5d2e8f6b42"
+	if bucket(a) == bucket(b) {
+		t.Fatal("the two UIDs must fall in different buckets")
+	}
+	if diff := cmp.Diff(comparable(t, child("ns-a", a, bucket(a)), "ns-a"), comparable(t, child("ns-b", b, bucket(b)), "ns-b")); diff != "" {
+		t.Errorf("children alike but for the round's choices differ:\n%s", diff)
+	}
+	if cmp.Equal(comparable(t, child("ns-a", a, bucket(a)), "ns-a"), comparable(t, child("ns-b", b, bucket(a)), "ns-b")) {
+		t.Error("a child labelled with another owner's bucket compares equal")
+	}
 }
