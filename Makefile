@@ -94,7 +94,7 @@ fuzz:
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzOwnerWatch -fuzztime $$((20000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzOwnerFromJSON -fuzztime $$((20000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzCompactUID -fuzztime $$((20000 * $(FUZZ_SCALE)))x
-	go test ./internal/unstructuredjson -run '^$$' -fuzz FuzzMarshal -fuzztime $$((100000 * $(FUZZ_SCALE)))x
+	go test ./unstructuredjson -run '^$$' -fuzz FuzzMarshal -fuzztime $$((100000 * $(FUZZ_SCALE)))x
 
 # Rewrite every golden file from the current code; review the diff like a pull request.
 # The packages are those whose tests use internal/golden (the -update flag).

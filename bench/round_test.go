@@ -57,9 +57,6 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 			deleteNamespace(b, context.Background(), ns, 10*time.Minute)
 		}
 	})
-	if !*pods {
-		admitNoPods(b, ctx, ns)
-	}
 	p := start(b, ctx, c, ns)
 	defer func() { p.stop() }()
 	w := watchNamespace(b, ctx, ns)
@@ -204,33 +201,6 @@ func wait(b *testing.B, ctx context.Context, p *process, what string, done func(
 }
 
 var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-
-// admitNoPods makes namespace ns admit no pod (a ResourceQuota of none): its pools' Deployments
-// stay without replicas, and nothing changes once they converged. The test control plane runs no
-// quota controller, and a quota without a status constrains nothing, so the status is written
-// here (the quota's admission counts what it admits itself); a pod is then created to check that
-// it is refused.
-func admitNoPods(b testing.TB, ctx context.Context, ns string) {
-	quotas := env.Dynamic().Resource(schema.GroupVersionResource{Version: "v1", Resource: "resourcequotas"}).Namespace(ns)
-	none := map[string]any{"pods": "0"}
-	quota := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ResourceQuota",
-		"metadata": map[string]any{"name": "no-pods", "namespace": ns}, "spec": map[string]any{"hard": none}}}
-	created, err := quotas.Create(ctx, quota, metav1.CreateOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	created.Object["status"] = map[string]any{"hard": none, "used": none}
-	if _, err := quotas.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		b.Fatalf("setting the status of the quota that admits no pod: %v", err)
-	}
-	pod := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": "no-pods-check", "namespace": ns},
-		"spec":     map[string]any{"containers": []any{map[string]any{"name": "c", "image": "none"}}}}}
-	_, err = env.Dynamic().Resource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Namespace(ns).Create(ctx, pod, metav1.CreateOptions{})
-	if !apierrors.IsForbidden(err) {
-		b.Fatalf("namespace %s admits pods (creating one: %v), want refused by its quota", ns, err)
-	}
-}
 
 func createNamespace(b testing.TB, ctx context.Context, name string) {
 	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name}}}

@@ -65,8 +65,8 @@ func BenchmarkShards(b *testing.B) {
 func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	const ns = "bench-shards"
 	createNamespace(b, ctx, ns)
-	// What is measured here needs no pod: steady state is converged children and statuses.
-	admitNoPods(b, ctx, ns)
+	// What is measured here needs no pod (steady state is converged children and statuses): run
+	// it with -pods=false, which starts no ReplicaSet controller.
 	evalsid, apiAddr, apiToken := startEvalsid(b, ctx, op)
 	defer evalsid.stop()
 	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, from: mark(), holds: map[string][]hold{}, counts: map[string]int{}}

@@ -89,14 +89,15 @@ func namespace(t *testing.T, ctx context.Context) string {
 	return got.GetName()
 }
 
-func TestDeploymentBecomesAvailableOnKwokNodes(t *testing.T) {
-	ctx := testContext(t)
-	ns := namespace(t, ctx)
-	deploy := &unstructured.Unstructured{Object: map[string]any{
+var deploymentsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+
+// webDeployment is a Deployment "web" of replicas pods.
+func webDeployment(replicas int64) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apps/v1", "kind": "Deployment",
 		"metadata": map[string]any{"name": "web"},
 		"spec": map[string]any{
-			"replicas": int64(2),
+			"replicas": replicas,
 			"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
 			"template": map[string]any{
 				"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
@@ -104,8 +105,13 @@ func TestDeploymentBecomesAvailableOnKwokNodes(t *testing.T) {
 			},
 		},
 	}}
-	deployments := env.Dynamic().Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns)
-	if _, err := deployments.Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+}
+
+func TestDeploymentBecomesAvailableOnKwokNodes(t *testing.T) {
+	ctx := testContext(t)
+	ns := namespace(t, ctx)
+	deployments := env.Dynamic().Resource(deploymentsGVR).Namespace(ns)
+	if _, err := deployments.Create(ctx, webDeployment(2), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, ctx, "deployment 2/2 available", func() error {
@@ -325,5 +331,36 @@ func TestGPUNodes(t *testing.T) {
 	}
 	if len(node.Spec.Taints) != 0 {
 		t.Errorf("node taints %v, want none", node.Spec.Taints)
+	}
+}
+
+// Without the ReplicaSet controller (the benchmarks' -pods=false), a Deployment gets its
+// ReplicaSet and no pod is asked for.
+func TestWithoutReplicaSets(t *testing.T) {
+	ctx := testContext(t)
+	c, err := Start(ctx, Options{WithoutReplicaSets: true, WithoutKubectl: true, Progress: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	if _, err := c.Dynamic().Resource(deploymentsGVR).Namespace("default").Create(ctx, webDeployment(1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replicaSets := c.Dynamic().Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}).Namespace("default")
+	eventually(t, ctx, "the Deployment's ReplicaSet", func() error {
+		list, err := replicaSets.List(ctx, metav1.ListOptions{})
+		if err == nil && len(list.Items) == 0 {
+			err = fmt.Errorf("none yet")
+		}
+		return err
+	})
+	// The ReplicaSet controller would ask for the pod within milliseconds of the ReplicaSet.
+	time.Sleep(3 * time.Second)
+	pods, err := c.Clientset().CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 0 {
+		t.Errorf("%d pods, want none", len(pods.Items))
 	}
 }

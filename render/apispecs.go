@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	v1 "evals.si/operator/apiclient/evalsiv1"
-	"evals.si/operator/internal/unstructuredjson"
 	"evals.si/operator/schemas"
+	"evals.si/operator/unstructuredjson"
 )
 
 // The kinds reconciled through evalsid have no children to render: their spec is the API

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"evals.si/operator/internal/unstructuredjson"
+	"evals.si/operator/unstructuredjson"
 )
 
 // This file holds the API server's rules for the spec fields that are copied into a pod

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"evals.si/operator/evalsi"
-	"evals.si/operator/internal/unstructuredjson"
+	"evals.si/operator/unstructuredjson"
 )
 
 // Result is what rendering one evals.si object gives.

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"evals.si/operator/internal/unstructuredjson"
+	"evals.si/operator/unstructuredjson"
 )
 
 // cachedOwner is what the engine keeps of an owner (an object of the operator's kinds) in its

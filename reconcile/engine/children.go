@@ -20,7 +20,7 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 
 	"evals.si/operator/evalsi"
-	"evals.si/operator/internal/unstructuredjson"
+	"evals.si/operator/unstructuredjson"
 )
 
 // errCacheNotSynced says that a child informer has not listed yet: the reconcile comes back

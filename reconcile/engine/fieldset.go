@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"evals.si/operator/internal/unstructuredjson"
+	"evals.si/operator/unstructuredjson"
 )
 
 // fieldSet is a FieldsV1 field set (the fields one manager owns) parsed for the drift check:
@@ -108,11 +108,11 @@ func parsedFieldSet(h unique.Handle[string]) (*fieldSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	if parsedFieldSets.n.Add(1) > maxParsedFieldSets {
+	// Only a new entry counts: two reconciles may parse the same shape at once.
+	if _, loaded := parsedFieldSets.LoadOrStore(h, fs); !loaded && parsedFieldSets.n.Add(1) > maxParsedFieldSets {
 		parsedFieldSets.Clear()
-		parsedFieldSets.n.Store(1)
+		parsedFieldSets.n.Store(0)
 	}
-	parsedFieldSets.Store(h, fs)
 	return fs, nil
 }
 

@@ -111,3 +111,25 @@ func appliedFields(v any) map[string]any {
 	}
 	return fs
 }
+
+// The parsed field sets are bounded: past maxParsedFieldSets distinct shapes the cache starts
+// over, and its count is of the entries it holds.
+func TestParsedFieldSetsBounded(t *testing.T) {
+	shape := func(i int) unique.Handle[string] { return unique.Make(fmt.Sprintf(`{"f:spec":{"f:field%d":{}}}`, i)) }
+	for i := range maxParsedFieldSets + 10 {
+		if _, err := parsedFieldSet(shape(i)); err != nil {
+			t.Fatal(err)
+		}
+		if n := parsedFieldSets.n.Load(); n > maxParsedFieldSets {
+			t.Fatalf("after %d shapes, %d kept", i+1, n)
+		}
+	}
+	kept := 0
+	parsedFieldSets.Range(func(any, any) bool { kept++; return true })
+	if int64(kept) != parsedFieldSets.n.Load() {
+		t.Errorf("%d entries, counted %d", kept, parsedFieldSets.n.Load())
+	}
+	if kept == 0 || kept > maxParsedFieldSets {
+		t.Errorf("%d entries kept, want 1 to %d", kept, maxParsedFieldSets)
+	}
+}

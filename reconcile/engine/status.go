@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"evals.si/operator/evalsi"
-	"evals.si/operator/internal/unstructuredjson"
+	"evals.si/operator/unstructuredjson"
 )
 
 // now is the clock of lastTransitionTime.

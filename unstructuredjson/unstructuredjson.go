@@ -19,7 +19,7 @@ import (
 // of its own length (callers keep some in caches).
 func Marshal(v any) ([]byte, error) {
 	buf := buffers.Get().(*[]byte)
-	b, err := Append((*buf)[:0], v)
+	b, err := appendValue((*buf)[:0], v)
 	var out []byte
 	if err == nil {
 		out = bytes.Clone(b)
@@ -38,9 +38,9 @@ const maxPooledBuffer = 1 << 20
 // buffers are the buffers Marshal encodes into.
 var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
-// Append appends the JSON encoding of v to b. Values other than unstructured content's (nil,
+// appendValue appends the JSON encoding of v to b. Values other than unstructured content's (nil,
 // string, bool, int64, int32, int, float64, map[string]any, []any) are encoded by encoding/json.
-func Append(b []byte, v any) ([]byte, error) {
+func appendValue(b []byte, v any) ([]byte, error) {
 	switch w := v.(type) {
 	case nil:
 		return append(b, "null"...), nil
@@ -85,7 +85,7 @@ func appendObject(b []byte, m map[string]any) ([]byte, error) {
 		}
 		b = appendString(b, k)
 		b = append(b, ':')
-		if b, err = Append(b, m[k]); err != nil {
+		if b, err = appendValue(b, m[k]); err != nil {
 			return b, err
 		}
 	}
@@ -103,7 +103,7 @@ func appendArray(b []byte, l []any) ([]byte, error) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if b, err = Append(b, el); err != nil {
+		if b, err = appendValue(b, el); err != nil {
 			return b, err
 		}
 	}

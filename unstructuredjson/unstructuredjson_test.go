@@ -111,7 +111,7 @@ func goldenObjects(t testing.TB) []map[string]any {
 	t.Helper()
 	var objs []map[string]any
 	for _, name := range []string{"autoscaling", "full", "egress"} {
-		docs, err := manifest.Read("../../testdata/render/evaluator/"+name+"/output.yaml", nil)
+		docs, err := manifest.Read("../testdata/render/evaluator/"+name+"/output.yaml", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
