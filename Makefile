@@ -91,6 +91,8 @@ fuzz:
 	go test ./schemas -run '^$$' -fuzz FuzzValidate -fuzztime $$((100000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzChildWatch -fuzztime $$((30000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzDecodeChildList -fuzztime $$((2500 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine -run '^$$' -fuzz FuzzProtobufChildWatch -fuzztime $$((30000 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine -run '^$$' -fuzz FuzzDecodeServedChild -fuzztime $$((30000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzOwnerWatch -fuzztime $$((20000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzOwnerFromJSON -fuzztime $$((20000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzCompactUID -fuzztime $$((20000 * $(FUZZ_SCALE)))x

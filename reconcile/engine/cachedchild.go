@@ -96,27 +96,36 @@ const ownerPlaceholder = "<controller-owner-uid>"
 // a Status (a watch's ERROR event) are decoded too; a Status's "status" is a string, a child's an
 // object, so status is kept raw and read for Deployments only.
 type childJSON struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		objectIdentity
-		Annotations       map[string]string       `json:"annotations"`
-		OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
-		DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
-		ManagedFields     []struct {
-			Manager     string          `json:"manager"`
-			Operation   string          `json:"operation"`
-			Subresource string          `json:"subresource"`
-			FieldsV1    json.RawMessage `json:"fieldsV1"`
-		} `json:"managedFields"`
-	} `json:"metadata"`
-	Spec struct {
+	APIVersion string        `json:"apiVersion"`
+	Kind       string        `json:"kind"`
+	Metadata   childMetadata `json:"metadata"`
+	Spec       struct {
 		Replicas *int64 `json:"replicas"`
 	} `json:"spec"`
 	Status  json.RawMessage     `json:"status"`
 	Code    int32               `json:"code"`
 	Reason  metav1.StatusReason `json:"reason"`
 	Message string              `json:"message"`
+	// rollout is a Deployment's status counts when they were decoded with the rest (from
+	// protobuf); from JSON they are read from Status.
+	rollout *rolloutCounts
+}
+
+// childMetadata is the metadata of a child as far as a Child reads it.
+type childMetadata struct {
+	objectIdentity
+	Annotations       map[string]string       `json:"annotations"`
+	OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
+	DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
+	ManagedFields     []managedFieldsJSON     `json:"managedFields"`
+}
+
+// managedFieldsJSON is a managed-fields entry as far as a Child reads it.
+type managedFieldsJSON struct {
+	Manager     string          `json:"manager"`
+	Operation   string          `json:"operation"`
+	Subresource string          `json:"subresource"`
+	FieldsV1    json.RawMessage `json:"fieldsV1"`
 }
 
 // objectIdentity is an object's identity as its JSON metadata carries it.
@@ -163,6 +172,10 @@ func (j *childJSON) cached() (*Child, error) {
 		return c, nil
 	}
 	c.deployment = &deployment{replicas: j.Spec.Replicas}
+	if j.rollout != nil {
+		c.deployment.status = *j.rollout
+		return c, nil
+	}
 	if len(j.Status) == 0 {
 		return c, nil
 	}

@@ -164,11 +164,11 @@ func pruneOwner(u *unstructured.Unstructured) {
 }
 
 // CachedForm returns what the engine's caches keep of raw, an object as the API server serves
-// it: a Child for a child (one labelled managed-by), else the owner's pruned JSON. Benchmarks
-// measure its size.
+// it (JSON, or protobuf for a built-in child): a Child for a child (one labelled managed-by),
+// else the owner's pruned JSON. Benchmarks measure its size.
 func CachedForm(raw []byte, child bool) (any, error) {
 	if child {
-		return decodeChild(raw)
+		return decodeServedChild(raw)
 	}
 	return cachedOwnerFromJSON(raw, nil)
 }

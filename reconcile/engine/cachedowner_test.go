@@ -134,7 +134,7 @@ func FuzzOwnerWatch(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		w := newStreamWatch(io.NopCloser(bytes.NewReader(stream)), func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, nil) })
+		w := newStreamWatch(io.NopCloser(bytes.NewReader(stream)), jsonEvents(func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, nil) }))
 		defer w.Stop()
 		checkEvents[*cachedOwner](t, drain(t, w))
 	})

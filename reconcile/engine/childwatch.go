@@ -16,28 +16,44 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// Children are listed and watched as JSON decoded straight into Child (childJSON), not
+// Children are listed and watched decoded straight into Child (childJSON, childproto.go), not
 // through the dynamic client: a child's watch events are most of what the operator reads (a
 // Deployment's status changes with each pod), and decoding each whole object into maps, only for
 // the cache's transform to drop all but a few fields, was the largest cost of converging.
 
 // childListWatch lists and watches the children of resource gvr in namespace ("" for all) that
-// match selector, over rc (a REST client of dynamic.ConfigFor's JSON config).
+// match selector, over rc (the engine's REST client), as protobuf where gvr serves it.
 func childListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector string) *cache.ListWatch {
-	return jsonListWatch(rc, gvr, namespace, selector,
-		func(raw []byte) (runtime.Object, error) { return decodeChildList(raw) }, decodeChildEvent)
+	return streamListWatch(rc, gvr, namespace, selector, acceptChild,
+		func(raw []byte) (runtime.Object, error) { return decodeServedChildList(raw) }, childEventReader)
 }
 
-// jsonListWatch lists and watches the objects of resource gvr in namespace ("" for all) that
-// match selector ("" for all) over rc, each list decoded by decodeList and each watch event by
-// decodeEvent, straight from the API server's JSON.
-func jsonListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector string,
-	decodeList func([]byte) (runtime.Object, error), decodeEvent func(*json.Decoder) (watch.Event, error)) *cache.ListWatch {
+// eventReader reads a watch stream's next event.
+type eventReader func() (watch.Event, error)
+
+// jsonEvents returns the reader of JSON watch streams whose events decode decodes.
+func jsonEvents(decode func(*json.Decoder) (watch.Event, error)) func(io.Reader) eventReader {
+	return func(body io.Reader) eventReader {
+		dec := json.NewDecoder(body)
+		return func() (watch.Event, error) { return decode(dec) }
+	}
+}
+
+// streamListWatch lists and watches the objects of resource gvr in namespace ("" for all) that
+// match selector ("" for all) over rc, asking for the media types accept ("" for rc's own), each
+// list decoded by decodeList and each watch stream read by events, straight from what the API
+// server sent.
+func streamListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector, accept string,
+	decodeList func([]byte) (runtime.Object, error), events func(io.Reader) eventReader) *cache.ListWatch {
 	request := func(options metav1.ListOptions) *rest.Request {
 		if selector != "" {
 			options.LabelSelector = selector
 		}
-		return rc.Get().AbsPath(resourcePath(gvr, namespace)).VersionedParams(&options, metav1.ParameterCodec)
+		r := rc.Get().AbsPath(resourcePath(gvr, namespace)).VersionedParams(&options, metav1.ParameterCodec)
+		if accept != "" {
+			r.SetHeader("Accept", accept)
+		}
+		return r
 	}
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
@@ -53,7 +69,7 @@ func jsonListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace
 			if err != nil {
 				return nil, err
 			}
-			return newStreamWatch(body, decodeEvent), nil
+			return newStreamWatch(body, events), nil
 		},
 	}
 }
@@ -122,24 +138,24 @@ func decodeChildList(raw []byte) (*cachedList[*Child], error) {
 	return decodeList(raw, (*childJSON).cached)
 }
 
-// streamWatch is a watch whose events are decoded from the API server's stream by decode, each in
-// one pass over its JSON: children (decodeChildEvent) and owners (ownerwatch.go).
+// streamWatch is a watch whose events are decoded from the API server's stream by the reader
+// events gives, each in one pass: children (childEventReader) and owners (ownerwatch.go).
 type streamWatch struct {
 	body   io.ReadCloser
-	decode func(*json.Decoder) (watch.Event, error)
+	read   func(io.Reader) eventReader
 	events chan watch.Event
 	done   chan struct{}
 	stop   sync.Once
 }
 
-func newStreamWatch(body io.ReadCloser, decode func(*json.Decoder) (watch.Event, error)) *streamWatch {
-	w := &streamWatch{body: body, decode: decode, events: make(chan watch.Event), done: make(chan struct{})}
+func newStreamWatch(body io.ReadCloser, events func(io.Reader) eventReader) *streamWatch {
+	w := &streamWatch{body: body, read: events, events: make(chan watch.Event), done: make(chan struct{})}
 	go w.receive()
 	return w
 }
 
 // newChildWatch is a watch of children over body.
-func newChildWatch(body io.ReadCloser) *streamWatch { return newStreamWatch(body, decodeChildEvent) }
+func newChildWatch(body io.ReadCloser) *streamWatch { return newStreamWatch(body, childEventReader) }
 
 // Stop ends the watch and closes its stream.
 func (w *streamWatch) Stop() {
@@ -158,9 +174,9 @@ func (w *streamWatch) ResultChan() <-chan watch.Event { return w.events }
 func (w *streamWatch) receive() {
 	defer close(w.events)
 	defer w.Stop()
-	dec := json.NewDecoder(w.body)
+	next := w.read(w.body)
 	for {
-		ev, err := w.decode(dec)
+		ev, err := next()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 				select {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
@@ -30,13 +31,23 @@ import (
 // FieldManager is the one field manager of every write the operator makes.
 const FieldManager = evalsi.FieldManager
 
+// restClientConfig is the configuration of the engine's REST client, over rc: it sends JSON and
+// decodes errors in either media type, since built-in children are read as protobuf
+// (childproto.go) and the Status of a refused request comes in the media type its request
+// accepted.
+func restClientConfig(rc *rest.Config) *rest.Config {
+	c := dynamic.ConfigFor(rc)
+	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	return c
+}
+
 // Engine runs the controllers of its kinds.
 type Engine struct {
 	cfg    Config
 	client dynamic.Interface
 	kube   kubernetes.Interface
-	// rest is the dynamic client's kind of REST client (JSON), for what the engine decodes
-	// itself: children (childListWatch, apply) and the answers to status writes.
+	// rest is a REST client for what the engine decodes itself: children (childListWatch, apply;
+	// protobuf where served) and owners and the answers to status writes (JSON).
 	rest     rest.Interface
 	recorder record.EventRecorder
 	metrics  *Metrics
@@ -107,7 +118,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
-	rcl, err := rest.UnversionedRESTClientForConfigAndClient(dynamic.ConfigFor(rc), hc)
+	rcl, err := rest.UnversionedRESTClientForConfigAndClient(restClientConfig(rc), hc)
 	if err != nil {
 		return nil, fmt.Errorf("creating REST client: %w", err)
 	}

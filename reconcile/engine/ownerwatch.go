@@ -17,11 +17,11 @@ import (
 // maps only for the cache to encode it back to JSON.
 
 // ownerListWatch lists and watches the objects of kind k's resource gvr in namespace ("" for
-// all) over rc (a REST client of dynamic.ConfigFor's JSON config).
+// all) over rc (the engine's REST client), as JSON (custom resources serve nothing else).
 func ownerListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace string, k *Kind) *cache.ListWatch {
-	return jsonListWatch(rc, gvr, namespace, "",
+	return streamListWatch(rc, gvr, namespace, "", "",
 		func(raw []byte) (runtime.Object, error) { return decodeOwnerList(raw, k) },
-		func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, k) })
+		jsonEvents(func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, k) }))
 }
 
 // decodeOwnerList decodes a list response of kind k's objects.
