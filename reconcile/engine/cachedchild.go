@@ -90,11 +90,12 @@ type rolloutCounts struct {
 // ownerPlaceholder stands for the controller owner's UID in an interned field set.
 const ownerPlaceholder = "<controller-owner-uid>"
 
-// childJSON is a child as the API server sends it (an object, or a watch event's object),
-// decoded only as far as a Child reads: encoding/json skips the rest without building it,
-// which costs a fraction of decoding the whole object into maps. The Code, Reason and Message of
-// a Status (a watch's ERROR event) are decoded too; a Status's "status" is a string, a child's an
-// object, so status is kept raw and read for Deployments only.
+// childJSON is a child as the API server sends it as JSON (an object, or a watch event's
+// object), decoded only as far as a Child reads: encoding/json skips the rest without building
+// it, which costs a fraction of decoding the whole object into maps. The protobuf reader
+// (childproto.go) fills the same fields. The Code, Reason and Message of a Status (a watch's
+// ERROR event) are decoded too; a Status's "status" is a string, a child's an object, so status
+// is kept raw and read for Deployments only.
 type childJSON struct {
 	APIVersion string        `json:"apiVersion"`
 	Kind       string        `json:"kind"`

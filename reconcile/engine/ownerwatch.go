@@ -12,9 +12,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// Owners, like children, are listed and watched as JSON decoded straight into what the cache
-// keeps (cachedOwnerFromJSON), not through the dynamic client, which decoded every object into
-// maps only for the cache to encode it back to JSON.
+// Owners, like children, are listed and watched decoded straight into what the cache keeps
+// (cachedOwnerFromJSON; owners are custom resources, which are served as JSON only), not through
+// the dynamic client, which decoded every object into maps only for the cache to encode it back
+// to JSON.
 
 // ownerListWatch lists and watches the objects of kind k's resource gvr in namespace ("" for
 // all) over rc (the engine's REST client), as JSON (custom resources serve nothing else).
