@@ -278,8 +278,10 @@ func decodeObjectMeta(msg []byte, j *childJSON) error {
 			return decodeAnnotation(b, m)
 		case 13:
 			var r metav1.OwnerReference
+			if err := decodeOwnerReference(b, &r); err != nil {
+				return err
+			}
 			m.OwnerReferences = append(m.OwnerReferences, r)
-			return decodeOwnerReference(b, &m.OwnerReferences[len(m.OwnerReferences)-1])
 		case 17:
 			return decodeManagedFields(b, m)
 		}

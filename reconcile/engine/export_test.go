@@ -6,4 +6,8 @@ var (
 	ChildListWatch = childListWatch
 	// ChildRESTConfig is the engine's REST client's configuration.
 	ChildRESTConfig = restClientConfig
+	// AcceptChild is the Accept header of the engine's requests for children.
+	AcceptChild = acceptChild
+	// ResourcePath is resourcePath.
+	ResourcePath = resourcePath
 )

@@ -92,7 +92,7 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 	}
 	get := func(gvr schema.GroupVersionResource, accept string) ([]byte, any) {
 		t.Helper()
-		raw, err := rc.Get().AbsPath(resourcePath(gvr, ns), "pool").SetHeader("Accept", accept).DoRaw(ctx)
+		raw, err := rc.Get().AbsPath(engine.ResourcePath(gvr, ns), "pool").SetHeader("Accept", accept).DoRaw(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,8 +174,7 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 
 	// A refusal comes back in protobuf too, and reads as the API server's Status: what apply
 	// tells a terminal refusal (Invalid, naming the field) from a retry by.
-	protobufFirst := "application/vnd.kubernetes.protobuf, application/json"
-	err = rc.Get().AbsPath(resourcePath(deploymentsGVR, ns), "missing").SetHeader("Accept", protobufFirst).Do(ctx).Error()
+	err = rc.Get().AbsPath(engine.ResourcePath(deploymentsGVR, ns), "missing").SetHeader("Accept", engine.AcceptChild).Do(ctx).Error()
 	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `"missing" not found`) {
 		t.Errorf("getting a missing Deployment: %v, want NotFound naming it", err)
 	}
@@ -184,8 +183,8 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = rc.Patch(types.ApplyPatchType).AbsPath(resourcePath(deploymentsGVR, ns), "pool").Param("fieldManager", engine.FieldManager).
-		Param("force", "true").SetHeader("Accept", protobufFirst).Body(body).Do(ctx).Error()
+	err = rc.Patch(types.ApplyPatchType).AbsPath(engine.ResourcePath(deploymentsGVR, ns), "pool").Param("fieldManager", engine.FieldManager).
+		Param("force", "true").SetHeader("Accept", engine.AcceptChild).Body(body).Do(ctx).Error()
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.replicas") {
 		t.Errorf("applying a negative replica count: %v, want Invalid naming spec.replicas", err)
 	}
@@ -208,12 +207,4 @@ func object(apiVersion, kind, namespace, name string, rest map[string]any) *unst
 		u.SetNamespace(namespace)
 	}
 	return u
-}
-
-// resourcePath is the API path of gvr's objects in namespace.
-func resourcePath(gvr schema.GroupVersionResource, namespace string) string {
-	if gvr.Group == "" {
-		return "/api/v1/namespaces/" + namespace + "/" + gvr.Resource
-	}
-	return "/apis/" + gvr.Group + "/" + gvr.Version + "/namespaces/" + namespace + "/" + gvr.Resource
 }
