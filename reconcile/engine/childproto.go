@@ -21,10 +21,10 @@ import (
 
 // Built-in children (Deployments, Services, ServiceAccounts, NetworkPolicies) are read as
 // protobuf, which the API server serves for every built-in kind: a reader of the few fields a
-// Child keeps steps over the rest by their lengths, where JSON must be scanned to its end, and
-// the API server encodes protobuf for less than JSON. Custom resources (a KEDA ScaledObject) are
-// served as JSON whatever is asked first, and decoded as before. The field numbers are those of
-// the API's generated.proto files, which Kubernetes never renumbers.
+// Child keeps steps over the rest by their lengths, where JSON must be scanned to its end
+// (BenchmarkDecodeDeployment). Custom resources (a KEDA ScaledObject) are served as JSON
+// whatever is asked first, and decoded as before. The field numbers are those of the API's
+// generated.proto files, which Kubernetes never renumbers.
 
 // acceptChild is the Accept header of requests for children: protobuf where the resource serves
 // it, else JSON.

@@ -8,6 +8,8 @@ var (
 	ChildRESTConfig = restClientConfig
 	// AcceptChild is the Accept header of the engine's requests for children.
 	AcceptChild = acceptChild
+	// SameChild is sameChild.
+	SameChild = sameChild
 	// ResourcePath is resourcePath.
 	ResourcePath = resourcePath
 )

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -113,7 +113,7 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 				t.Fatalf("%s was not served as protobuf: %.40q", gvr.Resource, raw)
 			}
 			_, fromJSON := get(gvr, "application/json")
-			if diff = cmp.Diff(fromJSON, fromProtobuf, everyField); diff == "" {
+			if diff = cmp.Diff(fromJSON, fromProtobuf, engine.SameChild); diff == "" {
 				return fromProtobuf
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -130,12 +130,11 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	items := reflect.ValueOf(list).Elem().FieldByName("Items")
-	if items.Len() != 1 {
-		t.Fatalf("the list holds %d Deployments, want 1", items.Len())
+	items, err := meta.ExtractList(list)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("the list holds %d Deployments, want 1 (%v)", len(items), err)
 	}
-	listed := items.Index(0).Interface()
-	if kind := listed.(interface{ GetObjectKind() schema.ObjectKind }).GetObjectKind().GroupVersionKind(); kind != deploymentsGVR.GroupVersion().WithKind("Deployment") {
+	if kind := items[0].GetObjectKind().GroupVersionKind(); kind != deploymentsGVR.GroupVersion().WithKind("Deployment") {
 		t.Errorf("a listed Deployment is a %v", kind)
 	}
 	listMeta, _ := list.(metav1.ListInterface)
@@ -189,9 +188,6 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 		t.Errorf("applying a negative replica count: %v, want Invalid naming spec.replicas", err)
 	}
 }
-
-// everyField compares the engine's cached forms field by field, the unexported ones included.
-var everyField = cmp.Exporter(func(reflect.Type) bool { return true })
 
 // object is an unstructured object of apiVersion and kind named name in namespace, with the
 // top-level fields of rest.
