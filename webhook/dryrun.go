@@ -10,11 +10,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
+	"evals.si/operator/unstructuredjson"
 )
 
 // DryRun has validation apply the children a workload object renders to with dryRun=All, so
@@ -45,8 +47,7 @@ func (d *DryRun) check(ctx context.Context, obj *unstructured.Unstructured) (ref
 		if !ok {
 			continue
 		}
-		_, err := d.Client.Resource(gvr).Namespace(child.GetNamespace()).Apply(ctx, child.GetName(), child,
-			metav1.ApplyOptions{FieldManager: evalsi.FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+		err := dryRunApply(ctx, d.Client, gvr, child, evalsi.ChildFieldValidation)
 		switch {
 		case err == nil:
 		case apierrors.IsInvalid(err):
@@ -59,6 +60,19 @@ func (d *DryRun) check(ctx context.Context, obj *unstructured.Unstructured) (ref
 		}
 	}
 	return "", warnings
+}
+
+// dryRunApply dry-runs the apply of child as the operator makes it, asking for the given
+// fieldValidation (the operator's evalsi.ChildFieldValidation; a test asks for Strict).
+func dryRunApply(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, child *unstructured.Unstructured, validation string) error {
+	body, err := unstructuredjson.Marshal(child.Object)
+	if err != nil {
+		return fmt.Errorf("encoding %s %s: %w", child.GetKind(), child.GetName(), err)
+	}
+	force := true
+	_, err = client.Resource(gvr).Namespace(child.GetNamespace()).Patch(ctx, child.GetName(), types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: evalsi.FieldManager, Force: &force, FieldValidation: validation, DryRun: []string{metav1.DryRunAll}})
+	return err
 }
 
 // dryRunObject is obj as its children are rendered at admission: with a uid (a create has none

@@ -203,10 +203,11 @@ func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s %s/%s: %w", want.GetKind(), want.GetNamespace(), want.GetName(), err)
 	}
-	// The query of metav1.PatchOptions{FieldManager, Force: true}, written out: the parameter
-	// codec converts the options by reflection at each call.
+	// The query of metav1.PatchOptions{FieldManager, Force: true, FieldValidation}, written out:
+	// the parameter codec converts the options by reflection at each call.
 	raw, err := rawResult(e.rest.Patch(types.ApplyPatchType).AbsPath(resourcePath(gvr, want.GetNamespace()), want.GetName()).
-		Param("fieldManager", FieldManager).Param("force", "true").SetHeader("Accept", acceptChild).Body(body).Do(ctx))
+		Param("fieldManager", FieldManager).Param("force", "true").Param("fieldValidation", evalsi.ChildFieldValidation).
+		SetHeader("Accept", acceptChild).Body(body).Do(ctx))
 	if apierrors.IsInvalid(err) {
 		// The spec rendered into something the API server rejects; retrying cannot help.
 		return nil, refusedChild(want, err)
