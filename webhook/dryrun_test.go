@@ -29,8 +29,8 @@ const generatedPerKind = 1500
 // takes: every valid admission case, every example, and every generated spec that validation
 // accepts renders children that the real API server (with KEDA's ScaledObject CRD) takes with
 // dryRun=All. A refusal prints the spec and the generator's seed. The dry runs ask for
-// fieldValidation=Strict, so a child with a field its schema does not know, or a field twice, is
-// refused too: that is what lets the operator apply with evalsi.ChildFieldValidation (Ignore).
+// fieldValidation=Strict, the check the operator's applies skip (evalsi.ChildFieldValidation is
+// Ignore): here a key written twice would be refused rather than warned of.
 func TestChildrenPassServerDryRun(t *testing.T) {
 	ctx := testContext(t)
 	if err := env.InstallKedaCRDs(ctx); err != nil {
