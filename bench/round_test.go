@@ -97,6 +97,9 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 		// after the contender made it, at the latest before it converged), which the idle
 		// window must not see.
 		time.Sleep(time.Until(t0.Add(res.converge + 10*time.Minute + 30*time.Second)))
+		// The controller-manager works through those changes (one per Deployment) for minutes at
+		// 10,000; unwaited, they ran on into the next contender's round and slowed it.
+		wait(b, ctx, p, "every Deployment past its progress deadline", func() bool { return w.pastProgressDeadline(n) })
 	}
 	idleFrom := mark()
 	time.Sleep(*idle)

@@ -71,6 +71,29 @@ func (w *namespaceWatch) ready(n int) bool {
 	})
 }
 
+// pastProgressDeadline reports whether all n Deployments have passed their progress deadline
+// (Progressing False, ProgressDeadlineExceeded): without pods, the controller-manager's last
+// change to each, ten minutes after it was made.
+func (w *namespaceWatch) pastProgressDeadline(n int) bool {
+	deployments := w.children[0].GetStore().List() // childKinds[0]
+	if len(deployments) != n {
+		return false
+	}
+	for _, o := range deployments {
+		conds, _, _ := unstructured.NestedSlice(o.(*unstructured.Unstructured).Object, "status", "conditions")
+		exceeded := false
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Progressing" {
+				exceeded = m["status"] == "False" && m["reason"] == "ProgressDeadlineExceeded"
+			}
+		}
+		if !exceeded {
+			return false
+		}
+	}
+	return true
+}
+
 func (w *namespaceWatch) every(n int, ok func(*unstructured.Unstructured) bool) bool {
 	evs := w.evaluators.GetStore().List()
 	if len(evs) != n {
