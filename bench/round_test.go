@@ -161,24 +161,21 @@ func readyEventLags(ctx context.Context, ns string) (longest time.Duration, late
 		}
 	}
 	for _, ev := range evs.Items {
-		conds, _, _ := unstructured.NestedSlice(ev.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] != evalsi.ConditionReady {
-				continue
-			}
-			reason, _ := m["reason"].(string)
-			since, _ := time.Parse(time.RFC3339, fmt.Sprint(m["lastTransitionTime"]))
-			at, ok := written[ev.GetName()+"/"+reason]
-			if !ok {
-				missing++
-				continue
-			}
-			lag := at.Sub(since)
-			longest = max(longest, lag)
-			if lag > 5*time.Second {
-				late++
-			}
+		m := condition(&ev, evalsi.ConditionReady)
+		if m == nil {
+			continue
+		}
+		reason, _ := m["reason"].(string)
+		since, _ := time.Parse(time.RFC3339, fmt.Sprint(m["lastTransitionTime"]))
+		at, ok := written[ev.GetName()+"/"+reason]
+		if !ok {
+			missing++
+			continue
+		}
+		lag := at.Sub(since)
+		longest = max(longest, lag)
+		if lag > 5*time.Second {
+			late++
 		}
 	}
 	return longest, late, missing, nil

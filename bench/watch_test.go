@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,13 +62,7 @@ func (w *namespaceWatch) converged(n int) bool {
 // ready reports whether all n Evaluators are Ready for their current generation.
 func (w *namespaceWatch) ready(n int) bool {
 	return w.converged(n) && w.every(n, func(ev *unstructured.Unstructured) bool {
-		conds, _, _ := unstructured.NestedSlice(ev.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, _ := c.(map[string]any); m["type"] == evalsi.ConditionReady {
-				return m["status"] == "True"
-			}
-		}
-		return false
+		return condition(ev, evalsi.ConditionReady)["status"] == "True"
 	})
 }
 
@@ -75,23 +70,27 @@ func (w *namespaceWatch) ready(n int) bool {
 // (Progressing False, ProgressDeadlineExceeded): without pods, the controller-manager's last
 // change to each, ten minutes after it was made.
 func (w *namespaceWatch) pastProgressDeadline(n int) bool {
-	deployments := w.children[0].GetStore().List() // childKinds[0]
+	deployments := w.children[slices.Index(childKinds, evalsi.Deployments)].GetStore().List()
 	if len(deployments) != n {
 		return false
 	}
 	for _, o := range deployments {
-		conds, _, _ := unstructured.NestedSlice(o.(*unstructured.Unstructured).Object, "status", "conditions")
-		exceeded := false
-		for _, c := range conds {
-			if m, _ := c.(map[string]any); m["type"] == "Progressing" {
-				exceeded = m["status"] == "False" && m["reason"] == "ProgressDeadlineExceeded"
-			}
-		}
-		if !exceeded {
+		if c := condition(o.(*unstructured.Unstructured), "Progressing"); c["status"] != "False" || c["reason"] != "ProgressDeadlineExceeded" {
 			return false
 		}
 	}
 	return true
+}
+
+// condition is obj's status condition of type t, nil when it has none.
+func condition(obj *unstructured.Unstructured, t string) map[string]any {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == t {
+			return m
+		}
+	}
+	return nil
 }
 
 func (w *namespaceWatch) every(n int, ok func(*unstructured.Unstructured) bool) bool {
