@@ -1,0 +1,79 @@
+package process
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestLeftToWarmer gives the times at which a replica that did not warm a free shard looks at
+// it: it leaves the shard to its on-time warmer until that one has surely seen it free too.
+func TestLeftToWarmer(t *testing.T) {
+	timings := LeaseTimings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	seen := time.Unix(1000, 0)
+	for name, tc := range map[string]struct {
+		warmer string
+		peers  []string
+		after  time.Duration
+		want   bool
+	}{
+		"this replica warms it":         {warmer: "a", peers: []string{"c"}, after: 0, want: false},
+		"no warmer":                     {warmer: "", peers: []string{"c"}, after: 0, want: false},
+		"the warmer is late too":        {warmer: "c", peers: nil, after: 0, want: false},
+		"just seen free":                {warmer: "c", peers: []string{"c"}, after: 0, want: true},
+		"the warmer read a round later": {warmer: "c", peers: []string{"c"}, after: timings.RetryPeriod + 200*time.Millisecond, want: true},
+		"two rounds: the warmer failed": {warmer: "c", peers: []string{"c"}, after: 2 * timings.RetryPeriod, want: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := &shardHolder{id: "a", timings: timings, peers: tc.peers, warmer: map[int]string{}, freeSince: map[int]time.Time{0: seen}}
+			if tc.warmer != "" {
+				h.warmer[0] = tc.warmer
+			}
+			if got := h.leftToWarmer(0, seen.Add(tc.after)); got != tc.want {
+				t.Errorf("leftToWarmer after %s = %v, want %v", tc.after, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestAssignLateAgrees gives two surviving replicas the same Leases of a late holder's shards:
+// each computes the same warmer for every shard, and no replica is given more than its share.
+func TestAssignLateAgrees(t *testing.T) {
+	for count := 2; count <= 6; count++ {
+		t.Run(fmt.Sprintf("%d shards", count), func(t *testing.T) {
+			holders := map[int]shardLease{}
+			for i := range count {
+				// b is late with every third shard; a and c hold the rest in turn.
+				holders[i] = shardLease{holder: []string{"b", "a", "c"}[i%3], late: i%3 == 0}
+			}
+			share := (count + 1) / 2
+			assigned := map[string]map[int]string{}
+			for _, id := range []string{"a", "c"} {
+				peer := map[string]string{"a": "c", "c": "a"}[id]
+				h := &shardHolder{id: id, count: count, peers: []string{peer}, warmer: map[int]string{}, freeSince: map[int]time.Time{}}
+				h.assignLate(holders, share, time.Unix(1000, 0))
+				assigned[id] = h.warmer
+			}
+			load := map[string]int{}
+			for i, l := range holders {
+				if !l.late {
+					load[l.holder]++
+					continue
+				}
+				wa, wc := assigned["a"][i], assigned["c"][i]
+				if wa != wc {
+					t.Errorf("shard %d: a gives it to %q, c to %q", i, wa, wc)
+				}
+				if wa == "b" || wa == "" {
+					t.Errorf("shard %d: warmer %q, want a or c", i, wa)
+				}
+				load[wa]++
+			}
+			for id, n := range load {
+				if n > share {
+					t.Errorf("%s holds and warms %d shards, over its share %d", id, n, share)
+				}
+			}
+		})
+	}
+}
