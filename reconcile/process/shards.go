@@ -293,17 +293,14 @@ func (h *shardHolder) assignLate(holders map[int]shardLease, share int, now time
 }
 
 // leftToWarmer reports whether this replica leaves free shard i to another replica that warmed
-// it, for two RetryPeriods after this replica saw it free: that replica's warm engine reconciles
-// at once. Each replica judges the Lease run out a duration after its own first sight of the last
-// renewal, and each reads about once a RetryPeriod (plus the time a round of reads takes), so the
-// warmer may see the Lease free up to a little more than one RetryPeriod after this replica: with
-// only one, the two raced. After that, any replica takes it (the warmer failed or died).
+// it, for LeaseTimings.warmerGrace after this replica saw it free: that replica's warm engine
+// reconciles at once. After that, any replica takes it (the warmer failed or died).
 func (h *shardHolder) leftToWarmer(i int, now time.Time) bool {
 	w, ok := h.warmer[i]
 	if !ok || w == h.id || !slices.Contains(h.peers, w) {
 		return false
 	}
-	return now.Sub(h.freeSince[i]) < 2*h.timings.RetryPeriod
+	return now.Sub(h.freeSince[i]) < h.timings.warmerGrace()
 }
 
 // rendezvous is the rendezvous hash of replica id and shard i: each replica prefers the shards
