@@ -185,6 +185,9 @@ func (h *shardHolder) release(name string) error {
 type shardLease struct {
 	holder string
 	late   bool
+	// expired is whether the Lease is free because another replica stopped renewing it (it still
+	// names that replica), not released.
+	expired bool
 }
 
 // holders returns each shard's Lease now, and, when replicas with another number of shards hold
@@ -218,7 +221,8 @@ func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]shard
 			conflict = fmt.Sprintf("%s holds Lease %s with --shards=%s", holder, name, count)
 		}
 		if i < h.count {
-			out[i] = shardLease{holder: holder, late: late}
+			named := l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && *l.Spec.HolderIdentity != h.id
+			out[i] = shardLease{holder: holder, late: late, expired: holder == "" && named}
 		}
 	}
 	return out, conflict, nil

@@ -251,7 +251,8 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 // the order of the shards, the one that hashes best with the shard (rendezvous hashing) among
 // those below share with the shards they hold and were given. Every replica computes the same
 // from the same Leases, so one warms each shard, not all. A shard keeps its warmer while its
-// Lease is free, and loses it once the Lease is held again.
+// Lease is free, and loses it once the Lease is held again. A shard whose holder's Lease ran out
+// before this replica saw it late is given one too, as the others gave it.
 func (h *shardHolder) assignLate(holders map[int]shardLease, share int, now time.Time) {
 	load := map[string]int{}
 	for _, l := range holders {
@@ -267,13 +268,18 @@ func (h *shardHolder) assignLate(holders map[int]shardLease, share int, now time
 			if _, seen := h.freeSince[i]; !seen {
 				h.freeSince[i] = now
 			}
-			continue
+			if _, given := h.warmer[i]; given || !l.expired {
+				continue
+			}
+			// Its holder died, and this replica never saw it late: a round of its reads took
+			// longer than the late window. It gives the shard the warmer the others gave it.
 		case !l.late:
 			delete(h.warmer, i)
 			delete(h.freeSince, i)
 			continue
+		default:
+			delete(h.freeSince, i)
 		}
-		delete(h.freeSince, i)
 		best, bestHash := "", uint64(0)
 		for _, c := range candidates {
 			if load[c] >= share {
