@@ -328,6 +328,17 @@ func cutOffReplica(t *testing.T, shards int) {
 		}
 		return nil
 	})
+	// othersLogs are the logs of the survivors other than name since the cut, to tell who took a
+	// shard and why.
+	othersLogs := func(name string) string {
+		var out strings.Builder
+		for _, other := range survivors {
+			if other != name {
+				fmt.Fprintf(&out, "%s:\n%s", other, replicas[other].logs.String()[before[other]:])
+			}
+		}
+		return out.String()
+	}
 	for _, s := range cut {
 		var warmers []string
 		for _, name := range survivors {
@@ -340,7 +351,7 @@ func cutOffReplica(t *testing.T, shards int) {
 			holding := strings.Index(logs, fmt.Sprintf("msg=\"holding a shard\" shard=%s", s))
 			switch {
 			case holding < 0:
-				t.Errorf("%s warmed shard %s, and another took it\n%s", name, s, logs)
+				t.Errorf("%s warmed shard %s, and another took it\n%s\nthe others' logs:\n%s", name, s, logs, othersLogs(name))
 			case holding < warming:
 				t.Errorf("%s held shard %s before it warmed it\n%s", name, s, logs)
 			case !strings.Contains(strings.SplitN(logs[holding:], "\n", 2)[0], "warm=true"):
