@@ -12,7 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
 
-	"evals.si/operator/apiclient/evalsid"
+	"evals.si/operator/evalsid"
 	"evals.si/operator/internal/command"
 )
 

@@ -141,7 +141,7 @@ func TestProductLinksNoDevelopmentCode(t *testing.T) {
 	if !slices.Contains(deps, "evals.si/operator/reconcile") {
 		t.Fatalf("go list -deps lacks the engine: %v", deps)
 	}
-	for _, dev := range []string{"evals.si/operator/cluster", "evals.si/operator/cluster/clustertest", "evals.si/operator/internal/devenv", "evals.si/operator/apiclient/evalsid/evalsidtest"} {
+	for _, dev := range []string{"evals.si/operator/cluster", "evals.si/operator/cluster/clustertest", "evals.si/operator/cmd/evalsi-dev/devenv", "evals.si/operator/evalsid/evalsidtest"} {
 		if slices.Contains(deps, dev) {
 			t.Errorf("the operator's binary links %s", dev)
 		}

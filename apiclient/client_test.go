@@ -16,9 +16,9 @@ import (
 	"connectrpc.com/connect"
 
 	"evals.si/operator/apiclient"
-	"evals.si/operator/apiclient/evalsid"
-	"evals.si/operator/apiclient/evalsid/evalsidtest"
 	v1 "evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/evalsid"
+	"evals.si/operator/evalsid/evalsidtest"
 	"evals.si/operator/internal/pki"
 )
 

@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"evals.si/operator/apiclient"
-	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsid"
 	"evals.si/operator/reconcile"
 )
 

@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsid"
 	"evals.si/operator/internal/manifest"
 	"evals.si/operator/reconcile/process"
 )

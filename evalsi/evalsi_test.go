@@ -13,11 +13,11 @@ import (
 
 // foreign are literals that spell a vocabulary word with another meaning.
 var foreign = map[string][]string{
-	"cluster/cluster.go":        {"evalsi"},                    // the local kubeconfig's cluster and context names
-	"cluster/nodes.go":          {"Ready"},                     // a Node's condition type
-	"internal/release/build.go": {"evalsi", "evalsi-operator"}, // the evalsi chart's name; the image's name
-	"main.go":                   {"evalsi-operator"},           // the program's name
-	"cluster/assets.go":         {"evalsi-operator"},           // the cache directory's name
+	"cluster/cluster.go":                  {"evalsi"},                    // the local kubeconfig's cluster and context names
+	"cluster/nodes.go":                    {"Ready"},                     // a Node's condition type
+	"cmd/evalsi-release/release/build.go": {"evalsi", "evalsi-operator"}, // the evalsi chart's name; the image's name
+	"main.go":                             {"evalsi-operator"},           // the program's name
+	"cluster/assets.go":                   {"evalsi-operator"},           // the cache directory's name
 }
 
 // TestVocabularyHasOneHome parses every non-test Go file of the module outside this package (and

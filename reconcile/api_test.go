@@ -20,11 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"evals.si/operator/apiclient"
-	"evals.si/operator/apiclient/evalsid"
-	"evals.si/operator/apiclient/evalsid/evalsidtest"
 	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/evalsid"
+	"evals.si/operator/evalsid/evalsidtest"
 )
 
 // testEvalsid is the reference server on loopback with the operator's token in a file.

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/evalsid"
 	"evals.si/operator/reconcile/engine"
 )
 

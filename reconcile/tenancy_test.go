@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/evalsid"
 )
 
 // asNamespaceEditor returns a client that acts as user in namespace ns, with a Role that lets it

@@ -9,10 +9,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"evals.si/operator/apiclient/evalsid"
 	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/evalsid"
 )
 
 // TestFinishedEvalRunsExpire runs an engine whose finished EvalRuns stay an hour (--evalrun-ttl)

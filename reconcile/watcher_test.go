@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"evals.si/operator/apiclient/evalsid"
 	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/evalsid"
 )
 
 // TestCheckpointWatcherFlow drives the real kubectl exactly as the checkpoint watcher of ADR 0025

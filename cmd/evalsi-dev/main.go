@@ -14,8 +14,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"evals.si/operator/cmd/evalsi-dev/devenv"
 	"evals.si/operator/internal/command"
-	"evals.si/operator/internal/devenv"
 )
 
 func main() {

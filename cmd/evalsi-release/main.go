@@ -1,4 +1,4 @@
-// Command evalsi-release builds a release's artifacts (internal/release). The release workflow
+// Command evalsi-release builds a release's artifacts (package release, beside it). The release workflow
 // runs `binaries`, builds and pushes the image from them with the Dockerfile, then runs `charts`
 // with the image's repository and digest, and signs keylessly and publishes. `dry-run` rehearses
 // all of it on this machine with nothing published: it builds the image without a daemon, pushes
@@ -20,7 +20,7 @@ import (
 	"syscall"
 
 	"evals.si/operator/cluster"
-	"evals.si/operator/internal/release"
+	"evals.si/operator/cmd/evalsi-release/release"
 )
 
 func main() {

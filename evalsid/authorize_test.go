@@ -16,11 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
-	"evals.si/operator/apiclient/evalsid"
 	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/apiclient/evalsiv1/evalsiv1connect"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/evalsid"
 )
 
 // api is a client of evalsid's three services that signs every call with one token.
@@ -119,7 +119,7 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cs := c.Clientset()
-	if err := c.InstallCRDs(ctx, "../../chart/evalsi-crds/files/crds"); err != nil {
+	if err := c.InstallCRDs(ctx, "../chart/evalsi-crds/files/crds"); err != nil {
 		t.Fatal(err)
 	}
 	namespaces := map[string]map[string]string{

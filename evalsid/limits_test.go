@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"evals.si/operator/apiclient/evalsid"
+	"evals.si/operator/evalsid"
 )
 
 // heapInUse returns the live heap after a collection.

@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"evals.si/operator/apiclient"
-	"evals.si/operator/apiclient/evalsid"
 	"evals.si/operator/cluster"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/evalsid"
 	"evals.si/operator/internal/manifest"
 	"evals.si/operator/reconcile"
 	"evals.si/operator/render"

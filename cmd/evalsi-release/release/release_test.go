@@ -38,7 +38,7 @@ func TestDryRunSignsAndTamperingFails(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("ab", 32)
 	// One platform, as make test's dry run: the other is the same build with another GOARCH.
 	opts := Options{Version: "v0.9.1", Commit: "abc1234", ImageRepository: "registry.invalid/evals-si/evalsi-operator", ImageDigest: digest,
-		ChartRepository: "registry.invalid/evals-si/charts", Repo: "../..", Out: out,
+		ChartRepository: "registry.invalid/evals-si/charts", Repo: "../../..", Out: out,
 		Helm: helm, Tested: tested, Identity: "https://code.invalid/evals-si/evalsi-operator", Platforms: []string{"linux/amd64"}}
 	bins, err := Binaries(ctx, opts)
 	if err != nil {
@@ -141,7 +141,7 @@ func TestPinImage(t *testing.T) {
 	const d = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	for _, c := range Charts {
 		t.Run(c, func(t *testing.T) {
-			b, err := os.ReadFile(filepath.Join("../../chart", c, "values.yaml"))
+			b, err := os.ReadFile(filepath.Join("../../../chart", c, "values.yaml"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,12 +184,12 @@ func TestPinImage(t *testing.T) {
 // under the name the charts run and the dry run pushes, and that a workflow that names another
 // image is caught.
 func TestWorkflowPushesTheChartsImage(t *testing.T) {
-	name, err := WorkflowImageName("../../.github/workflows/release.yml")
+	name, err := WorkflowImageName("../../../.github/workflows/release.yml")
 	if err != nil || name != ImageName {
 		t.Errorf("the workflow pushes %q (%v), want %q", name, err, ImageName)
 	}
 	for _, c := range Charts {
-		b, err := os.ReadFile(filepath.Join("../../chart", c, "values.yaml"))
+		b, err := os.ReadFile(filepath.Join("../../../chart", c, "values.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"evals.si/operator/apiclient/evalsid"
+	"evals.si/operator/evalsid"
 )
 
 // Faults are the failures a test injects into one server (Inject).

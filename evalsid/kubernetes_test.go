@@ -26,11 +26,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
-	"evals.si/operator/apiclient/evalsid"
 	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/apiclient/evalsiv1/evalsiv1connect"
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsid"
 	"evals.si/operator/render"
 )
 
