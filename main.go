@@ -4,7 +4,6 @@ package main
 import (
 	"context"
 	"errors"
-	"evals.si/operator/internal/command"
 	"fmt"
 	"io"
 	"os"
@@ -13,25 +12,19 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"evals.si/operator/evalsi"
-)
-
-// Set by the Makefile through -ldflags.
-var (
-	version = "dev"
-	commit  = "unknown"
+	"evals.si/operator/internal/command"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
+	code := execute(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// run runs the command line args and returns the exit status: 0, the status a command chose
+// execute runs the command line args and returns the exit status: 0, the status a command chose
 // (validate and render: 1 for invalid input), 2 for a command line that cannot be used, else 1.
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	err := newApp(stdin, stdout, stderr).RunContext(ctx, args)
 	if err == nil {
 		return 0
@@ -53,7 +46,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:    "evalsi-operator",
 		Usage:   "the Kubernetes operator of the Evals.si evaluation platform",
-		Version: fmt.Sprintf("%s (commit %s, Kubernetes %s)", version, commit, evalsi.KubernetesMinor),
+		Version: versionString(),
 		Reader:  stdin, Writer: stdout, ErrWriter: stderr,
 		Commands: []*cli.Command{
 			runCommand(),
@@ -79,15 +72,4 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		c.OnUsageError = usageError
 	}
 	return app
-}
-
-func versionCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "version",
-		Usage: "print the version, the commit and the supported Kubernetes minor",
-		Action: func(c *cli.Context) error {
-			_, err := fmt.Fprintf(c.App.Writer, "evalsi-operator %s (commit %s, Kubernetes %s)\n", version, commit, evalsi.KubernetesMinor)
-			return err
-		},
-	}
 }

@@ -77,7 +77,7 @@ func TestCommandOutput(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
 			args := append([]string{"evalsi-operator"}, strings.Fields(tc.args)...)
-			code := run(context.Background(), args, strings.NewReader(tc.stdin), &out, &errOut)
+			code := execute(context.Background(), args, strings.NewReader(tc.stdin), &out, &errOut)
 			got := fmt.Sprintf("$ evalsi-operator %s\nexit %d\n--- stdout\n%s--- stderr\n%s", tc.args, code, out.String(), errOut.String())
 			golden.Check(t, "testdata/commands/"+name+".txt", []byte(got))
 		})
@@ -89,7 +89,7 @@ func TestCommandOutput(t *testing.T) {
 func TestValidateCommandGivesTheValidatorsMessages(t *testing.T) {
 	validate := func(path string) (string, int) {
 		var out bytes.Buffer
-		code := run(context.Background(), []string{"evalsi-operator", "validate", "-f", path}, nil, &out, &out)
+		code := execute(context.Background(), []string{"evalsi-operator", "validate", "-f", path}, nil, &out, &out)
 		return out.String(), code
 	}
 	out, code := validate("testdata/admission/invalid.yaml")
