@@ -1,9 +1,9 @@
-// Command evalsi-release builds a release's artifacts (package release, beside it). The release workflow
-// runs `binaries`, builds and pushes the image from them with the Dockerfile, then runs `charts`
-// with the image's repository and digest, and signs keylessly and publishes. `dry-run` rehearses
-// all of it on this machine with nothing published: it builds the image without a daemon, pushes
-// it to a loopback registry, and signs and verifies everything with a throwaway key using the
-// pinned cosign.
+// Command evalsi-release builds a release's artifacts (package release, beside it). The release
+// workflow runs `binaries`, builds and pushes the image from them with the Dockerfile, then runs
+// `charts` with the image's repository and digest, and signs keylessly and publishes. `dry-run`
+// rehearses all of it on this machine with nothing published: it builds the image without a daemon,
+// pushes it to a loopback registry, and signs and verifies everything with a throwaway key using
+// the pinned cosign.
 //
 //	go run ./cmd/evalsi-release dry-run --version v0.2.0 --out dist/v0.2.0
 package main
