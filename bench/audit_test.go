@@ -36,7 +36,8 @@ func mark() auditMark {
 }
 
 // writes counts the writes logged between from and to, by resource ("deployments",
-// "evaluators/status", ...).
+// "evaluators/status", ...); a write the API server refused counts apart, under its resource and
+// status code ("evaluators/status refused 409"), since it cost the server a request all the same.
 func writes(from, to auditMark) (writeCount, error) {
 	f, err := os.Open(env.AuditLog)
 	if err != nil {
@@ -52,6 +53,9 @@ func writes(from, to auditMark) (writeCount, error) {
 				Resource    string `json:"resource"`
 				Subresource string `json:"subresource"`
 			} `json:"objectRef"`
+			ResponseStatus struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return nil, fmt.Errorf("reading the audit log: %w", err)
@@ -59,6 +63,9 @@ func writes(from, to auditMark) (writeCount, error) {
 		r := ev.ObjectRef.Resource
 		if ev.ObjectRef.Subresource != "" {
 			r += "/" + ev.ObjectRef.Subresource
+		}
+		if c := ev.ResponseStatus.Code; c >= 400 {
+			r += fmt.Sprintf(" refused %d", c)
 		}
 		out[r]++
 	}
