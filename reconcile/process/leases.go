@@ -87,17 +87,18 @@ type observation struct {
 	since           time.Time
 }
 
-// observedHolder returns who holds l as this replica judges it at now: no one when l names no
+// observe returns l as this replica judges it at now. No one holds it when it names no
 // holder, or when l has not changed (renewed) for its duration since this replica first saw that
 // version. Unlike the Lease's renewTime, this does not trust another machine's clock, as client-go's
 // elector does not; this replica reads the Leases every RetryPeriod, so that a killed holder's
 // shard is taken about a Lease duration after its last renewal.
 // It also reports whether that holder, another replica, is late: l has not changed for
-// LeaseTimings.late; then it notes when l runs out (shardHolder.expires).
-func (h *shardHolder) observedHolder(l *coordinationv1.Lease, now time.Time) (holder string, late bool) {
+// LeaseTimings.late; then it notes when l runs out (shardHolder.expires). A Lease that ran out
+// still naming another replica is expired: its holder stopped renewing it, not released it.
+func (h *shardHolder) observe(l *coordinationv1.Lease, now time.Time) shardLease {
 	s := l.Spec
 	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.LeaseDurationSeconds == nil {
-		return "", false
+		return shardLease{}
 	}
 	o, ok := h.seen[l.Name]
 	if !ok || o.resourceVersion != l.ResourceVersion {
@@ -105,18 +106,18 @@ func (h *shardHolder) observedHolder(l *coordinationv1.Lease, now time.Time) (ho
 		h.seen[l.Name] = o
 	}
 	if *s.HolderIdentity == h.id {
-		return h.id, false
+		return shardLease{holder: h.id}
 	}
 	duration := time.Duration(*s.LeaseDurationSeconds) * time.Second
 	quiet := now.Sub(o.since)
 	if quiet > duration {
-		return "", false
+		return shardLease{expired: true}
 	}
-	late = quiet > h.timings.late()
+	late := quiet > h.timings.late()
 	if expires := o.since.Add(duration); late && (h.expires.IsZero() || expires.Before(h.expires)) {
 		h.expires = expires
 	}
-	return *s.HolderIdentity, late
+	return shardLease{holder: *s.HolderIdentity, late: late}
 }
 
 // take makes this replica the holder of the Lease name, which it judged free, unless another
@@ -139,7 +140,7 @@ func (h *shardHolder) take(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if holder, _ := h.observedHolder(l, now.Time); holder != "" && holder != h.id {
+	if holder := h.observe(l, now.Time).holder; holder != "" && holder != h.id {
 		return false, nil
 	}
 	transitions := int32(0)
@@ -180,13 +181,13 @@ func (h *shardHolder) release(name string) error {
 	return err
 }
 
-// shardLease is a shard's Lease as this replica judges it: who holds it ("" for no one), and
-// whether that holder, another replica, is late to renew it.
+// shardLease is a Lease (a shard's or a member slot's) as this replica judges it (observe): who
+// holds it ("" for no one), and whether that holder, another replica, is late to renew it.
 type shardLease struct {
 	holder string
 	late   bool
-	// expired is whether the Lease is free because another replica stopped renewing it (it still
-	// names that replica), not released.
+	// expired is whether the Lease is free because another replica stopped renewing it (it ran
+	// out still naming that replica), not because it was released.
 	expired bool
 }
 
@@ -216,13 +217,12 @@ func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]shard
 		if err != nil {
 			return nil, "", err
 		}
-		holder, late := h.observedHolder(l, now)
-		if count := cmp.Or(l.Labels[LabelShards], "1"); holder != "" && (i == h.count || count != strconv.Itoa(h.count)) {
-			conflict = fmt.Sprintf("%s holds Lease %s with --shards=%s", holder, name, count)
+		observed := h.observe(l, now)
+		if count := cmp.Or(l.Labels[LabelShards], "1"); observed.holder != "" && (i == h.count || count != strconv.Itoa(h.count)) {
+			conflict = fmt.Sprintf("%s holds Lease %s with --shards=%s", observed.holder, name, count)
 		}
 		if i < h.count {
-			named := l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && *l.Spec.HolderIdentity != h.id
-			out[i] = shardLease{holder: holder, late: late, expired: holder == "" && named}
+			out[i] = observed
 		}
 	}
 	return out, conflict, nil
@@ -257,8 +257,8 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, lat
 		if err != nil {
 			return 0, 0, false, err
 		}
-		switch holder, isLate := h.observedHolder(l, now); {
-		case holder == h.id && mine == "":
+		switch observed := h.observe(l, now); {
+		case observed.holder == h.id && mine == "":
 			renew := metav1.NewMicroTime(now)
 			l.Spec.RenewTime = &renew
 			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager}); err != nil && !apierrors.IsConflict(err) {
@@ -266,16 +266,16 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, lat
 			} else if err == nil {
 				live, mine = live+1, name
 			}
-		case holder == "":
+		case observed.holder == "":
 			free = append(free, name)
 		case l.Labels[LabelShards] == strconv.Itoa(h.count):
 			// A replica with another number of shards reconciles nothing beside this one
 			// (holders): it is not counted.
 			live++
-			if isLate {
+			if observed.late {
 				late++
 			} else {
-				h.peers = append(h.peers, holder)
+				h.peers = append(h.peers, observed.holder)
 			}
 		}
 	}

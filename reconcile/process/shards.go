@@ -53,7 +53,7 @@ type shardHolder struct {
 	// conflict is the Lease of replicas with another number of shards last seen held ("").
 	conflict string
 	// seen is each Lease's version as this replica first saw it: a holder whose Lease has not
-	// changed for its duration of this replica's own clock is gone (observedHolder).
+	// changed for its duration of this replica's own clock is gone (observe).
 	seen map[string]observation
 	// expires is when the first Lease of a late holder runs out (zero: none is late): rebalance
 	// runs again then, not up to a RetryPeriod later.

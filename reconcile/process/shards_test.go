@@ -4,7 +4,42 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// TestObserve judges one version of a Lease at times after this replica first saw it: held, late,
+// and, once it ran out, expired only while it still names another replica (a released Lease names
+// no one; this replica's own is its own).
+func TestObserve(t *testing.T) {
+	timings := LeaseTimings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	first := time.Unix(1000, 0)
+	for name, tc := range map[string]struct {
+		holder string
+		after  time.Duration
+		want   shardLease
+	}{
+		"renewed":                         {holder: "b", after: time.Second, want: shardLease{holder: "b"}},
+		"late: three retry periods quiet": {holder: "b", after: 2 * time.Second, want: shardLease{holder: "b", late: true}},
+		"ran out naming its holder":       {holder: "b", after: 5 * time.Second, want: shardLease{expired: true}},
+		"released":                        {holder: "", after: 5 * time.Second, want: shardLease{}},
+		"this replica's own":              {holder: "a", after: 5 * time.Second, want: shardLease{holder: "a"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := &shardHolder{id: "a", timings: timings, seen: map[string]observation{}}
+			seconds := int32(timings.LeaseDuration / time.Second)
+			l := &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: "shard-0-of-2", ResourceVersion: "7"},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &tc.holder, LeaseDurationSeconds: &seconds},
+			}
+			h.observe(l, first)
+			if got := h.observe(l, first.Add(tc.after)); got != tc.want {
+				t.Errorf("observe after %s = %+v, want %+v", tc.after, got, tc.want)
+			}
+		})
+	}
+}
 
 // TestLeftToWarmer gives the times at which a replica that did not warm a free shard looks at
 // it: it leaves the shard to its on-time warmer until that one has surely seen it free too.
