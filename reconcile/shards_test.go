@@ -192,23 +192,24 @@ func TestShardedReplicas(t *testing.T) {
 }
 
 // TestCutOffReplicasShardsAreWarmedThenTaken runs replicas with short Leases, over one shard (two
-// replicas: one leads, the other stands by), two and three (as many replicas, each holding one),
-// then cuts the holder of the first shard off from the API server, as a killed or partitioned
-// replica is: the others see it late to renew, one of them warms its shard (lists and watches it,
-// writing nothing) while the Lease runs out, then takes it and reconciles with the warm engine,
-// repairing its pools.
+// replicas: one leads, the other stands by), two and three (as many replicas, each holding one)
+// and six (three replicas holding two each), then cuts the holder of the first shard off from the
+// API server, as a killed or partitioned replica is: the others see it late to renew, one of them
+// warms each of its shards (lists and watches it, writing nothing) while the Lease runs out, then
+// takes it and reconciles with the warm engine, repairing its pools. With six shards each
+// survivor has room for one of the two: they must agree which.
 func TestCutOffReplicasShardsAreWarmedThenTaken(t *testing.T) {
 	t.Parallel() // see envMu
 
-	for _, shards := range []int{1, 2, 3} {
-		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) {
+	for _, tc := range []struct{ shards, replicas int }{{1, 2}, {2, 2}, {3, 3}, {6, 3}} {
+		t.Run(fmt.Sprintf("%d shards over %d replicas", tc.shards, tc.replicas), func(t *testing.T) {
 			t.Parallel()
-			cutOffReplica(t, shards)
+			cutOffReplica(t, tc.shards, tc.replicas)
 		})
 	}
 }
 
-func cutOffReplica(t *testing.T, shards int) {
+func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	const n = 8
@@ -222,8 +223,15 @@ func cutOffReplica(t *testing.T, shards int) {
 		logs syncBuffer
 	}
 	replicas := map[string]*replica{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for name, r := range replicas {
+				t.Logf("%s's log:\n%s", name, r.logs.String())
+			}
+		}
+	})
 	var names []string
-	for i := range max(shards, 2) {
+	for i := range replicaCount {
 		names = append(names, fmt.Sprintf("replica-%c", 'a'+i))
 	}
 	for _, name := range names {
@@ -256,7 +264,8 @@ func cutOffReplica(t *testing.T, shards int) {
 			<-done
 		})
 	}
-	// The victim holds the first shard; each other replica holds another, or stands by.
+	// The victim holds the first shard, and its fair share of the others; each other replica
+	// holds its share, or stands by.
 	var victim string
 	var cut []shard.Shard
 	clustertest.Eventually(t, ctx, "the replicas share the shards", func() error {
@@ -277,7 +286,7 @@ func cutOffReplica(t *testing.T, shards int) {
 			}
 			holders = append(holders, h)
 		}
-		if slices.Sort(holders); len(slices.Compact(holders)) != shards || slices.Contains(holders, "") {
+		if slices.Contains(holders, "") || len(slices.Compact(slices.Sorted(slices.Values(holders)))) != min(shards, replicaCount) {
 			return fmt.Errorf("shards held by %v", holders)
 		}
 		return nil

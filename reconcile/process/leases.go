@@ -110,14 +110,18 @@ func (h *shardHolder) observe(l *coordinationv1.Lease, now time.Time) shardLease
 	}
 	duration := time.Duration(*s.LeaseDurationSeconds) * time.Second
 	quiet := now.Sub(o.since)
+	var renewed time.Time
+	if s.RenewTime != nil {
+		renewed = s.RenewTime.Time
+	}
 	if quiet > duration {
-		return shardLease{expired: true}
+		return shardLease{expired: true, renewed: renewed}
 	}
 	late := quiet > h.timings.late()
 	if expires := o.since.Add(duration); late && (h.expires.IsZero() || expires.Before(h.expires)) {
 		h.expires = expires
 	}
-	return shardLease{holder: *s.HolderIdentity, late: late}
+	return shardLease{holder: *s.HolderIdentity, late: late, renewed: renewed}
 }
 
 // take makes this replica the holder of the Lease name, which it judged free, unless another
@@ -189,6 +193,10 @@ type shardLease struct {
 	// expired is whether the Lease is free because another replica stopped renewing it (it ran
 	// out still naming that replica), not because it was released.
 	expired bool
+	// renewed is the Lease's spec.renewTime when another replica holds it or held it until it
+	// ran out: every replica reads the same, and a dead holder's shards go late for each replica
+	// in the order of their last renewals (assignLate).
+	renewed time.Time
 }
 
 // holders returns each shard's Lease now, and, when replicas with another number of shards hold

@@ -248,11 +248,14 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 }
 
 // assignLate gives each shard of a late holder one warmer among this replica and its peers: in
-// the order of the shards, the one that hashes best with the shard (rendezvous hashing) among
-// those below share with the shards they hold and were given. Every replica computes the same
-// from the same Leases, so one warms each shard, not all. A shard keeps its warmer while its
-// Lease is free, and loses it once the Lease is held again. A shard whose holder's Lease ran out
-// before this replica saw it late is given one too, as the others gave it.
+// the order of the Leases' last renewals (then of the shards), the one that hashes best with the
+// shard (rendezvous hashing) among those below share with the shards they hold and were given.
+// Every replica computes the same from the same Leases, so one warms each shard, not all. A shard
+// keeps its warmer while its Lease is free, and its warmer's load counts it; it loses the warmer
+// once the Lease is held again. A shard whose holder's Lease ran out before this replica saw it
+// late is given one too, as the others gave it. Replicas whose rounds saw a dead holder's shards
+// go late in different steps still agree: each saw them go late in the order of their last
+// renewals, the order in which they are given.
 func (h *shardHolder) assignLate(holders map[int]shardLease, share int, now time.Time) {
 	load := map[string]int{}
 	for _, l := range holders {
@@ -261,14 +264,25 @@ func (h *shardHolder) assignLate(holders map[int]shardLease, share int, now time
 		}
 	}
 	candidates := append([]string{h.id}, h.peers...)
-	for i := range h.count {
+	order := make([]int, h.count)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return holders[a].renewed.Compare(holders[b].renewed) })
+	for _, i := range order {
 		l := holders[i]
 		switch {
 		case l.holder == "":
 			if _, seen := h.freeSince[i]; !seen {
 				h.freeSince[i] = now
 			}
-			if _, given := h.warmer[i]; given || !l.expired {
+			if w, given := h.warmer[i]; given {
+				// Its warmer takes it first: counted where it was given, so that the shards
+				// after it are given as by a replica that saw them all late in one round.
+				load[w]++
+				continue
+			}
+			if !l.expired {
 				continue
 			}
 			// Its holder died, and this replica never saw it late: a round of its reads took

@@ -2,6 +2,7 @@ package process
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -122,4 +123,81 @@ func TestAssignLateAgrees(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAssignLateAgreesOverRounds gives the late holder b's shards to the survivors a and c over
+// two rounds of reads: b renewed its shards' Leases last in some order; a saw all of them late in
+// the first round, c only the first k to have been renewed (it first saw the others' last
+// versions a round later, so they were still on time for it); in the second round all of them
+// have run out. c gives each shard the warmer a gave it, so that neither leaves a shard to the
+// other.
+func TestAssignLateAgreesOverRounds(t *testing.T) {
+	for count := 4; count <= 9; count++ {
+		var late []int
+		for i := range count {
+			if i%3 == 0 {
+				late = append(late, i)
+			}
+		}
+		for _, renewals := range permutations(late) {
+			for k := range len(late) + 1 {
+				t.Run(fmt.Sprintf("%d shards, renewed last %v, c saw the first %d late first", count, renewals, k), func(t *testing.T) {
+					renewed := map[int]time.Time{}
+					for n, i := range renewals {
+						renewed[i] = time.Unix(990, 0).Add(time.Duration(n) * 100 * time.Millisecond)
+					}
+					round := func(view func(i int, l shardLease) shardLease) map[int]shardLease {
+						holders := map[int]shardLease{}
+						for i := range count {
+							// b holds every third shard; a and c hold the rest in turn.
+							holders[i] = view(i, shardLease{holder: []string{"b", "a", "c"}[i%3], renewed: renewed[i]})
+						}
+						return holders
+					}
+					share := (count + 1) / 2
+					holder := func(id string) *shardHolder {
+						peer := map[string]string{"a": "c", "c": "a"}[id]
+						return &shardHolder{id: id, count: count, peers: []string{peer}, warmer: map[int]string{}, freeSince: map[int]time.Time{}}
+					}
+					a, c := holder("a"), holder("c")
+					a.assignLate(round(func(i int, l shardLease) shardLease {
+						l.late = l.holder == "b"
+						return l
+					}), share, time.Unix(1000, 0))
+					c.assignLate(round(func(i int, l shardLease) shardLease {
+						l.late = l.holder == "b" && slices.Index(renewals, i) < k
+						return l
+					}), share, time.Unix(1000, 0))
+					ranOut := round(func(i int, l shardLease) shardLease {
+						if l.holder == "b" {
+							return shardLease{expired: true, renewed: l.renewed}
+						}
+						return l
+					})
+					a.assignLate(ranOut, share, time.Unix(1001, 0))
+					c.assignLate(ranOut, share, time.Unix(1001, 0))
+					for _, i := range late {
+						if wa, wc := a.warmer[i], c.warmer[i]; wa != wc || wa == "" {
+							t.Errorf("shard %d: a gives it to %q, c to %q", i, wa, wc)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// permutations returns every order of s.
+func permutations(s []int) [][]int {
+	if len(s) <= 1 {
+		return [][]int{slices.Clone(s)}
+	}
+	var out [][]int
+	for n, first := range s {
+		rest := slices.Concat(s[:n:n], s[n+1:])
+		for _, p := range permutations(rest) {
+			out = append(out, append([]int{first}, p...))
+		}
+	}
+	return out
 }
