@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,7 +198,8 @@ func TestShardedReplicas(t *testing.T) {
 // API server, as a killed or partitioned replica is: the others see it late to renew, one of them
 // warms each of its shards (lists and watches it, writing nothing) while the Lease runs out, then
 // takes it and reconciles with the warm engine, repairing its pools. With six shards each
-// survivor has room for one of the two: they must agree which.
+// survivor has room for one of the two: they must agree which. Then the cut heals: the replica
+// takes back its share, and writes an object only once it holds the object's shard.
 func TestCutOffReplicasShardsAreWarmedThenTaken(t *testing.T) {
 	t.Parallel() // see envMu
 
@@ -221,6 +223,11 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	type replica struct {
 		cut  atomic.Bool
 		logs syncBuffer
+		// writes are the object writes (not of Leases or Events) the replica sends once
+		// recording is set, and when.
+		recording atomic.Bool
+		mu        sync.Mutex
+		writes    []objectWrite
 	}
 	replicas := map[string]*replica{}
 	t.Cleanup(func() {
@@ -243,6 +250,11 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 			return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 				if r.cut.Load() {
 					return nil, errors.New("cut off from the API server")
+				}
+				if r.recording.Load() && req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases/") && !strings.Contains(req.URL.Path, "/events") {
+					r.mu.Lock()
+					r.writes = append(r.writes, objectWrite{path: req.URL.Path, at: time.Now()})
+					r.mu.Unlock()
 				}
 				return rt.RoundTrip(req)
 			})
@@ -371,6 +383,100 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 			t.Errorf("shard %s warmed by %v, want one of %v", s, warmers, survivors)
 		}
 	}
+
+	// The cut heals: the replica finds its shards held by the others, counts itself in again and
+	// takes back its share, which the others hand over. It writes an object only once it holds
+	// the object's shard: pools deleted once it holds its share again make it write.
+	r := replicas[victim]
+	r.recording.Store(true)
+	r.cut.Store(false)
+	share := shards / replicaCount
+	held := map[int]time.Time{} // the victim's shards, by when it took them
+	clustertest.Eventually(t, ctx, "the healed replica holding its share again", func() error {
+		clear(held)
+		for i := range shards {
+			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: shards}), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if process.LeaseHolder(l, time.Now()) == victim && l.Spec.AcquireTime != nil {
+				held[i] = l.Spec.AcquireTime.Time
+			}
+		}
+		if len(held) != share {
+			return fmt.Errorf("it holds %d shards, want %d", len(held), share)
+		}
+		return nil
+	})
+	if err := cs.AppsV1().Deployments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "the pools repaired after the heal", func() error {
+		l, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) != n {
+			return fmt.Errorf("%d of %d Deployments", len(l.Items), n)
+		}
+		return nil
+	})
+	shardOf := map[string]int{}
+	all, err = env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range all.Items {
+		for i := range shards {
+			if (shard.Shard{Index: i, Count: shards}).Contains(string(o.GetUID())) {
+				shardOf[o.GetName()] = i
+			}
+		}
+	}
+	r.mu.Lock()
+	writes := slices.Clone(r.writes)
+	r.mu.Unlock()
+	for _, w := range writes {
+		owner := w.owner()
+		i, ok := shardOf[owner]
+		if !ok {
+			t.Errorf("the healed replica wrote %s, of no Evaluator", w.path)
+			continue
+		}
+		took, ok := held[i]
+		switch {
+		case !ok:
+			t.Errorf("the healed replica wrote %s at %s, of shard %d, which it does not hold", w.path, w.at.Format(time.StampMicro), i)
+		case w.at.Before(took):
+			t.Errorf("the healed replica wrote %s at %s, of shard %d, before it took the shard at %s", w.path, w.at.Format(time.StampMicro), i, took.Format(time.StampMicro))
+		}
+	}
+	owned := 0
+	for _, i := range shardOf {
+		if _, ok := held[i]; ok {
+			owned++
+		}
+	}
+	if owned > 0 && len(writes) == 0 {
+		t.Errorf("the healed replica holds %d shards with %d Evaluators and repaired none of their pools", share, owned)
+	}
+}
+
+// objectWrite is a request that writes an object, and when it was sent.
+type objectWrite struct {
+	path string
+	at   time.Time
+}
+
+// owner is the name of the Evaluator that w writes: the Evaluator itself (or its status), or one
+// of its children, named after it.
+func (w objectWrite) owner() string {
+	parts := strings.Split(w.path, "/")
+	i := slices.Index(parts, "namespaces")
+	if i < 0 || i+3 >= len(parts) {
+		return ""
+	}
+	return strings.TrimSuffix(parts[i+3], "-evaluator")
 }
 
 // roundTripperFunc is a function as an http.RoundTripper.

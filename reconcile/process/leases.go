@@ -247,10 +247,10 @@ func (h *shardHolder) labels() map[string]string {
 func MemberLease(name string, j int) string { return name + "-member-" + strconv.Itoa(j) }
 
 // renewMember renews this replica's member slot, or takes a free one, and returns how many slots
-// are held by replicas of this number of shards (this one included), how many of those holders
-// are late to renew theirs, and whether this replica took its slot just now (joined). It keeps
-// the others that are on time in h.peers.
-func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, late int, joined bool, err error) {
+// are held by replicas of this number of shards (this one included), which of those holders are
+// late to renew theirs, and whether this replica took its slot just now (joined). It keeps the
+// others that are on time in h.peers.
+func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live int, late []string, joined bool, err error) {
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
 	mine := ""
 	h.peers = h.peers[:0]
@@ -263,14 +263,14 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, lat
 			continue
 		}
 		if err != nil {
-			return 0, 0, false, err
+			return 0, nil, false, err
 		}
 		switch observed := h.observe(l, now); {
 		case observed.holder == h.id && mine == "":
 			renew := metav1.NewMicroTime(now)
 			l.Spec.RenewTime = &renew
 			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager}); err != nil && !apierrors.IsConflict(err) {
-				return 0, 0, false, err
+				return 0, nil, false, err
 			} else if err == nil {
 				live, mine = live+1, name
 			}
@@ -281,7 +281,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, lat
 			// (holders): it is not counted.
 			live++
 			if observed.late {
-				late++
+				late = append(late, observed.holder)
 			} else {
 				h.peers = append(h.peers, observed.holder)
 			}
@@ -293,7 +293,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, lat
 		}
 		taken, err := h.take(ctx, name)
 		if err != nil {
-			return 0, 0, false, err
+			return 0, nil, false, err
 		}
 		if taken {
 			live, mine, joined = live+1, name, true
@@ -301,6 +301,29 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live, lat
 	}
 	h.member = mine
 	return live, late, joined, nil
+}
+
+// stillLate returns the replicas of late (late to renew their member slots) that renew no shard
+// Lease on time either, and adds the others to h.peers. A replica renews its member slot in its
+// rounds of reads, but its shards' Leases with electors of their own: one whose rounds were slow
+// (a busy machine) still renews its shards, and is not counted out as if it were gone.
+func (h *shardHolder) stillLate(late []string, holders map[int]shardLease) []string {
+	var out []string
+	for _, m := range late {
+		renews := false
+		for _, l := range holders {
+			if l.holder == m && !l.late {
+				renews = true
+				break
+			}
+		}
+		if renews {
+			h.peers = append(h.peers, m)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // leave releases this replica's member slot, so that the others count it out at once.

@@ -158,9 +158,10 @@ func holdShards(ctx context.Context, h *shardHolder) error {
 // the shards of late holders that it would take.
 func (h *shardHolder) rebalance(ctx context.Context) {
 	now := time.Now()
-	members, lateMembers, standby := 1, 0, false
+	members, standby := 1, false
+	var late []string
 	if h.count > 1 {
-		n, late, joined, err := h.renewMember(ctx, now)
+		n, lateSlots, joined, err := h.renewMember(ctx, now)
 		if err != nil {
 			h.log.Warn("renewing the member Lease", "err", err)
 			return
@@ -171,13 +172,13 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 			// shards from the next round, a RetryPeriod later.
 			return
 		}
-		lateMembers = late
+		late = lateSlots
 		members = max(n, 1)
 		if h.member == "" {
 			// Every slot is held: as many replicas as shards run, and this one stands by. It
 			// takes nothing, and warms what it would take once a late replica's slot is free.
 			h.drain(0, n)
-			if late == 0 {
+			if len(late) == 0 {
 				h.warmLate(ctx, nil)
 				return
 			}
@@ -221,6 +222,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 		tries++
 	}
 	// Once the late replicas are counted out, this replica's share is larger.
+	lateMembers := len(h.stillLate(late, holders))
 	share := (h.count + max(members-lateMembers, 1) - 1) / max(members-lateMembers, 1)
 	h.assignLate(holders, share, now)
 	var free []int

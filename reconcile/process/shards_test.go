@@ -201,3 +201,29 @@ func permutations(s []int) [][]int {
 	}
 	return out
 }
+
+// TestStillLate counts out a replica late to renew its member slot only while it renews no
+// shard Lease on time either: one whose rounds of reads were slow still renews its shards.
+func TestStillLate(t *testing.T) {
+	for name, tc := range map[string]struct {
+		holders   map[int]shardLease
+		late      bool
+		wantPeers []string
+	}{
+		"renews a shard on time":   {holders: map[int]shardLease{0: {holder: "b"}, 1: {holder: "a"}}, wantPeers: []string{"c", "b"}},
+		"renews one of two":        {holders: map[int]shardLease{0: {holder: "b", late: true}, 1: {holder: "b"}}, wantPeers: []string{"c", "b"}},
+		"late with all its shards": {holders: map[int]shardLease{0: {holder: "b", late: true}, 1: {holder: "a"}}, late: true, wantPeers: []string{"c"}},
+		"holds no shard":           {holders: map[int]shardLease{0: {holder: "a"}, 1: {expired: true}}, late: true, wantPeers: []string{"c"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := &shardHolder{id: "a", peers: []string{"c"}}
+			got := h.stillLate([]string{"b"}, tc.holders)
+			if late := slices.Equal(got, []string{"b"}); late != tc.late {
+				t.Errorf("stillLate = %v, want b late: %v", got, tc.late)
+			}
+			if !slices.Equal(h.peers, tc.wantPeers) {
+				t.Errorf("peers = %v, want %v", h.peers, tc.wantPeers)
+			}
+		})
+	}
+}
