@@ -167,19 +167,7 @@ func TestShardedReplicas(t *testing.T) {
 		}
 		return nil
 	})
-	if err := cs.AppsV1().Deployments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	clustertest.Eventually(t, ctx, "every pool repaired", func() error {
-		l, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		if len(l.Items) != n {
-			return fmt.Errorf("%d of %d Deployments", len(l.Items), n)
-		}
-		return nil
-	})
+	deleteEveryPool(t, ctx, ns, n, "every pool repaired")
 	stopB()
 	for i := range shards {
 		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: shards}), metav1.GetOptions{})
@@ -408,19 +396,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 		}
 		return nil
 	})
-	if err := cs.AppsV1().Deployments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	clustertest.Eventually(t, ctx, "the pools repaired after the heal", func() error {
-		l, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		if len(l.Items) != n {
-			return fmt.Errorf("%d of %d Deployments", len(l.Items), n)
-		}
-		return nil
-	})
+	deleteEveryPool(t, ctx, ns, n, "the pools repaired after the heal")
 	shardOf := map[string]int{}
 	all, err = env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -460,6 +436,25 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	if owned > 0 && len(writes) == 0 {
 		t.Errorf("the healed replica holds %d shards with %d Evaluators and repaired none of their pools", share, owned)
 	}
+}
+
+// deleteEveryPool deletes every Deployment of ns and waits until the operator made all n again.
+func deleteEveryPool(t *testing.T, ctx context.Context, ns string, n int, what string) {
+	t.Helper()
+	cs := env.Clientset()
+	if err := cs.AppsV1().Deployments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, what, func() error {
+		l, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) != n {
+			return fmt.Errorf("%d of %d Deployments", len(l.Items), n)
+		}
+		return nil
+	})
 }
 
 // objectWrite is a request that writes an object, and when it was sent.
