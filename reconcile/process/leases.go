@@ -246,14 +246,13 @@ func (h *shardHolder) labels() map[string]string {
 // replica beyond them would hold no shard (it waits for a slot, as a standby).
 func MemberLease(name string, j int) string { return name + "-member-" + strconv.Itoa(j) }
 
-// renewMember renews this replica's member slot, or takes a free one, and returns how many slots
-// are held by replicas of this number of shards (this one included), which of those holders are
-// late to renew theirs, and whether this replica took its slot just now (joined). It keeps the
-// others that are on time in h.peers.
-func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live int, late []string, joined bool, err error) {
+// renewMember renews this replica's member slot, or takes a free one, and returns the slots of
+// the other replicas of this number of shards as this replica judges them (observe), and whether
+// this replica took its slot just now (joined). h.member is its own slot ("" when every slot is
+// held by others).
+func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []shardLease, joined bool, err error) {
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
 	mine := ""
-	h.peers = h.peers[:0]
 	var free []string
 	for j := range h.count {
 		name := MemberLease(h.name, j)
@@ -263,28 +262,23 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live int,
 			continue
 		}
 		if err != nil {
-			return 0, nil, false, err
+			return nil, false, err
 		}
 		switch observed := h.observe(l, now); {
 		case observed.holder == h.id && mine == "":
 			renew := metav1.NewMicroTime(now)
 			l.Spec.RenewTime = &renew
 			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager}); err != nil && !apierrors.IsConflict(err) {
-				return 0, nil, false, err
+				return nil, false, err
 			} else if err == nil {
-				live, mine = live+1, name
+				mine = name
 			}
 		case observed.holder == "":
 			free = append(free, name)
 		case l.Labels[LabelShards] == strconv.Itoa(h.count):
 			// A replica with another number of shards reconciles nothing beside this one
 			// (holders): it is not counted.
-			live++
-			if observed.late {
-				late = append(late, observed.holder)
-			} else {
-				h.peers = append(h.peers, observed.holder)
-			}
+			others = append(others, observed)
 		}
 	}
 	for _, name := range free {
@@ -293,37 +287,41 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (live int,
 		}
 		taken, err := h.take(ctx, name)
 		if err != nil {
-			return 0, nil, false, err
+			return nil, false, err
 		}
 		if taken {
-			live, mine, joined = live+1, name, true
+			mine, joined = name, true
 		}
 	}
 	h.member = mine
-	return live, late, joined, nil
+	return others, joined, nil
 }
 
-// stillLate returns the replicas of late (late to renew their member slots) that renew no shard
-// Lease on time either, and adds the others to h.peers. A replica renews its member slot in its
-// rounds of reads, but its shards' Leases with electors of their own: one whose rounds were slow
-// (a busy machine) still renews its shards, and is not counted out as if it were gone.
-func (h *shardHolder) stillLate(late []string, holders map[int]shardLease) []string {
-	var out []string
-	for _, m := range late {
-		renews := false
-		for _, l := range holders {
-			if l.holder == m && !l.late {
-				renews = true
-				break
-			}
-		}
-		if renews {
-			h.peers = append(h.peers, m)
+// countMembers returns the replicas of others (their member slots) that count as live peers, and
+// how many are gone: late to renew their slots, and renewing no shard Lease of holders on time
+// either. A replica renews its member slot in its rounds of reads, but its shards' Leases with
+// electors of their own: one whose rounds were slow (a busy machine) still renews its shards,
+// and is not counted out as if it were gone.
+func countMembers(others []shardLease, holders map[int]shardLease) (peers []string, gone int) {
+	for _, m := range others {
+		if m.late && !renewsOnTime(m.holder, holders) {
+			gone++
 			continue
 		}
-		out = append(out, m)
+		peers = append(peers, m.holder)
 	}
-	return out
+	return peers, gone
+}
+
+// renewsOnTime reports whether replica holds one of the shard Leases of holders and is not late
+// to renew it.
+func renewsOnTime(replica string, holders map[int]shardLease) bool {
+	for _, l := range holders {
+		if l.holder == replica && !l.late {
+			return true
+		}
+	}
+	return false
 }
 
 // leave releases this replica's member slot, so that the others count it out at once.

@@ -65,9 +65,9 @@ type shardHolder struct {
 	// warm are the engines of the shards this replica warms, by index, until it takes their
 	// Leases (lead adopts them) or sees them taken by another.
 	warm map[int]*shardEngine
-	// peers are the other replicas whose member slots are renewed on time; warmer is, for each
-	// shard of a late holder, the replica that warms it and takes it first (assignLate), and
-	// freeSince when this replica first saw that shard's Lease free. Only rebalance uses them.
+	// peers are the other replicas counted live (countMembers); warmer is, for each shard of a
+	// late holder, the replica that warms it and takes it first (assignLate), and freeSince when
+	// this replica first saw that shard's Lease free. Only rebalance uses them.
 	peers     []string
 	warmer    map[int]string
 	freeSince map[int]time.Time
@@ -159,12 +159,17 @@ func holdShards(ctx context.Context, h *shardHolder) error {
 func (h *shardHolder) rebalance(ctx context.Context) {
 	now := time.Now()
 	members, standby := 1, false
-	var late []string
+	var others []shardLease // the other replicas' member slots
 	if h.count > 1 {
-		n, lateSlots, joined, err := h.renewMember(ctx, now)
+		slots, joined, err := h.renewMember(ctx, now)
 		if err != nil {
 			h.log.Warn("renewing the member Lease", "err", err)
 			return
+		}
+		others = slots
+		n := len(others)
+		if h.member != "" {
+			n++
 		}
 		if joined && n < h.count {
 			// Replicas started beside this one may not hold their slots yet: counted now, this
@@ -172,13 +177,12 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 			// shards from the next round, a RetryPeriod later.
 			return
 		}
-		late = lateSlots
 		members = max(n, 1)
 		if h.member == "" {
 			// Every slot is held: as many replicas as shards run, and this one stands by. It
 			// takes nothing, and warms what it would take once a late replica's slot is free.
 			h.drain(0, n)
-			if len(late) == 0 {
+			if !slices.ContainsFunc(others, func(l shardLease) bool { return l.late }) {
 				h.warmLate(ctx, nil)
 				return
 			}
@@ -221,9 +225,10 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 		}
 		tries++
 	}
-	// Once the late replicas are counted out, this replica's share is larger.
-	lateMembers := len(h.stillLate(late, holders))
-	share := (h.count + max(members-lateMembers, 1) - 1) / max(members-lateMembers, 1)
+	// Once the replicas that are gone are counted out, this replica's share is larger.
+	peers, gone := countMembers(others, holders)
+	h.peers = peers
+	share := (h.count + max(members-gone, 1) - 1) / max(members-gone, 1)
 	h.assignLate(holders, share, now)
 	var free []int
 	warmed := 0
@@ -273,45 +278,47 @@ func (h *shardHolder) assignLate(holders map[int]shardLease, share int, now time
 	slices.SortStableFunc(order, func(a, b int) int { return holders[a].renewed.Compare(holders[b].renewed) })
 	for _, i := range order {
 		l := holders[i]
+		if l.holder != "" {
+			delete(h.freeSince, i)
+		} else if _, seen := h.freeSince[i]; !seen {
+			h.freeSince[i] = now
+		}
+		w, given := h.warmer[i]
 		switch {
-		case l.holder == "":
-			if _, seen := h.freeSince[i]; !seen {
-				h.freeSince[i] = now
+		case l.holder == "" && given:
+			// A free shard keeps its warmer, which takes it first: counted where it was given,
+			// so that the shards after it are given as by a replica that saw them all late in
+			// one round.
+			load[w]++
+		case l.late || l.expired:
+			// Its holder is late, or died before this replica saw it late (a round of its reads
+			// took longer than the late window): it gets the warmer the others give it.
+			if best := bestWarmer(candidates, load, share, i); best != "" {
+				h.warmer[i] = best
+				load[best]++
+			} else {
+				delete(h.warmer, i)
 			}
-			if w, given := h.warmer[i]; given {
-				// Its warmer takes it first: counted where it was given, so that the shards
-				// after it are given as by a replica that saw them all late in one round.
-				load[w]++
-				continue
-			}
-			if !l.expired {
-				continue
-			}
-			// Its holder died, and this replica never saw it late: a round of its reads took
-			// longer than the late window. It gives the shard the warmer the others gave it.
-		case !l.late:
-			delete(h.warmer, i)
-			delete(h.freeSince, i)
-			continue
 		default:
-			delete(h.freeSince, i)
-		}
-		best, bestHash := "", uint64(0)
-		for _, c := range candidates {
-			if load[c] >= share {
-				continue
-			}
-			if hash := rendezvous(c, i); best == "" || hash > bestHash {
-				best, bestHash = c, hash
-			}
-		}
-		if best == "" {
+			// Held on time, or released by its holder: no one warms it.
 			delete(h.warmer, i)
+		}
+	}
+}
+
+// bestWarmer returns the candidate below share (with the shards it holds and was given, load)
+// that hashes best with shard i, or "" when all are at their share.
+func bestWarmer(candidates []string, load map[string]int, share, i int) string {
+	best, bestHash := "", uint64(0)
+	for _, c := range candidates {
+		if load[c] >= share {
 			continue
 		}
-		h.warmer[i] = best
-		load[best]++
+		if hash := rendezvous(c, i); best == "" || hash > bestHash {
+			best, bestHash = c, hash
+		}
 	}
+	return best
 }
 
 // leftToWarmer reports whether this replica leaves free shard i to another replica that warmed

@@ -12,18 +12,19 @@ import (
 
 // TestObserve judges one version of a Lease at times after this replica first saw it: held, late,
 // and, once it ran out, expired only while it still names another replica (a released Lease names
-// no one; this replica's own is its own).
+// no one; this replica's own is its own). Another replica's Lease carries its last renewal.
 func TestObserve(t *testing.T) {
 	timings := LeaseTimings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
 	first := time.Unix(1000, 0)
+	renewed := time.Unix(990, 0) // by the holder's clock, which observe does not trust
 	for name, tc := range map[string]struct {
 		holder string
 		after  time.Duration
 		want   shardLease
 	}{
-		"renewed":                         {holder: "b", after: time.Second, want: shardLease{holder: "b"}},
-		"late: three retry periods quiet": {holder: "b", after: 2 * time.Second, want: shardLease{holder: "b", late: true}},
-		"ran out naming its holder":       {holder: "b", after: 5 * time.Second, want: shardLease{expired: true}},
+		"renewed":                         {holder: "b", after: time.Second, want: shardLease{holder: "b", renewed: renewed}},
+		"late: three retry periods quiet": {holder: "b", after: 2 * time.Second, want: shardLease{holder: "b", late: true, renewed: renewed}},
+		"ran out naming its holder":       {holder: "b", after: 5 * time.Second, want: shardLease{expired: true, renewed: renewed}},
 		"released":                        {holder: "", after: 5 * time.Second, want: shardLease{}},
 		"this replica's own":              {holder: "a", after: 5 * time.Second, want: shardLease{holder: "a"}},
 	} {
@@ -32,7 +33,7 @@ func TestObserve(t *testing.T) {
 			seconds := int32(timings.LeaseDuration / time.Second)
 			l := &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: "shard-0-of-2", ResourceVersion: "7"},
-				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &tc.holder, LeaseDurationSeconds: &seconds},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &tc.holder, LeaseDurationSeconds: &seconds, RenewTime: &metav1.MicroTime{Time: renewed}},
 			}
 			h.observe(l, first)
 			if got := h.observe(l, first.Add(tc.after)); got != tc.want {
@@ -86,8 +87,7 @@ func TestAssignLateAgrees(t *testing.T) {
 			share := (count + 1) / 2
 			assigned := map[string]map[int]string{}
 			for _, id := range []string{"a", "c"} {
-				peer := map[string]string{"a": "c", "c": "a"}[id]
-				h := &shardHolder{id: id, count: count, peers: []string{peer}, warmer: map[int]string{}, freeSince: map[int]time.Time{}}
+				h := survivor(id, count)
 				view := holders
 				if id == "c" {
 					view = map[int]shardLease{}
@@ -134,57 +134,53 @@ func TestAssignLateAgrees(t *testing.T) {
 func TestAssignLateAgreesOverRounds(t *testing.T) {
 	for count := 4; count <= 9; count++ {
 		var late []int
-		for i := range count {
-			if i%3 == 0 {
-				late = append(late, i)
-			}
+		for i := 0; i < count; i += 3 {
+			late = append(late, i)
 		}
 		for _, renewals := range permutations(late) {
 			for k := range len(late) + 1 {
 				t.Run(fmt.Sprintf("%d shards, renewed last %v, c saw the first %d late first", count, renewals, k), func(t *testing.T) {
-					renewed := map[int]time.Time{}
-					for n, i := range renewals {
-						renewed[i] = time.Unix(990, 0).Add(time.Duration(n) * 100 * time.Millisecond)
-					}
-					round := func(view func(i int, l shardLease) shardLease) map[int]shardLease {
-						holders := map[int]shardLease{}
-						for i := range count {
-							// b holds every third shard; a and c hold the rest in turn.
-							holders[i] = view(i, shardLease{holder: []string{"b", "a", "c"}[i%3], renewed: renewed[i]})
-						}
-						return holders
-					}
-					share := (count + 1) / 2
-					holder := func(id string) *shardHolder {
-						peer := map[string]string{"a": "c", "c": "a"}[id]
-						return &shardHolder{id: id, count: count, peers: []string{peer}, warmer: map[int]string{}, freeSince: map[int]time.Time{}}
-					}
-					a, c := holder("a"), holder("c")
-					a.assignLate(round(func(i int, l shardLease) shardLease {
-						l.late = l.holder == "b"
-						return l
-					}), share, time.Unix(1000, 0))
-					c.assignLate(round(func(i int, l shardLease) shardLease {
-						l.late = l.holder == "b" && slices.Index(renewals, i) < k
-						return l
-					}), share, time.Unix(1000, 0))
-					ranOut := round(func(i int, l shardLease) shardLease {
-						if l.holder == "b" {
-							return shardLease{expired: true, renewed: l.renewed}
-						}
-						return l
-					})
-					a.assignLate(ranOut, share, time.Unix(1001, 0))
-					c.assignLate(ranOut, share, time.Unix(1001, 0))
-					for _, i := range late {
-						if wa, wc := a.warmer[i], c.warmer[i]; wa != wc || wa == "" {
-							t.Errorf("shard %d: a gives it to %q, c to %q", i, wa, wc)
-						}
-					}
+					agreeOverRounds(t, count, renewals, k)
 				})
 			}
 		}
 	}
+}
+
+// agreeOverRounds is one case of TestAssignLateAgreesOverRounds: count shards, b's renewed last
+// in the order renewals, c seeing the first k of them late a round before the rest.
+func agreeOverRounds(t *testing.T, count int, renewals []int, k int) {
+	// round is every shard's Lease as one replica judges it in one round: b holds every third
+	// shard, a and c the rest in turn; judge says how this replica sees b's.
+	round := func(judge func(i int, l shardLease) shardLease) map[int]shardLease {
+		holders := map[int]shardLease{}
+		for i := range count {
+			l := shardLease{holder: []string{"b", "a", "c"}[i%3]}
+			if n := slices.Index(renewals, i); n >= 0 {
+				l = judge(n, shardLease{holder: "b", renewed: time.Unix(990, 0).Add(time.Duration(n) * 100 * time.Millisecond)})
+			}
+			holders[i] = l
+		}
+		return holders
+	}
+	share := (count + 1) / 2
+	a, c := survivor("a", count), survivor("c", count)
+	a.assignLate(round(func(n int, l shardLease) shardLease { l.late = true; return l }), share, time.Unix(1000, 0))
+	c.assignLate(round(func(n int, l shardLease) shardLease { l.late = n < k; return l }), share, time.Unix(1000, 0))
+	ranOut := round(func(n int, l shardLease) shardLease { return shardLease{expired: true, renewed: l.renewed} })
+	a.assignLate(ranOut, share, time.Unix(1001, 0))
+	c.assignLate(ranOut, share, time.Unix(1001, 0))
+	for _, i := range renewals {
+		if wa, wc := a.warmer[i], c.warmer[i]; wa != wc || wa == "" {
+			t.Errorf("shard %d: a gives it to %q, c to %q", i, wa, wc)
+		}
+	}
+}
+
+// survivor is replica a or c of count shards, whose peer is the other.
+func survivor(id string, count int) *shardHolder {
+	peer := map[string]string{"a": "c", "c": "a"}[id]
+	return &shardHolder{id: id, count: count, peers: []string{peer}, warmer: map[int]string{}, freeSince: map[int]time.Time{}}
 }
 
 // permutations returns every order of s.
@@ -202,27 +198,24 @@ func permutations(s []int) [][]int {
 	return out
 }
 
-// TestStillLate counts out a replica late to renew its member slot only while it renews no
+// TestCountMembers counts out a replica late to renew its member slot only while it renews no
 // shard Lease on time either: one whose rounds of reads were slow still renews its shards.
-func TestStillLate(t *testing.T) {
+func TestCountMembers(t *testing.T) {
 	for name, tc := range map[string]struct {
 		holders   map[int]shardLease
-		late      bool
 		wantPeers []string
+		wantGone  int
 	}{
 		"renews a shard on time":   {holders: map[int]shardLease{0: {holder: "b"}, 1: {holder: "a"}}, wantPeers: []string{"c", "b"}},
 		"renews one of two":        {holders: map[int]shardLease{0: {holder: "b", late: true}, 1: {holder: "b"}}, wantPeers: []string{"c", "b"}},
-		"late with all its shards": {holders: map[int]shardLease{0: {holder: "b", late: true}, 1: {holder: "a"}}, late: true, wantPeers: []string{"c"}},
-		"holds no shard":           {holders: map[int]shardLease{0: {holder: "a"}, 1: {expired: true}}, late: true, wantPeers: []string{"c"}},
+		"late with all its shards": {holders: map[int]shardLease{0: {holder: "b", late: true}, 1: {holder: "a"}}, wantPeers: []string{"c"}, wantGone: 1},
+		"holds no shard":           {holders: map[int]shardLease{0: {holder: "a"}, 1: {expired: true}}, wantPeers: []string{"c"}, wantGone: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := &shardHolder{id: "a", peers: []string{"c"}}
-			got := h.stillLate([]string{"b"}, tc.holders)
-			if late := slices.Equal(got, []string{"b"}); late != tc.late {
-				t.Errorf("stillLate = %v, want b late: %v", got, tc.late)
-			}
-			if !slices.Equal(h.peers, tc.wantPeers) {
-				t.Errorf("peers = %v, want %v", h.peers, tc.wantPeers)
+			// c renews its member slot on time, b is late to renew its own.
+			peers, gone := countMembers([]shardLease{{holder: "c"}, {holder: "b", late: true}}, tc.holders)
+			if !slices.Equal(peers, tc.wantPeers) || gone != tc.wantGone {
+				t.Errorf("countMembers = %v, %d gone; want %v, %d gone", peers, gone, tc.wantPeers, tc.wantGone)
 			}
 		})
 	}
