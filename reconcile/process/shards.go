@@ -189,10 +189,6 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 			standby, members = true, n+1
 		}
 	}
-	fair := (h.count + members - 1) / members
-	if standby {
-		fair = 0
-	}
 	holders, conflict, err := h.holders(ctx, now)
 	if err != nil {
 		h.log.Warn("reading the shards' Leases", "err", err)
@@ -212,6 +208,17 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 		h.warmLate(ctx, nil)
 		return
 	}
+	// The replicas that are gone are counted out: the share of each one left is larger at once,
+	// not only once their member slots run out, which can be a round after their shards' Leases
+	// (drained then, a shard taken would go back and forth).
+	peers, gone := countMembers(others, holders)
+	h.peers = peers
+	members = max(members-gone, 1)
+	share := (h.count + members - 1) / members
+	fair := share
+	if standby {
+		fair = 0
+	}
 	leading := h.drain(fair, members)
 	tries := 0
 	for _, t := range h.current() {
@@ -225,10 +232,6 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 		}
 		tries++
 	}
-	// Once the replicas that are gone are counted out, this replica's share is larger.
-	peers, gone := countMembers(others, holders)
-	h.peers = peers
-	share := (h.count + max(members-gone, 1) - 1) / max(members-gone, 1)
 	h.assignLate(holders, share, now)
 	var free []int
 	warmed := 0
@@ -243,10 +246,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	}
 	h.mu.Unlock()
 	h.byPreference(free) // the warmed first
-	// The free shards this replica warmed are taken up to the share that counts the late
-	// replicas out: their holder has lost its Lease, and the late replica's member slot can
-	// outlive that Lease by up to a retry period, during which fair still counts it and the
-	// others leave the shards to this replica.
+	// A standby takes only the free shards it warmed, up to the share it would hold.
 	want := max(fair-leading-tries, min(warmed, share-leading-tries), 0)
 	for _, i := range free[:min(want, len(free))] {
 		h.try(ctx, shard.Shard{Index: i, Count: h.count})
