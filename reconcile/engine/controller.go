@@ -26,15 +26,18 @@ type Controller struct {
 	e     *Engine
 	kind  *Kind
 	queue workqueue.TypedRateLimitingInterface[string]
-	inf   *informer
+	// metrics are the queue's; its gauges leave the series when run has shut the queue down.
+	metrics *queueGauge
+	inf     *informer
 }
 
 func newController(e *Engine, k *Kind) *Controller {
+	m := e.metrics.queues.forQueue(k.Controller)
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Controller, MetricsProvider: e.metrics.queues},
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Controller, MetricsProvider: m},
 	)
-	return &Controller{e: e, kind: k, queue: q}
+	return &Controller{e: e, kind: k, queue: q, metrics: m}
 }
 
 // Kind returns the controller's kind.
@@ -174,8 +177,10 @@ func (c *Controller) enqueueNamespace(namespace string) {
 }
 
 // run waits for the cache and for the engine to be writable, runs the workers until ctx ends,
-// then drains.
+// then shuts the queue down, and only then drops its gauges (what it still held, a warm
+// engine's whole shard, is no one's work any more).
 func (c *Controller) run(ctx context.Context) {
+	defer c.metrics.release()
 	defer c.queue.ShutDown()
 	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), c.inf.shared.HasSynced) {

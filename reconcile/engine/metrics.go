@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/client-go/util/workqueue"
 
 	"evals.si/operator/evalsi"
 )
@@ -188,64 +187,4 @@ func resourceOf(path string) string {
 		return "discovery"
 	}
 	return parts[0]
-}
-
-// queueMetrics implements client-go's workqueue.MetricsProvider on the engine's registry.
-type queueMetrics struct {
-	depth                            *prometheus.GaugeVec
-	addsCounter, retriesCounter      *prometheus.CounterVec
-	latency, workDuration            *prometheus.HistogramVec
-	unfinishedWork, longestRunningOp *prometheus.GaugeVec
-}
-
-func newQueueMetrics(reg *prometheus.Registry) queueMetrics {
-	q := queueMetrics{
-		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "evalsi_workqueue_depth", Help: "Current depth of the work queue.",
-		}, []string{"name"}),
-		addsCounter: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "evalsi_workqueue_adds_total", Help: "Adds handled by the work queue.",
-		}, []string{"name"}),
-		retriesCounter: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "evalsi_workqueue_retries_total", Help: "Retries handled by the work queue.",
-		}, []string{"name"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "evalsi_workqueue_queue_duration_seconds", Help: "How long an item waits in the queue.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12),
-		}, []string{"name"}),
-		workDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "evalsi_workqueue_work_duration_seconds", Help: "How long processing an item takes.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12),
-		}, []string{"name"}),
-		unfinishedWork: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "evalsi_workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration.",
-		}, []string{"name"}),
-		longestRunningOp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "evalsi_workqueue_longest_running_processor_seconds", Help: "Seconds the longest-running processor has been running.",
-		}, []string{"name"}),
-	}
-	reg.MustRegister(q.depth, q.addsCounter, q.retriesCounter, q.latency, q.workDuration, q.unfinishedWork, q.longestRunningOp)
-	return q
-}
-
-func (q queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
-	return q.depth.WithLabelValues(name)
-}
-func (q queueMetrics) NewAddsMetric(name string) workqueue.CounterMetric {
-	return q.addsCounter.WithLabelValues(name)
-}
-func (q queueMetrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	return q.latency.WithLabelValues(name)
-}
-func (q queueMetrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	return q.workDuration.WithLabelValues(name)
-}
-func (q queueMetrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return q.unfinishedWork.WithLabelValues(name)
-}
-func (q queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return q.longestRunningOp.WithLabelValues(name)
-}
-func (q queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
-	return q.retriesCounter.WithLabelValues(name)
 }
