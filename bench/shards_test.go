@@ -232,7 +232,7 @@ func (s *shardBench) recordHolds(r *replica) {
 		switch l.Msg {
 		case "holding a shard":
 			open[idx] = l.Time
-		case "released a shard", "lost a shard's Lease; its engine stopped":
+		case "released a shard", "lost a shard's Lease; its engine stopped", "stopped a shard whose Lease another replica holds":
 			s.holds[r.identity] = append(s.holds[r.identity], hold{shard: idx, from: open[idx], till: l.Time})
 			delete(open, idx)
 		}

@@ -239,6 +239,13 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		result = "conflict"
 		c.e.log.Debug("conflict; retrying", "controller", c.kind.Controller, "key", key, "err", err)
 		c.queue.AddRateLimited(key)
+	case errors.As(err, new(*TenureOverError)):
+		// This replica's hold on the object's shard ended (no renewal of its Lease accepted for a
+		// renew deadline): the shard's holder stops this engine within a round, or the next
+		// renewal extends the hold and the retry writes.
+		result = "requeue"
+		c.e.log.Debug("not written: the shard's hold ended", "controller", c.kind.Controller, "key", key, "err", err)
+		c.queue.AddAfter(key, time.Second)
 	case IsTerminal(err):
 		result = "terminal"
 		c.e.log.Warn("reconcile failed; not retrying until the object changes", "controller", c.kind.Controller, "key", key, "err", err)

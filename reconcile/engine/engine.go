@@ -110,6 +110,8 @@ func New(cfg Config) (*Engine, error) {
 	rc := rest.CopyConfig(cfg.Rest)
 	limitPerResource(rc)
 	rc.Wrap(m.countRequests)
+	// Outside the count: a write the tenure stops is never sent.
+	rc.Wrap(fenceWrites)
 	hc, err := rest.HTTPClientFor(rc)
 	if err != nil {
 		return nil, fmt.Errorf("creating the HTTP client: %w", err)

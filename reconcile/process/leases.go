@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/shard"
@@ -161,28 +162,28 @@ func (h *shardHolder) take(ctx context.Context, name string) (bool, error) {
 }
 
 // release gives up the Lease name if this replica still holds it: no holder, and a duration of
-// one second, as client-go's elector releases one.
-func (h *shardHolder) release(name string) error {
+// one second, as client-go's elector releases one. It reports whether it did.
+func (h *shardHolder) release(name string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.timings.RenewDeadline)
 	defer cancel()
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != h.id {
-		return nil
+		return false, nil
 	}
 	now, second, nobody := metav1.NewMicroTime(time.Now()), int32(1), ""
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &nobody, &second, &now
 	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
-		return nil // changed since it was read: another replica took it
+		return false, nil // changed since it was read: another replica took it
 	}
-	return err
+	return err == nil, err
 }
 
 // shardLease is a Lease (a shard's or a member slot's) as this replica judges it (observe): who
@@ -329,7 +330,36 @@ func (h *shardHolder) leave() {
 	if h.member == "" {
 		return
 	}
-	if err := h.release(h.member); err != nil {
+	if _, err := h.release(h.member); err != nil {
 		h.log.Warn("releasing the member Lease", "lease", h.member, "err", err)
+	}
+}
+
+// tenureLock is a shard Lease's lock that extends the shard's tenure by the renew deadline from
+// when it sent each write of the Lease that named this replica and was accepted: the elector's
+// acquisition and its renewals.
+type tenureLock struct {
+	resourcelock.Interface
+	tenure   *shard.Tenure
+	deadline time.Duration
+}
+
+func (l *tenureLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	sent := time.Now()
+	err := l.Interface.Create(ctx, r)
+	l.extend(sent, r, err)
+	return err
+}
+
+func (l *tenureLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	sent := time.Now()
+	err := l.Interface.Update(ctx, r)
+	l.extend(sent, r, err)
+	return err
+}
+
+func (l *tenureLock) extend(sent time.Time, r resourcelock.LeaderElectionRecord, err error) {
+	if err == nil && r.HolderIdentity == l.Identity() {
+		l.tenure.Extend(sent, l.deadline)
 	}
 }

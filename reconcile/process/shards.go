@@ -62,6 +62,9 @@ type shardHolder struct {
 	mu     sync.Mutex
 	tries  map[int]*shardTry
 	byHash map[int]uint64
+	// tenures are how long this replica may still write each shard's objects, extended by each
+	// renewal of the shard's Lease (tenureLock), and carried by the contexts of its engines.
+	tenures map[int]*shard.Tenure
 	// warm are the engines of the shards this replica warms, by index, until it takes their
 	// Leases (lead adopts them) or sees them taken by another.
 	warm map[int]*shardEngine
@@ -84,9 +87,9 @@ type shardEngine struct {
 }
 
 // startEngine starts the engine of s under ctx; with writable, a warm one that writes nothing
-// until it is closed.
+// until it is closed. Its writes are sent only within s's tenure.
 func (h *shardHolder) startEngine(ctx context.Context, s shard.Shard, writable chan struct{}) *shardEngine {
-	ctx, stop := context.WithCancel(ctx)
+	ctx, stop := context.WithCancel(shard.WithTenure(ctx, h.tenure(s.Index)))
 	e := &shardEngine{writable: writable, stop: stop, done: make(chan struct{})}
 	go func() {
 		defer close(e.done)
@@ -102,6 +105,18 @@ func (e *shardEngine) halt() {
 	}
 	e.stop()
 	<-e.done
+}
+
+// tenure returns shard i's tenure, one for the holder's life.
+func (h *shardHolder) tenure(i int) *shard.Tenure {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.tenures[i]
+	if !ok {
+		t = &shard.Tenure{}
+		h.tenures[i] = t
+	}
+	return t
 }
 
 // shardTry is an elector of one shard's Lease and, while it leads, the shard's engine.
@@ -125,7 +140,7 @@ func (t *shardTry) isLeading() bool {
 // holdShards holds shards for this replica (identity id) until ctx ends or an engine fails.
 func holdShards(ctx context.Context, h *shardHolder) error {
 	h.tries, h.warm, h.byHash, h.errc, h.seen = map[int]*shardTry{}, map[int]*shardEngine{}, map[int]uint64{}, make(chan error, h.count), map[string]observation{}
-	h.warmer, h.freeSince = map[int]string{}, map[int]time.Time{}
+	h.warmer, h.freeSince, h.tenures = map[int]string{}, map[int]time.Time{}, map[int]*shard.Tenure{}
 	for i := range h.count {
 		// Replicas starting together try different shards first.
 		h.byHash[i] = rendezvous(h.id, i)
@@ -219,18 +234,13 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	if standby {
 		fair = 0
 	}
+	h.dropTaken(holders)
 	leading := h.drain(fair, members)
 	tries := 0
 	for _, t := range h.current() {
-		if t.isLeading() {
-			continue
+		if !t.isLeading() {
+			tries++
 		}
-		if holder := holders[t.Index].holder; holder != "" && holder != h.id {
-			// Another replica took it first: try a free one instead.
-			h.drop(t)
-			continue
-		}
-		tries++
 	}
 	h.assignLate(holders, share, now)
 	var free []int
@@ -406,6 +416,19 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease) 
 	}
 }
 
+// dropTaken drops the shards this replica tries or leads whose Lease another replica holds: it
+// took a free one first (this replica tries another instead), or took one this replica led,
+// which only a replica whose renewals stopped for a Lease duration sees (a process stopped and
+// resumed). Its elector would notice that only once its renewals have failed for a renew
+// deadline; the shard's tenure has kept the engine from writing since.
+func (h *shardHolder) dropTaken(holders map[int]shardLease) {
+	for _, t := range h.current() {
+		if holder := holders[t.Index].holder; holder != "" && holder != h.id {
+			h.drop(t)
+		}
+	}
+}
+
 // drain drops the least preferred shards this replica leads beyond fair (another replica
 // joined), and returns how many it still leads.
 func (h *shardHolder) drain(fair, members int) int {
@@ -446,9 +469,12 @@ func (h *shardHolder) try(ctx context.Context, s shard.Shard) {
 		}
 		return
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: name}, Client: h.kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: h.id}, Labels: h.labels(),
+	lock := &tenureLock{
+		Interface: &resourcelock.LeaseLock{
+			LeaseMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: name}, Client: h.kube.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: h.id}, Labels: h.labels(),
+		},
+		tenure: h.tenure(s.Index), deadline: h.timings.RenewDeadline,
 	}
 	// The elector's context is not ctx: on shutdown the engine stops first, then the Lease is
 	// released (stopAll), never the other way round.
@@ -527,12 +553,17 @@ func (h *shardHolder) drop(t *shardTry) {
 	engine.halt()
 	t.stopElector()
 	<-t.elector
-	if err := h.release(ShardLease(h.name, t.Shard)); err != nil {
+	released, err := h.release(ShardLease(h.name, t.Shard))
+	if err != nil {
 		h.log.Warn("releasing a shard's Lease; it expires instead", "shard", t.String(), "err", err)
 		return
 	}
-	if engine != nil {
+	switch {
+	case engine == nil:
+	case released:
 		h.log.Info("released a shard", "shard", t.String(), "identity", h.id)
+	default:
+		h.log.Warn("stopped a shard whose Lease another replica holds", "shard", t.String(), "identity", h.id)
 	}
 }
 

@@ -1,0 +1,34 @@
+package engine
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"evals.si/operator/shard"
+)
+
+// TenureOverError is why a write was not sent: the request's context carries the tenure of a
+// shard's Lease (shard.WithTenure) that ended, so another replica may hold the shard now.
+type TenureOverError struct{ Until time.Time }
+
+func (e *TenureOverError) Error() string {
+	return fmt.Sprintf("not sent: this replica's hold on its shard ended at %s (no renewal of the shard's Lease accepted for a renew deadline; another replica may hold it)",
+		e.Until.Format(time.RFC3339Nano))
+}
+
+// fenceWrites wraps a client transport: a request that may change something (any method but
+// GET, HEAD and OPTIONS) made under an ended tenure is not sent. Reads go on, so that the caches
+// stay current for when the shard is held again.
+func fenceWrites(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		switch req.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			return rt.RoundTrip(req)
+		}
+		if t := shard.TenureOf(req.Context()); t != nil && !t.Holds(time.Now()) {
+			return nil, &TenureOverError{Until: t.Until()}
+		}
+		return rt.RoundTrip(req)
+	})
+}
