@@ -39,8 +39,12 @@ import (
 // began): it must write nothing of a shard until it holds that shard again.
 func TestFrozenReplicaWritesNothingOnceItsShardIsTaken(t *testing.T) {
 	bin := clustertest.Operator(t) // built before the tests' clocks start
+	t.Parallel()                   // see envMu
 	for _, shards := range []int{1, 2} {
-		t.Run(fmt.Sprintf("%d shards over 2 replicas", shards), func(t *testing.T) { freezeReplica(t, bin, shards) })
+		t.Run(fmt.Sprintf("%d shards over 2 replicas", shards), func(t *testing.T) {
+			t.Parallel()
+			freezeReplica(t, bin, shards)
+		})
 	}
 }
 
@@ -279,20 +283,8 @@ type writeRecorder struct {
 
 func newWriteRecorder(t *testing.T) *writeRecorder {
 	t.Helper()
-	target, err := url.Parse(env.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := rest.TransportFor(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := &writeRecorder{}
-	proxy := &httputil.ReverseProxy{
-		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target) },
-		Transport:     rt,
-		FlushInterval: -1, // watches stream
-	}
+	proxy := apiServerProxy(t)
 	w.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
 		at := time.Now()
 		write := req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases/") && !strings.HasSuffix(req.URL.Path, "/leases") &&
@@ -318,6 +310,21 @@ func (w *writeRecorder) writesSince(t time.Time) []objectWrite {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.DeleteFunc(slices.Clone(w.writes), func(o objectWrite) bool { return o.at.Before(t) })
+}
+
+// apiServerProxy passes requests on to the test control plane with the admin identity; watches
+// stream through it.
+func apiServerProxy(t *testing.T) *httputil.ReverseProxy {
+	t.Helper()
+	target, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport, err := rest.TransportFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }, Transport: transport, FlushInterval: -1}
 }
 
 // statusWriter remembers the status code written through it (200 when none is).

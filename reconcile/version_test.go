@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -23,15 +21,7 @@ import (
 // plane that answers /version itself and passes everything else on with the admin identity.
 func versionProxy(t *testing.T, gitVersion, minor string) *rest.Config {
 	t.Helper()
-	target, err := url.Parse(env.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	transport, err := rest.TransportFor(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forward := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }, Transport: transport, FlushInterval: -1}
+	forward := apiServerProxy(t)
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/version" {
 			json.NewEncoder(w).Encode(version.Info{Major: "1", Minor: minor, GitVersion: gitVersion})
