@@ -102,20 +102,11 @@ func freezeReplica(t *testing.T, bin string, shards int) {
 	for i := range n {
 		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
 	}
-	shardOf := map[string]int{}
-	all, err := env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	shardOf := shardsOfEvaluators(t, ctx, ns, shards)
 	var first []string // the Evaluators of the victim's shard
-	for _, o := range all.Items {
-		for i := range shards {
-			if (shard.Shard{Index: i, Count: shards}).Contains(string(o.GetUID())) {
-				shardOf[o.GetName()] = i
-			}
-		}
-		if shardOf[o.GetName()] == 0 {
-			first = append(first, o.GetName())
+	for name, i := range shardOf {
+		if i == 0 {
+			first = append(first, name)
 		}
 	}
 	if len(first) == 0 {
@@ -187,18 +178,8 @@ func freezeReplica(t *testing.T, bin string, shards int) {
 		}
 		return nil
 	})
-	for _, w := range victim.proxy.writesSince(taken) {
-		owner := w.owner()
-		i, ok := shardOf[owner]
-		if !ok {
-			t.Errorf("the resumed replica wrote %s, of no Evaluator", w.path)
-			continue
-		}
-		if took, ok := held[i]; !ok || w.at.Before(took) {
-			t.Errorf("the resumed replica wrote %s at %s, of shard %d, which the other replica took at %s and it held again from %s (zero: not)",
-				w.path, w.at.Format(time.StampMicro), i, taken.Format(time.StampMicro), took.Format(time.StampMicro))
-		}
-	}
+	// From the takeover on, the resumed replica writes only what it holds again.
+	checkWritesOfHeldShards(t, "the resumed replica", victim.proxy.writesSince(taken), shardOf, held)
 }
 
 // replicaProcess is a replica of the operator run as a process, behind its own recording proxy.

@@ -397,36 +397,11 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 		return nil
 	})
 	deleteEveryPool(t, ctx, ns, n, "the pools repaired after the heal")
-	shardOf := map[string]int{}
-	all, err = env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range all.Items {
-		for i := range shards {
-			if (shard.Shard{Index: i, Count: shards}).Contains(string(o.GetUID())) {
-				shardOf[o.GetName()] = i
-			}
-		}
-	}
+	shardOf := shardsOfEvaluators(t, ctx, ns, shards)
 	r.mu.Lock()
 	writes := slices.Clone(r.writes)
 	r.mu.Unlock()
-	for _, w := range writes {
-		owner := w.owner()
-		i, ok := shardOf[owner]
-		if !ok {
-			t.Errorf("the healed replica wrote %s, of no Evaluator", w.path)
-			continue
-		}
-		took, ok := held[i]
-		switch {
-		case !ok:
-			t.Errorf("the healed replica wrote %s at %s, of shard %d, which it does not hold", w.path, w.at.Format(time.StampMicro), i)
-		case w.at.Before(took):
-			t.Errorf("the healed replica wrote %s at %s, of shard %d, before it took the shard at %s", w.path, w.at.Format(time.StampMicro), i, took.Format(time.StampMicro))
-		}
-	}
+	checkWritesOfHeldShards(t, "the healed replica", writes, shardOf, held)
 	owned := 0
 	for _, i := range shardOf {
 		if _, ok := held[i]; ok {
@@ -435,6 +410,44 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	}
 	if owned > 0 && len(writes) == 0 {
 		t.Errorf("the healed replica holds %d shards with %d Evaluators and repaired none of their pools", share, owned)
+	}
+}
+
+// shardsOfEvaluators returns the shard, of shards, of each Evaluator of ns by name.
+func shardsOfEvaluators(t *testing.T, ctx context.Context, ns string, shards int) map[string]int {
+	t.Helper()
+	all, err := env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, o := range all.Items {
+		for i := range shards {
+			if (shard.Shard{Index: i, Count: shards}).Contains(string(o.GetUID())) {
+				out[o.GetName()] = i
+			}
+		}
+	}
+	return out
+}
+
+// checkWritesOfHeldShards fails t for each of replica's writes that is not of an Evaluator of a
+// shard it holds (shardOf, held: when it took each), or that came before it took that shard.
+func checkWritesOfHeldShards(t *testing.T, replica string, writes []objectWrite, shardOf map[string]int, held map[int]time.Time) {
+	t.Helper()
+	for _, w := range writes {
+		i, ok := shardOf[w.owner()]
+		if !ok {
+			t.Errorf("%s wrote %s, of no Evaluator", replica, w.path)
+			continue
+		}
+		took, ok := held[i]
+		switch {
+		case !ok:
+			t.Errorf("%s wrote %s at %s, of shard %d, which it does not hold", replica, w.path, w.at.Format(time.StampMicro), i)
+		case w.at.Before(took):
+			t.Errorf("%s wrote %s at %s, of shard %d, before it took the shard at %s", replica, w.path, w.at.Format(time.StampMicro), i, took.Format(time.StampMicro))
+		}
 	}
 }
 
