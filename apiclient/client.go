@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,7 +36,8 @@ type Options struct {
 	CallTimeout time.Duration
 	// Observe, when set, is told each call's method and result code ("ok" or a Connect code).
 	Observe func(method, code string)
-	// Interceptors run around every call, after the client's own (token, deadline, Observe).
+	// Interceptors run around every call, the first outermost, and around the client's own
+	// (deadline, token, Observe): a call one of them refuses is neither sent nor observed.
 	Interceptors []connect.Interceptor
 }
 
@@ -58,7 +60,7 @@ func New(opts Options) (*Client, error) {
 		return nil, err
 	}
 	base := strings.TrimRight(opts.URL, "/")
-	interceptors := connect.WithInterceptors(append([]connect.Interceptor{callInterceptor(opts, &tokenFile{path: opts.TokenFile})}, opts.Interceptors...)...)
+	interceptors := connect.WithInterceptors(append(slices.Clone(opts.Interceptors), callInterceptor(opts, &tokenFile{path: opts.TokenFile}))...)
 	return &Client{
 		Runs:    evalsiv1connect.NewRunServiceClient(hc, base, interceptors),
 		Monitor: evalsiv1connect.NewMonitorServiceClient(hc, base, interceptors),

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"evals.si/operator/apiclient"
 	v1 "evals.si/operator/apiclient/evalsiv1"
@@ -288,7 +289,7 @@ func TestDeletingARunningEvalRunCancelsItOnce(t *testing.T) {
 	if err := client(evalsi.EvalRuns, ns).Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, ctx, ns, "a")
+	waitGone(t, ctx, evalsi.EvalRuns, ns, "a")
 	if n := api.Calls("CancelRun"); n != 1 {
 		t.Errorf("CancelRun called %d times, want 1", n)
 	}
@@ -303,7 +304,7 @@ func TestDeletingARunningEvalRunCancelsItOnce(t *testing.T) {
 		t.Fatal("finalizer released while the server could not cancel")
 	}
 	api.SetDown(false)
-	waitGone(t, ctx, ns, "b")
+	waitGone(t, ctx, evalsi.EvalRuns, ns, "b")
 
 	phases := map[v1.Phase]int{}
 	for _, r := range api.Runs() {
@@ -314,10 +315,10 @@ func TestDeletingARunningEvalRunCancelsItOnce(t *testing.T) {
 	}
 }
 
-func waitGone(t *testing.T, ctx context.Context, ns, name string) {
+func waitGone(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, ns, name string) {
 	t.Helper()
 	clustertest.Eventually(t, ctx, name+" deleted", func() error {
-		_, err := client(evalsi.EvalRuns, ns).Get(ctx, name, metav1.GetOptions{})
+		_, err := client(gvr, ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

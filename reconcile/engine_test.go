@@ -95,6 +95,13 @@ func startEngine(t testing.TB, cfg Config) runningEngine {
 // startEngineNoCleanup runs an engine that the test stops itself.
 func startEngineNoCleanup(t testing.TB, cfg Config) runningEngine {
 	t.Helper()
+	return startEngineUnder(t, context.Background(), cfg)
+}
+
+// startEngineUnder runs an engine under parent (which may carry a shard's tenure) that the test
+// stops itself.
+func startEngineUnder(t testing.TB, parent context.Context, cfg Config) runningEngine {
+	t.Helper()
 	logs := &syncBuffer{}
 	if cfg.Rest == nil {
 		cfg.Rest = env.Config
@@ -110,7 +117,7 @@ func startEngineNoCleanup(t testing.TB, cfg Config) runningEngine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(parent)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

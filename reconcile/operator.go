@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -104,6 +105,8 @@ func New(cfg Config) (*Operator, error) {
 	var api *apiclient.Client
 	if cfg.API.URL != "" {
 		opts := cfg.API
+		// Outermost: a call refused for an ended tenure is not counted as a call.
+		opts.Interceptors = append([]connect.Interceptor{apicall.FenceCalls()}, opts.Interceptors...)
 		opts.Observe = func(method, code string) {
 			op.Metrics().ObserveAPICall(method, code)
 			if apicall.Answered(code) {

@@ -98,5 +98,5 @@ func TestFinishedEvalRunsExpire(t *testing.T) {
 	if err := client(evalsi.EvalRuns, ns).Delete(ctx, "kept", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, ctx, ns, "kept")
+	waitGone(t, ctx, evalsi.EvalRuns, ns, "kept")
 }

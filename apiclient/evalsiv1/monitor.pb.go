@@ -1041,13 +1041,13 @@ const file_evalsi_v1_monitor_proto_rawDesc = "" +
 	"\x18DeleteTraceSourceRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x1b\n" +
-	"\x19DeleteTraceSourceResponse2\xff\x03\n" +
+	"\x19DeleteTraceSourceResponse2\x89\x04\n" +
 	"\x0eMonitorService\x12F\n" +
-	"\tPutPolicy\x12\x1b.evalsi.v1.PutPolicyRequest\x1a\x1c.evalsi.v1.PutPolicyResponse\x12F\n" +
-	"\tGetPolicy\x12\x1b.evalsi.v1.GetPolicyRequest\x1a\x1c.evalsi.v1.GetPolicyResponse\x12O\n" +
+	"\tPutPolicy\x12\x1b.evalsi.v1.PutPolicyRequest\x1a\x1c.evalsi.v1.PutPolicyResponse\x12K\n" +
+	"\tGetPolicy\x12\x1b.evalsi.v1.GetPolicyRequest\x1a\x1c.evalsi.v1.GetPolicyResponse\"\x03\x90\x02\x01\x12O\n" +
 	"\fDeletePolicy\x12\x1e.evalsi.v1.DeletePolicyRequest\x1a\x1f.evalsi.v1.DeletePolicyResponse\x12U\n" +
-	"\x0ePutTraceSource\x12 .evalsi.v1.PutTraceSourceRequest\x1a!.evalsi.v1.PutTraceSourceResponse\x12U\n" +
-	"\x0eGetTraceSource\x12 .evalsi.v1.GetTraceSourceRequest\x1a!.evalsi.v1.GetTraceSourceResponse\x12^\n" +
+	"\x0ePutTraceSource\x12 .evalsi.v1.PutTraceSourceRequest\x1a!.evalsi.v1.PutTraceSourceResponse\x12Z\n" +
+	"\x0eGetTraceSource\x12 .evalsi.v1.GetTraceSourceRequest\x1a!.evalsi.v1.GetTraceSourceResponse\"\x03\x90\x02\x01\x12^\n" +
 	"\x11DeleteTraceSource\x12#.evalsi.v1.DeleteTraceSourceRequest\x1a$.evalsi.v1.DeleteTraceSourceResponseB/Z-evals.si/operator/apiclient/evalsiv1;evalsiv1b\x06proto3"
 
 var (

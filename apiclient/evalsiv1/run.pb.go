@@ -1068,11 +1068,11 @@ const file_evalsi_v1_run_proto_rawDesc = "" +
 	"\rPHASE_RUNNING\x10\x02\x12\x13\n" +
 	"\x0fPHASE_SUCCEEDED\x10\x03\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x04\x12\x13\n" +
-	"\x0fPHASE_CANCELLED\x10\x052\xb1\x02\n" +
+	"\x0fPHASE_CANCELLED\x10\x052\xb6\x02\n" +
 	"\n" +
 	"RunService\x12F\n" +
-	"\tCreateRun\x12\x1b.evalsi.v1.CreateRunRequest\x1a\x1c.evalsi.v1.CreateRunResponse\x12=\n" +
-	"\x06GetRun\x12\x18.evalsi.v1.GetRunRequest\x1a\x19.evalsi.v1.GetRunResponse\x12T\n" +
+	"\tCreateRun\x12\x1b.evalsi.v1.CreateRunRequest\x1a\x1c.evalsi.v1.CreateRunResponse\x12B\n" +
+	"\x06GetRun\x12\x18.evalsi.v1.GetRunRequest\x1a\x19.evalsi.v1.GetRunResponse\"\x03\x90\x02\x01\x12T\n" +
 	"\fBatchGetRuns\x12\x1e.evalsi.v1.BatchGetRunsRequest\x1a\x1f.evalsi.v1.BatchGetRunsResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\tCancelRun\x12\x1b.evalsi.v1.CancelRunRequest\x1a\x1c.evalsi.v1.CancelRunResponseB/Z-evals.si/operator/apiclient/evalsiv1;evalsiv1b\x06proto3"
 

@@ -20,7 +20,12 @@ import (
 //     backoff (reason APIUnavailable), and at once when evalsid answers again (engine.Away).
 //   - Unauthenticated, PermissionDenied: reported as such and retried with backoff, since a
 //     rotated token or a new binding fixes them without a change to the object.
+//   - A call not sent because the shard's tenure ended (FenceCalls) is returned as it is: the
+//     engine retries it without a status, which it could not write either.
 func Failure(what string, err error) error {
+	if errors.As(err, new(*engine.TenureOverError)) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	code := connect.CodeOf(err)
 	msg := fmt.Sprintf("%s: %s", what, message(err))
 	failed := func(reason string, retry error) error {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -17,6 +18,16 @@ func (e *TenureOverError) Error() string {
 		e.Until.Format(time.RFC3339Nano))
 }
 
+// CheckTenure returns a TenureOverError when ctx carries a shard's tenure that has ended, nil
+// while it holds or when ctx carries none (an operator that does not elect). Every write the
+// engine's kinds make, to the API server (fenceWrites) or to evalsid, is checked with it first.
+func CheckTenure(ctx context.Context) error {
+	if t := shard.TenureOf(ctx); t != nil && !t.Holds(time.Now()) {
+		return &TenureOverError{Until: t.Until()}
+	}
+	return nil
+}
+
 // fenceWrites wraps a client transport: a request that may change something (any method but
 // GET, HEAD and OPTIONS) made under an ended tenure is not sent. Reads go on, so that the caches
 // stay current for when the shard is held again.
@@ -26,8 +37,8 @@ func fenceWrites(rt http.RoundTripper) http.RoundTripper {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 			return rt.RoundTrip(req)
 		}
-		if t := shard.TenureOf(req.Context()); t != nil && !t.Holds(time.Now()) {
-			return nil, &TenureOverError{Until: t.Until()}
+		if err := CheckTenure(req.Context()); err != nil {
+			return nil, err
 		}
 		return rt.RoundTrip(req)
 	})

@@ -64,6 +64,8 @@ type MonitorServiceClient interface {
 	DeletePolicy(context.Context, *connect.Request[evalsiv1.DeletePolicyRequest]) (*connect.Response[evalsiv1.DeletePolicyResponse], error)
 	// PutTraceSource creates or replaces a trace source of the project.
 	PutTraceSource(context.Context, *connect.Request[evalsiv1.PutTraceSourceRequest]) (*connect.Response[evalsiv1.PutTraceSourceResponse], error)
+	// GetTraceSource returns a trace source of the project; NotFound when the project has none of
+	// that name.
 	GetTraceSource(context.Context, *connect.Request[evalsiv1.GetTraceSourceRequest]) (*connect.Response[evalsiv1.GetTraceSourceResponse], error)
 	DeleteTraceSource(context.Context, *connect.Request[evalsiv1.DeleteTraceSourceRequest]) (*connect.Response[evalsiv1.DeleteTraceSourceResponse], error)
 }
@@ -89,6 +91,7 @@ func NewMonitorServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			httpClient,
 			baseURL+MonitorServiceGetPolicyProcedure,
 			connect.WithSchema(monitorServiceMethods.ByName("GetPolicy")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
 		deletePolicy: connect.NewClient[evalsiv1.DeletePolicyRequest, evalsiv1.DeletePolicyResponse](
@@ -107,6 +110,7 @@ func NewMonitorServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			httpClient,
 			baseURL+MonitorServiceGetTraceSourceProcedure,
 			connect.WithSchema(monitorServiceMethods.ByName("GetTraceSource")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
 		deleteTraceSource: connect.NewClient[evalsiv1.DeleteTraceSourceRequest, evalsiv1.DeleteTraceSourceResponse](
@@ -169,6 +173,8 @@ type MonitorServiceHandler interface {
 	DeletePolicy(context.Context, *connect.Request[evalsiv1.DeletePolicyRequest]) (*connect.Response[evalsiv1.DeletePolicyResponse], error)
 	// PutTraceSource creates or replaces a trace source of the project.
 	PutTraceSource(context.Context, *connect.Request[evalsiv1.PutTraceSourceRequest]) (*connect.Response[evalsiv1.PutTraceSourceResponse], error)
+	// GetTraceSource returns a trace source of the project; NotFound when the project has none of
+	// that name.
 	GetTraceSource(context.Context, *connect.Request[evalsiv1.GetTraceSourceRequest]) (*connect.Response[evalsiv1.GetTraceSourceResponse], error)
 	DeleteTraceSource(context.Context, *connect.Request[evalsiv1.DeleteTraceSourceRequest]) (*connect.Response[evalsiv1.DeleteTraceSourceResponse], error)
 }
@@ -190,6 +196,7 @@ func NewMonitorServiceHandler(svc MonitorServiceHandler, opts ...connect.Handler
 		MonitorServiceGetPolicyProcedure,
 		svc.GetPolicy,
 		connect.WithSchema(monitorServiceMethods.ByName("GetPolicy")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
 	monitorServiceDeletePolicyHandler := connect.NewUnaryHandler(
@@ -208,6 +215,7 @@ func NewMonitorServiceHandler(svc MonitorServiceHandler, opts ...connect.Handler
 		MonitorServiceGetTraceSourceProcedure,
 		svc.GetTraceSource,
 		connect.WithSchema(monitorServiceMethods.ByName("GetTraceSource")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
 	monitorServiceDeleteTraceSourceHandler := connect.NewUnaryHandler(

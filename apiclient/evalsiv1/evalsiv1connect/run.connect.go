@@ -79,6 +79,7 @@ func NewRunServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			httpClient,
 			baseURL+RunServiceGetRunProcedure,
 			connect.WithSchema(runServiceMethods.ByName("GetRun")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
 		batchGetRuns: connect.NewClient[evalsiv1.BatchGetRunsRequest, evalsiv1.BatchGetRunsResponse](
@@ -157,6 +158,7 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 		RunServiceGetRunProcedure,
 		svc.GetRun,
 		connect.WithSchema(runServiceMethods.ByName("GetRun")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
 	runServiceBatchGetRunsHandler := connect.NewUnaryHandler(
