@@ -30,10 +30,17 @@ func (t *Tenure) Extend(sent time.Time, by time.Duration) {
 	}
 }
 
-// Holds reports whether the tenure lasts beyond now.
-func (t *Tenure) Holds(now time.Time) bool {
+// Holds reports whether the tenure lasts beyond now, by both of now's clocks. By the monotonic
+// one, so that a wall clock set back does not lengthen it; and by the wall clock, because the
+// monotonic one (Linux's CLOCK_MONOTONIC, which Go reads) stands still while the machine is
+// suspended, so that a replica whose machine slept past the Lease duration would resume still
+// holding by it. A wall clock set forward only ends the tenure early, until the next renewal.
+func (t *Tenure) Holds(now time.Time) bool { return t.holds(now, now.Round(0)) }
+
+// holds is Holds with the monotonic reading now and the wall reading wall.
+func (t *Tenure) holds(now, wall time.Time) bool {
 	until := t.until.Load()
-	return until != nil && now.Before(*until)
+	return until != nil && now.Before(*until) && wall.Before(until.Round(0))
 }
 
 // Until returns when the tenure ends (zero before any renewal).

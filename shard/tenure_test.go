@@ -26,6 +26,17 @@ func TestTenure(t *testing.T) {
 			t.Errorf("%s: Holds %v, want %v", tc.name, got, tc.holds)
 		}
 	}
+	// The two clocks disagree: a machine suspended (its monotonic clock stood still, its wall
+	// clock went on), or a wall clock set back (the monotonic one went on).
+	if tenure.holds(t0.Add(time.Second), t0.Add(time.Minute).Round(0)) {
+		t.Error("holds after a suspend: by the monotonic clock within, by the wall clock a minute on")
+	}
+	if tenure.holds(t0.Add(time.Minute), t0.Add(-time.Hour).Round(0)) {
+		t.Error("holds with the wall clock set back: by the monotonic clock a minute on")
+	}
+	if !tenure.holds(t0.Add(time.Second), t0.Add(time.Second).Round(0)) {
+		t.Error("does not hold a second on by both clocks")
+	}
 	// A renewal that was sent earlier but answered later does not shorten it.
 	tenure.Extend(t0.Add(-time.Second), 10*time.Second)
 	if got := tenure.Until(); !got.Equal(t0.Add(10 * time.Second)) {
