@@ -3,7 +3,7 @@ package apicall
 import (
 	"context"
 	"errors"
-	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,24 +24,16 @@ import (
 func TestFenceCallsHoldsEvalsidCallsToTheTenure(t *testing.T) {
 	srv := evalsid.New(map[string]string{"token": "system:serviceaccount:evalsi:evalsi-operator"}, evalsid.Schedule{})
 	srv.TrustPlatform("system:serviceaccount:evalsi:evalsi-operator")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	server := httptest.NewServer(srv.Handler())
+	defer server.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(ctx, l)
-	}()
-	defer func() { cancel(); <-served }()
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	observed := map[string]int{}
-	api, err := apiclient.New(apiclient.Options{URL: "http://" + l.Addr().String(), TokenFile: token,
+	api, err := apiclient.New(apiclient.Options{URL: server.URL, TokenFile: token,
 		Interceptors: []connect.Interceptor{FenceCalls()},
 		Observe:      func(method, _ string) { observed[method]++ }})
 	if err != nil {
