@@ -55,7 +55,7 @@ func TestEndedTenureSendsNoEvalsidWrite(t *testing.T) {
 		t.Fatal("a status written under an ended tenure")
 	}
 
-	tenure.Extend(time.Now(), 5*time.Second)
+	tenure.Extend(time.Now(), 8*time.Second) // time enough to put it and write its status
 	waitReady(t, ctx, evalsi.OnlineEvalPolicies, ns, name, "True", evalsi.ReasonApplied)
 	if n := api.Calls("PutPolicy"); n != 1 {
 		t.Fatalf("%d PutPolicy calls once held, want 1", n)
