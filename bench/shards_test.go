@@ -152,6 +152,7 @@ type shardBench struct {
 	counts            map[string]int    // each replica's number of shards
 	killedAt          map[string]time.Time
 	ownersByBucket    [shard.Buckets]int
+	churns            int // the measures' churns so far
 }
 
 // hold is a span of time a replica held a shard.
@@ -373,7 +374,10 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 		cpu0[i] = r.cpu()
 	}
 	client := benchClient(s.b)
-	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{"bench.evals.si/churn":"%d"}}}`, n))
+	// A new value at each measure, so that a number of shards measured twice (-shards=1,1) churns
+	// again.
+	s.churns++
+	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{"bench.evals.si/churn":"%d"}}}`, s.churns))
 	if err := parallel(*shardEvaluators, creators, func(i int) error {
 		name := evaluator(s.ns, i).GetName()
 		if _, err := client.Resource(evalsi.Evaluators).Namespace(s.ns).Patch(s.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
