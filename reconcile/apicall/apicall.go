@@ -20,8 +20,10 @@ import (
 //     backoff (reason APIUnavailable), and at once when evalsid answers again (engine.Away).
 //   - Unauthenticated, PermissionDenied: reported as such and retried with backoff, since a
 //     rotated token or a new binding fixes them without a change to the object.
-//   - A call not sent because the shard's tenure ended (FenceCalls) is returned as it is: the
-//     engine retries it without a status, which it could not write either.
+//   - A call not sent because the shard's tenure ended (FenceCalls) is returned without a
+//     status, as a child's apply refused for it is: the failure is this replica's, not the
+//     object's, and a renewal accepted before the status write would let it through, putting
+//     "not sent" on an object the call never reached. The engine requeues it.
 func Failure(what string, err error) error {
 	if errors.As(err, new(*engine.TenureOverError)) {
 		return fmt.Errorf("%s: %w", what, err)
