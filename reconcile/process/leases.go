@@ -50,10 +50,10 @@ func (t LeaseTimings) Validate() error {
 func (t LeaseTimings) late() time.Duration { return 3 * t.RetryPeriod }
 
 // warmerGrace is how long a replica leaves a free shard to the replica that warmed it
-// (leftToWarmer). Each replica judges a Lease run out a duration after its own first sight of the
-// last renewal, and reads about once a RetryPeriod plus the time a round of reads takes, so the
-// warmer may see the Lease free a little more than one RetryPeriod after another replica: with
-// only one, the two raced for it.
+// (leftToWarmer), with twice the replica's slowest recent round added. Each replica judges a
+// Lease run out a duration after its own first sight of the last renewal, and reads about once a
+// RetryPeriod plus the time a round of reads takes, so the warmer may see the Lease free a little
+// more than one RetryPeriod after another replica: with only one, the two raced for it.
 func (t LeaseTimings) warmerGrace() time.Duration { return 2 * t.RetryPeriod }
 
 // LabelShards on each of the operator's Leases is the number of shards of the replica that wrote
@@ -299,13 +299,18 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 }
 
 // countMembers returns the replicas of others (their member slots) that count as live peers, and
-// how many are gone: late to renew their slots, and renewing no shard Lease of holders on time
-// either. A replica renews its member slot in its rounds of reads, but its shards' Leases with
-// electors of their own: one whose rounds were slow (a busy machine) still renews its shards,
-// and is not counted out as if it were gone.
+// how many are gone. A replica renews its member slot in its rounds of reads, but its shards'
+// Leases with electors of their own, so neither alone says it is gone:
+//   - late to renew its slot, it is gone only if it renews no shard Lease of holders on time
+//     either: one whose rounds were slow (a busy machine) still renews its shards;
+//   - late to renew every shard Lease it holds, it is gone even if its slot is not late yet: a
+//     replica that died or was cut off renewed its slot last in a round that may have come after
+//     its shards' last renewals, and until the slot is late too it would be counted live, given
+//     its own shards to warm (assignLate), and keep their share from the others.
 func countMembers(others []shardLease, holders map[int]shardLease) (peers []string, gone int) {
 	for _, m := range others {
-		if m.late && !renewsOnTime(m.holder, holders) {
+		held, onTime := renewals(m.holder, holders)
+		if onTime == 0 && (m.late || held > 0) {
 			gone++
 			continue
 		}
@@ -314,15 +319,19 @@ func countMembers(others []shardLease, holders map[int]shardLease) (peers []stri
 	return peers, gone
 }
 
-// renewsOnTime reports whether replica holds one of the shard Leases of holders and is not late
-// to renew it.
-func renewsOnTime(replica string, holders map[int]shardLease) bool {
+// renewals counts the shard Leases of holders that replica holds, and those it is not late to
+// renew.
+func renewals(replica string, holders map[int]shardLease) (held, onTime int) {
 	for _, l := range holders {
-		if l.holder == replica && !l.late {
-			return true
+		if l.holder != replica {
+			continue
+		}
+		held++
+		if !l.late {
+			onTime++
 		}
 	}
-	return false
+	return held, onTime
 }
 
 // leave releases this replica's member slot, so that the others count it out at once.

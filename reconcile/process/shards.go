@@ -74,6 +74,8 @@ type shardHolder struct {
 	peers     []string
 	warmer    map[int]string
 	freeSince map[int]time.Time
+	// rounds are how long this replica's last rounds took (roundTook), newest at rounds[0].
+	rounds [4]time.Duration
 }
 
 // shardEngine is a shard's engine running in its own goroutine.
@@ -151,7 +153,10 @@ func holdShards(ctx context.Context, h *shardHolder) error {
 	defer t.Stop()
 	for {
 		h.expires = time.Time{}
+		start := time.Now()
 		h.rebalance(ctx)
+		copy(h.rounds[1:], h.rounds[:])
+		h.rounds[0] = time.Since(start)
 		wait := h.timings.RetryPeriod
 		if !h.expires.IsZero() {
 			// Just past it, so that the Lease is judged run out.

@@ -51,6 +51,7 @@ func TestLeftToWarmer(t *testing.T) {
 	for name, tc := range map[string]struct {
 		warmer string
 		peers  []string
+		rounds [4]time.Duration // how long this replica's last rounds took
 		after  time.Duration
 		want   bool
 	}{
@@ -60,9 +61,12 @@ func TestLeftToWarmer(t *testing.T) {
 		"just seen free":                {warmer: "c", peers: []string{"c"}, after: 0, want: true},
 		"the warmer read a round later": {warmer: "c", peers: []string{"c"}, after: timings.RetryPeriod + 200*time.Millisecond, want: true},
 		"two rounds: the warmer failed": {warmer: "c", peers: []string{"c"}, after: 2 * timings.RetryPeriod, want: false},
+		// A busy machine: a round of reads took a second and a half, three rounds ago.
+		"slow rounds: two periods later": {warmer: "c", peers: []string{"c"}, rounds: [4]time.Duration{200 * time.Millisecond, 0, 0, 1500 * time.Millisecond}, after: 2*timings.RetryPeriod + 2*time.Second, want: true},
+		"slow rounds: the warmer failed": {warmer: "c", peers: []string{"c"}, rounds: [4]time.Duration{200 * time.Millisecond, 0, 0, 1500 * time.Millisecond}, after: 2*timings.RetryPeriod + 3*time.Second, want: false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := &shardHolder{id: "a", timings: timings, peers: tc.peers, warmer: map[int]string{}, freeSince: map[int]time.Time{0: seen}}
+			h := &shardHolder{id: "a", timings: timings, peers: tc.peers, rounds: tc.rounds, warmer: map[int]string{}, freeSince: map[int]time.Time{0: seen}}
 			if tc.warmer != "" {
 				h.warmer[0] = tc.warmer
 			}
@@ -120,6 +124,29 @@ func TestAssignLateAgrees(t *testing.T) {
 				if n > share {
 					t.Errorf("%s holds and warms %d shards, over its share %d", id, n, share)
 				}
+			}
+		})
+	}
+}
+
+// TestAssignLateNeverGivesTheLateHolder gives a shard whose holder b is late, but renews another
+// shard on time (so it is still a peer), to a replica other than b: b holding it is why it needs
+// a warmer.
+func TestAssignLateNeverGivesTheLateHolder(t *testing.T) {
+	for count := 4; count <= 12; count++ {
+		t.Run(fmt.Sprintf("%d shards", count), func(t *testing.T) {
+			holders := map[int]shardLease{}
+			for i := range count {
+				holders[i] = shardLease{holder: []string{"b", "a", "c"}[i%3]}
+			}
+			holders[0] = shardLease{holder: "b", late: true}
+			h := survivor("a", count)
+			h.peers = append(h.peers, "b")
+			h.assignLate(holders, (count+2)/3, time.Unix(1000, 0))
+			// With a multiple of three shards, a and c hold their share already: no one warms it
+			// until b is counted out.
+			if w := h.warmer[0]; w == "b" || w == "" && count%3 != 0 {
+				t.Errorf("shard 0, late with b: warmer %q, want a or c", w)
 			}
 		})
 	}
@@ -199,21 +226,27 @@ func permutations(s []int) [][]int {
 }
 
 // TestCountMembers counts out a replica late to renew its member slot only while it renews no
-// shard Lease on time either: one whose rounds of reads were slow still renews its shards.
+// shard Lease on time either: one whose rounds of reads were slow still renews its shards. A
+// replica late with every shard it holds is counted out before its slot is late.
 func TestCountMembers(t *testing.T) {
 	for name, tc := range map[string]struct {
-		holders   map[int]shardLease
-		wantPeers []string
-		wantGone  int
+		holders    map[int]shardLease
+		slotOnTime bool // b renews its member slot on time
+		wantPeers  []string
+		wantGone   int
 	}{
 		"renews a shard on time":   {holders: map[int]shardLease{0: {holder: "b"}, 1: {holder: "a"}}, wantPeers: []string{"c", "b"}},
 		"renews one of two":        {holders: map[int]shardLease{0: {holder: "b", late: true}, 1: {holder: "b"}}, wantPeers: []string{"c", "b"}},
 		"late with all its shards": {holders: map[int]shardLease{0: {holder: "b", late: true}, 1: {holder: "a"}}, wantPeers: []string{"c"}, wantGone: 1},
 		"holds no shard":           {holders: map[int]shardLease{0: {holder: "a"}, 1: {expired: true}}, wantPeers: []string{"c"}, wantGone: 1},
+		// Its slot renewed in a round after its shards' last renewals: it died or was cut off.
+		"slot on time, late with all its shards": {slotOnTime: true, holders: map[int]shardLease{0: {holder: "b", late: true}, 1: {holder: "b", late: true}, 2: {holder: "a"}}, wantPeers: []string{"c"}, wantGone: 1},
+		"slot on time, late with one of two":     {slotOnTime: true, holders: map[int]shardLease{0: {holder: "b", late: true}, 1: {holder: "b"}}, wantPeers: []string{"c", "b"}},
+		"slot on time, holds no shard":           {slotOnTime: true, holders: map[int]shardLease{0: {holder: "a"}, 1: {holder: "c"}}, wantPeers: []string{"c", "b"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			// c renews its member slot on time, b is late to renew its own.
-			peers, gone := countMembers([]shardLease{{holder: "c"}, {holder: "b", late: true}}, tc.holders)
+			// c renews its member slot on time, b is late to renew its own unless slotOnTime.
+			peers, gone := countMembers([]shardLease{{holder: "c"}, {holder: "b", late: !tc.slotOnTime}}, tc.holders)
 			if !slices.Equal(peers, tc.wantPeers) || gone != tc.wantGone {
 				t.Errorf("countMembers = %v, %d gone; want %v, %d gone", peers, gone, tc.wantPeers, tc.wantGone)
 			}

@@ -49,8 +49,9 @@ func (h *shardHolder) assignLate(holders map[int]shardLease, share int, now time
 			load[w]++
 		case l.late || l.expired:
 			// Its holder is late, or died before this replica saw it late (a round of its reads
-			// took longer than the late window): it gets the warmer the others give it.
-			if best := bestWarmer(candidates, load, share, i); best != "" {
+			// took longer than the late window): it gets the warmer the others give it, never
+			// its late holder (one still counted live renews another shard on time).
+			if best := bestWarmer(candidates, load, share, i, l.holder); best != "" {
 				h.warmer[i] = best
 				load[best]++
 			} else {
@@ -63,12 +64,12 @@ func (h *shardHolder) assignLate(holders map[int]shardLease, share int, now time
 	}
 }
 
-// bestWarmer returns the candidate below share (with the shards it holds and was given, load)
-// that hashes best with shard i, or "" when all are at their share.
-func bestWarmer(candidates []string, load map[string]int, share, i int) string {
+// bestWarmer returns the candidate but holder below share (with the shards it holds and was
+// given, load) that hashes best with shard i, or "" when all are at their share.
+func bestWarmer(candidates []string, load map[string]int, share, i int, holder string) string {
 	best, bestHash := "", uint64(0)
 	for _, c := range candidates {
-		if load[c] >= share {
+		if c == holder || load[c] >= share {
 			continue
 		}
 		if hash := rendezvous(c, i); best == "" || hash > bestHash {
@@ -79,14 +80,17 @@ func bestWarmer(candidates []string, load map[string]int, share, i int) string {
 }
 
 // leftToWarmer reports whether this replica leaves free shard i to another replica that warmed
-// it, for LeaseTimings.warmerGrace after this replica saw it free: that replica's warm engine
-// reconciles at once. After that, any replica takes it (the warmer failed or died).
+// it, for LeaseTimings.warmerGrace after this replica saw it free, and twice its slowest recent
+// round longer: that replica's warm engine reconciles at once. The warmer sees the Lease free up
+// to a round period after this replica (its first sight of the last renewal came a round later),
+// and takes it in its next round; on a busy machine a round of reads takes seconds, and a period
+// is a RetryPeriod after the round. After that, any replica takes it (the warmer failed or died).
 func (h *shardHolder) leftToWarmer(i int, now time.Time) bool {
 	w, ok := h.warmer[i]
 	if !ok || w == h.id || !slices.Contains(h.peers, w) {
 		return false
 	}
-	return now.Sub(h.freeSince[i]) < h.timings.warmerGrace()
+	return now.Sub(h.freeSince[i]) < h.timings.warmerGrace()+2*slices.Max(h.rounds[:])
 }
 
 // warmLate stops the warm engines of shards whose Lease is held again by a replica on time (it
