@@ -74,7 +74,8 @@ type shardHolder struct {
 	peers     []string
 	warmer    map[int]string
 	freeSince map[int]time.Time
-	// rounds are how long this replica's last rounds took (roundTook), newest at rounds[0].
+	// rounds are how long this replica's last rounds (rebalance) took, newest first: leftToWarmer
+	// waits longer while they are slow.
 	rounds [4]time.Duration
 }
 
