@@ -49,12 +49,16 @@ func (t LeaseTimings) Validate() error {
 // reading and renewing out of step. A late holder's shards are warmed (shardHolder.warmLate).
 func (t LeaseTimings) late() time.Duration { return 3 * t.RetryPeriod }
 
-// warmerGrace is how long a replica leaves a free shard to the replica that warmed it
-// (leftToWarmer), with twice the replica's slowest recent round added. Each replica judges a
-// Lease run out a duration after its own first sight of the last renewal, and reads about once a
-// RetryPeriod plus the time a round of reads takes, so the warmer may see the Lease free a little
-// more than one RetryPeriod after another replica: with only one, the two raced for it.
-func (t LeaseTimings) warmerGrace() time.Duration { return 2 * t.RetryPeriod }
+// warmerGrace is how long a replica whose rounds take up to round leaves a free shard to the
+// replica that warmed it (leftToWarmer): two round periods, a period being a RetryPeriod and a
+// round. Each replica judges a Lease run out a duration after its own first sight of the last
+// renewal, so the warmer may see the Lease free up to a period after another replica, and takes
+// it in its next round, up to a period later. With one RetryPeriod the two raced for it; on a
+// busy machine a round of reads takes seconds (the rounds of other replicas are judged by this
+// one's, against the same API server).
+func (t LeaseTimings) warmerGrace(round time.Duration) time.Duration {
+	return 2 * (t.RetryPeriod + round)
+}
 
 // LabelShards on each of the operator's Leases is the number of shards of the replica that wrote
 // it: replicas with another number slice the objects otherwise, and must not run beside it.

@@ -80,17 +80,15 @@ func bestWarmer(candidates []string, load map[string]int, share, i int, holder s
 }
 
 // leftToWarmer reports whether this replica leaves free shard i to another replica that warmed
-// it, for LeaseTimings.warmerGrace after this replica saw it free, and twice its slowest recent
-// round longer: that replica's warm engine reconciles at once. The warmer sees the Lease free up
-// to a round period after this replica (its first sight of the last renewal came a round later),
-// and takes it in its next round; on a busy machine a round of reads takes seconds, and a period
-// is a RetryPeriod after the round. After that, any replica takes it (the warmer failed or died).
+// it, for LeaseTimings.warmerGrace of its slowest recent round after it saw it free: that
+// replica's warm engine reconciles at once. After that, any replica takes it (the warmer failed
+// or died).
 func (h *shardHolder) leftToWarmer(i int, now time.Time) bool {
 	w, ok := h.warmer[i]
 	if !ok || w == h.id || !slices.Contains(h.peers, w) {
 		return false
 	}
-	return now.Sub(h.freeSince[i]) < h.timings.warmerGrace()+2*slices.Max(h.rounds[:])
+	return now.Sub(h.freeSince[i]) < h.timings.warmerGrace(slices.Max(h.rounds[:]))
 }
 
 // warmLate stops the warm engines of shards whose Lease is held again by a replica on time (it
