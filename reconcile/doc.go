@@ -28,8 +28,8 @@
 // objects, informers of its children (by the managed-by label), both decoded straight from the
 // API server's JSON into what the cache keeps, a rate-limited work queue and workers. An
 // operator with shards runs an Engine per shard it holds, whose informers hold only that shard's
-// objects (package shard, reconcile/process/shards.go), and whose writes, to the API server and
-// to evalsid (apicall.FenceCalls), are sent only within the shard's tenure (shard.Tenure: a renew
+// objects (package shard, reconcile/process/shards.go), and whose writes, to the API server (its
+// Events too) and to evalsid (apicall.FenceCalls), are sent only within the shard's tenure (shard.Tenure: a renew
 // deadline after the last renewal of its Lease that the API server accepted), so that a replica
 // resumed after a pause writes nothing of a shard another replica took meanwhile. A worker takes
 // a key and

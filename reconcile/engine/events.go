@@ -32,13 +32,14 @@ type lineRecorder []record.EventRecorder
 
 // newEventRecorder starts eventLines broadcasters writing to namespace's Events ("" for each
 // object's own) until ctx ends, and returns their recorder and a function that flushes and stops
-// them.
+// them. Their writes carry ctx's values, so that a shard's tenure fences them (eventSink).
 func newEventRecorder(ctx context.Context, kube kubernetes.Interface, namespace string) (record.EventRecorder, func()) {
 	lines := make(lineRecorder, eventLines)
 	var broadcasters []record.EventBroadcaster
+	sink := eventSink{ctx: context.WithoutCancel(ctx), events: kube.CoreV1().Events(namespace)}
 	for i := range lines {
 		b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventKeys}))
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events(namespace)})
+		b.StartRecordingToSink(sink)
 		lines[i] = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
 		broadcasters = append(broadcasters, b)
 	}
@@ -47,6 +48,33 @@ func newEventRecorder(ctx context.Context, kube kubernetes.Interface, namespace 
 			b.Shutdown()
 		}
 	}
+}
+
+// eventSink writes a broadcaster's Events with ctx, where client-go's own sink writes them with
+// an empty context. The engine's context carries the tenure of its shard (shard.WithTenure), so
+// fenceWrites holds its Events as it holds its other writes: a replica whose hold on the shard
+// ended does not tell of objects another replica may reconcile now. The broadcaster retries such
+// an Event (a TenureOverError is not the API server's refusal) until the tenure is extended again
+// or the engine stops and shuts the broadcaster down. ctx is without cancel: the Events recorded
+// as the engine stops are still written.
+type eventSink struct {
+	ctx    context.Context
+	events typedcorev1.EventInterface
+}
+
+// Create writes a new Event.
+func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	return s.events.CreateWithEventNamespaceWithContext(s.ctx, e)
+}
+
+// Update replaces an Event.
+func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	return s.events.UpdateWithEventNamespaceWithContext(s.ctx, e)
+}
+
+// Patch counts a repeat of an Event.
+func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	return s.events.PatchWithEventNamespaceWithContext(s.ctx, e, data)
 }
 
 // of returns the recorder of obj's line.
