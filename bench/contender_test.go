@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -268,19 +269,27 @@ func (p *process) saveHeapProfile(name string) error {
 	return err
 }
 
-// reconciles returns how many reconciles of Evaluators the process has finished.
+// reconciles returns how many reconciles the process has finished.
 func (p *process) reconciles() (float64, error) {
+	n, _, err := p.work("")
+	return n, err
+}
+
+// work returns how many reconciles the process has finished and how many objects wait in its work
+// queues: of controller only, unless it is "".
+func (p *process) work(controller string) (reconciles, depth float64, err error) {
 	families, err := p.scrape()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var total float64
-	if f := families[p.c.reconciles]; f != nil {
-		for _, m := range f.GetMetric() {
-			total += m.GetCounter().GetValue()
+	for name, sum := range map[string]*float64{p.c.reconciles: &reconciles, "evalsi_workqueue_depth": &depth} {
+		for _, m := range families[name].GetMetric() {
+			if controller == "" || slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == controller }) {
+				*sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
 		}
 	}
-	return total, nil
+	return reconciles, depth, nil
 }
 
 // scrape reads the process's metrics.

@@ -354,7 +354,7 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 	replicas := s.startReplicas(n)
 	s.waitReconciled(replicas, nil)
 	row.start = time.Since(t0)
-	time.Sleep(5 * time.Second)
+	s.waitQuiet(replicas)
 	for i, r := range replicas {
 		h, err := r.liveHeap(fmt.Sprintf("shards-%d-replica-%d", n, i))
 		if err != nil {
@@ -388,12 +388,42 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 	}); err != nil {
 		s.b.Fatalf("churning: %v", err)
 	}
-	time.Sleep(10 * time.Second)
+	s.waitQuiet(replicas)
 	for i, r := range replicas {
 		row.churnCPU = append(row.churnCPU, r.cpu()-cpu0[i])
 	}
 	fmt.Fprintf(os.Stderr, "%d shards: %s\n", n, row)
 	return row, replicas
+}
+
+// quietFor is how long a replica's Evaluator queue must stay empty, and its count of Evaluator
+// reconciles unchanged, before it is quiet (waitQuiet). The EvalRuns are left out: each running
+// one comes back on its own every few minutes, so that with 500 of them the count never stands
+// still.
+const quietFor = 10 * time.Second
+
+// waitQuiet waits until each replica is quiet: its heap and CPU are then those of the objects it
+// holds, not of work still in flight. Its heap was read 5 s after it had reconciled every owner
+// once, and its CPU 10 s after the churn was sent: a replica was often still reconciling then
+// (the Deployments' status events, the second reconciles), and the one replica of one shard, with
+// the most to do, the most. Two runs at 10,000 read that replica's heap at 92.9 and 100.6 MiB, and
+// the two replicas of two shards at 56.1 and 21.8 MiB, where an idle replica holds about 40 MiB.
+func (s *shardBench) waitQuiet(replicas []*replica) {
+	for _, r := range replicas {
+		last, since, checked := -1.0, time.Time{}, time.Time{}
+		wait(s.b, s.ctx, r.process, "quiet (no Evaluator queued or reconciled for "+quietFor.String()+")", func() bool {
+			if time.Since(checked) < time.Second {
+				return false
+			}
+			checked = time.Now()
+			n, depth, err := r.work("evaluator")
+			if err != nil || depth > 0 || n != last {
+				last, since = n, checked
+				return false
+			}
+			return checked.Sub(since) >= quietFor
+		})
+	}
 }
 
 // waitReconciled waits until each replica has reconciled every owner of the shards it holds at
