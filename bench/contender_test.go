@@ -285,7 +285,7 @@ func (p *process) work(controller string) (reconciles, depth float64, err error)
 	for name, sum := range map[string]*float64{p.c.reconciles: &reconciles, "evalsi_workqueue_depth": &depth} {
 		for _, m := range families[name].GetMetric() {
 			if controller == "" || slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == controller }) {
-				*sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				*sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() // the one it is not reads 0
 			}
 		}
 	}
