@@ -275,8 +275,9 @@ func (p *process) reconciles() (float64, error) {
 	return n, err
 }
 
-// work returns how many reconciles the process has finished and how many objects wait in its work
-// queues: of controller only, unless it is "".
+// work returns how many reconciles the process has finished and, for the operator (the peer's
+// queues are not counted), how many objects wait in its work queues: of controller only, unless
+// it is "".
 func (p *process) work(controller string) (reconciles, depth float64, err error) {
 	families, err := p.scrape()
 	if err != nil {

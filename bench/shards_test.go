@@ -402,12 +402,11 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 // still.
 const quietFor = 10 * time.Second
 
-// waitQuiet waits until each replica is quiet: its heap and CPU are then those of the objects it
-// holds, not of work still in flight. Its heap was read 5 s after it had reconciled every owner
-// once, and its CPU 10 s after the churn was sent: a replica was often still reconciling then
-// (the Deployments' status events, the second reconciles), and the one replica of one shard, with
-// the most to do, the most. Two runs at 10,000 read that replica's heap at 92.9 and 100.6 MiB, and
-// the two replicas of two shards at 56.1 and 21.8 MiB, where an idle replica holds about 40 MiB.
+// waitQuiet waits until each replica is quiet, so that its heap and CPU are those of the objects
+// it holds, not of work still in flight. Fixed delays (5 s after the first full reconcile, 10 s
+// after the churn) caught replicas still reconciling the Deployments' status events: the one
+// replica of one shard read at 92.9 to 139 MiB where it holds about 40 quiet, and the ratios to it
+// swung between runs.
 func (s *shardBench) waitQuiet(replicas []*replica) {
 	for _, r := range replicas {
 		last, since, checked := -1.0, time.Time{}, time.Time{}

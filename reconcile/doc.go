@@ -29,10 +29,10 @@
 // API server's JSON into what the cache keeps, a rate-limited work queue and workers. An
 // operator with shards runs an Engine per shard it holds, whose informers hold only that shard's
 // objects (package shard, reconcile/process/shards.go), and whose writes, to the API server (its
-// Events too) and to evalsid (apicall.FenceCalls), are sent only within the shard's tenure (shard.Tenure: a renew
-// deadline after the last renewal of its Lease that the API server accepted), so that a replica
-// resumed after a pause writes nothing of a shard another replica took meanwhile. A worker takes
-// a key and
+// Events too) and to evalsid (apicall.FenceCalls), are sent only within the shard's tenure
+// (shard.Tenure: a renew deadline after the last renewal of its Lease that the API server
+// accepted), so that a replica resumed after a pause writes nothing of a shard another replica
+// took meanwhile. A worker takes a key and
 // Controller.reconcileKey reads the object from the cache; reconcileObject checks its project
 // once (Config.Tenancy; an object that may not act there makes no call and no child:
 // ProjectNotAllowed), checks its spec once a generation (Kind.Validate), and calls the kind's
