@@ -359,6 +359,11 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 			warmers = append(warmers, name)
 			holding := strings.Index(logs, fmt.Sprintf("msg=\"holding a shard\" shard=%s", s))
 			switch {
+			case holding < 0 && judgedLate(othersLogs(name), name):
+				// The warmer was slow to renew its own shards (a loaded machine): another survivor
+				// counted it gone, as countMembers does a replica late on every shard it holds, and
+				// took the shard without waiting for it. Safe, only cold.
+				t.Logf("%s warmed shard %s and was judged late itself; another took the shard", name, s)
 			case holding < 0:
 				t.Errorf("%s warmed shard %s, and another took it\n%s\nthe others' logs:\n%s", name, s, logs, othersLogs(name))
 			case holding < warming:
@@ -411,6 +416,17 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	if owned > 0 && len(writes) == 0 {
 		t.Errorf("the healed replica holds %d shards with %d Evaluators and repaired none of their pools", share, owned)
 	}
+}
+
+// judgedLate reports whether logs show a replica warming the shards of replica, which it judged
+// late to renew them.
+func judgedLate(logs, replica string) bool {
+	for line := range strings.Lines(logs) {
+		if strings.Contains(line, `msg="warming a shard: its holder is late to renew its Lease"`) && strings.Contains(line, "holder="+replica+"\n") {
+			return true
+		}
+	}
+	return false
 }
 
 // shardsOfEvaluators returns the shard, of shards, of each Evaluator of ns by name.
