@@ -314,16 +314,23 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 			deleted++
 		}
 	}
-	// The Lease first: with no Evaluator in the cut shard, the pools are "repaired" at once.
+	// The Lease first: with no Evaluator in the cut shard, the pools are "repaired" at once. A
+	// replica takes a Lease before it logs that it holds the shard: its line is waited for too.
+	takers := map[shard.Shard]string{}
 	clustertest.Eventually(t, ctx, "the cut-off replica's shards held by the others", func() error {
 		for _, s := range cut {
 			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", s), metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			if h := process.LeaseHolder(l, time.Now()); !slices.Contains(survivors, h) {
+			h := process.LeaseHolder(l, time.Now())
+			if !slices.Contains(survivors, h) {
 				return fmt.Errorf("shard %s held by %q", s, h)
 			}
+			if !strings.Contains(replicas[h].logs.String()[before[h]:], fmt.Sprintf("msg=\"holding a shard\" shard=%s ", s)) {
+				return fmt.Errorf("%s holds shard %s's Lease and has not logged it yet", h, s)
+			}
+			takers[s] = h
 		}
 		return nil
 	})
@@ -357,15 +364,15 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 				continue
 			}
 			warmers = append(warmers, name)
-			holding := strings.Index(logs, fmt.Sprintf("msg=\"holding a shard\" shard=%s", s))
+			holding := strings.Index(logs, fmt.Sprintf("msg=\"holding a shard\" shard=%s ", s))
 			switch {
-			case holding < 0 && judgedLate(othersLogs(name), name):
+			case takers[s] != name && judgedLate(othersLogs(name), name):
 				// The warmer was slow to renew its own shards (a loaded machine): another survivor
 				// counted it gone, as countMembers does a replica late on every shard it holds, and
 				// took the shard without waiting for it. Safe, only cold.
-				t.Logf("%s warmed shard %s and was judged late itself; another took the shard", name, s)
-			case holding < 0:
-				t.Errorf("%s warmed shard %s, and another took it\n%s\nthe others' logs:\n%s", name, s, logs, othersLogs(name))
+				t.Logf("%s warmed shard %s and was judged late itself; %s took the shard", name, s, takers[s])
+			case takers[s] != name:
+				t.Errorf("%s warmed shard %s, and %s took it\n%s\nthe others' logs:\n%s", name, s, takers[s], logs, othersLogs(name))
 			case holding < warming:
 				t.Errorf("%s held shard %s before it warmed it\n%s", name, s, logs)
 			case !strings.Contains(strings.SplitN(logs[holding:], "\n", 2)[0], "warm=true"):
