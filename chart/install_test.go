@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -104,7 +105,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	// are served (the SandboxClasses are objects of one).
 	helm(t, "upgrade", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--reuse-values", "--set", "sandboxd.enabled=true", kc)
 	for release, want := range map[string]string{
-		// Two shards: the chart's RBAC names their Leases, and the two replicas below share them.
+		// Two shards: the chart's RBAC names their Leases, which the three replicas below share.
 		helm(t, "install", "evalsi", "evalsi", "-n", "team-a", "--create-namespace", "--set", "api.url=https://evalsid.evalsi-platform.svc", "--set", "operator.shards=2", kc): "kubectl -n team-a rollout status deployment/evalsi-operator",
 		helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc):                                                                                   "the sandbox operator runs in evalsi-sandbox",
 	} {
@@ -139,9 +140,10 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 
 	bin := clustertest.Operator(t)
 	opCfg, opKubeconfig := clustertest.TokenKubeconfig(t, ctx, env, "team-a", "evalsi-operator")
-	// Two replicas, as the chart runs them, as the chart's identity (its RBAC, not an admin's).
+	// Three replicas over two shards, as the chart's identity (its RBAC, not an admin's): two
+	// hold a shard each, the third stands by.
 	var replicas []func()
-	for range 2 {
+	for range 3 {
 		replicas = append(replicas, startOperator(t, bin, opKubeconfig, "--namespace=team-a",
 			"--controllers=evalrun,onlineevalpolicy,tracesource,evaluator,checkpointserver",
 			"--leader-elect", "--leader-election-namespace=team-a", "--shards=2",
@@ -220,6 +222,16 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		}
 		if delete(holders, ""); len(holders) != 2 {
 			return fmt.Errorf("the shards' holders: %v", holders)
+		}
+		return nil
+	})
+	clustertest.Eventually(t, ctx, "the third replica holding the standby Lease", func() error {
+		l, err := env.Clientset().CoordinationV1().Leases("team-a").Get(ctx, process.StandbyLease("evalsi-operator"), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if process.LeaseHolder(l, time.Now()) == "" {
+			return errors.New("held by no one")
 		}
 		return nil
 	})

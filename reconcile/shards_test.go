@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -186,12 +187,14 @@ func TestShardedReplicas(t *testing.T) {
 // API server, as a killed or partitioned replica is: the others see it late to renew, one of them
 // warms each of its shards (lists and watches it, writing nothing) while the Lease runs out, then
 // takes it and reconciles with the warm engine, repairing its pools. With six shards each
-// survivor has room for one of the two: they must agree which. Then the cut heals: the replica
-// takes back its share, and writes an object only once it holds the object's shard.
+// survivor has room for one of the two: they must agree which. With two shards over three
+// replicas, the third stands by: it warms and takes the cut-off shard, and the other replica's
+// shard stays where it is (each shard moves once). Then the cut heals: the replica takes back its
+// share (or stands by), and writes an object only once it holds the object's shard.
 func TestCutOffReplicasShardsAreWarmedThenTaken(t *testing.T) {
 	t.Parallel() // see envMu
 
-	for _, tc := range []struct{ shards, replicas int }{{1, 2}, {2, 2}, {3, 3}, {6, 3}} {
+	for _, tc := range []struct{ shards, replicas int }{{1, 2}, {2, 2}, {3, 3}, {6, 3}, {2, 3}} {
 		t.Run(fmt.Sprintf("%d shards over %d replicas", tc.shards, tc.replicas), func(t *testing.T) {
 			t.Parallel()
 			cutOffReplica(t, tc.shards, tc.replicas)
@@ -381,6 +384,35 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 		}
 		if len(warmers) != 1 {
 			t.Errorf("shard %s warmed by %v, want one of %v", s, warmers, survivors)
+		}
+	}
+	if shards > 1 {
+		// Each shard moves once: no survivor hands a shard over once the others hold the member
+		// slots they will hold (a replica that stood by takes the cut-off one's).
+		clustertest.Eventually(t, ctx, "the survivors holding their member slots", func() error {
+			held := 0
+			for j := range shards {
+				l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.MemberLease("evalsi-operator", j), metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					continue // more slots than replicas
+				}
+				if err != nil {
+					return err
+				}
+				if slices.Contains(survivors, process.LeaseHolder(l, time.Now())) {
+					held++
+				}
+			}
+			if want := min(shards, len(survivors)); held != want {
+				return fmt.Errorf("%d member slots held by the survivors, want %d", held, want)
+			}
+			return nil
+		})
+		time.Sleep(2 * timings.RetryPeriod) // a round for each to count the others again
+		for _, name := range survivors {
+			if logs := replicas[name].logs.String()[before[name]:]; strings.Contains(logs, `msg="draining a shard`) {
+				t.Errorf("%s handed a shard over after the cut\n%s\nthe others' logs:\n%s", name, logs, othersLogs(name))
+			}
 		}
 	}
 

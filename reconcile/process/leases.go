@@ -251,6 +251,12 @@ func (h *shardHolder) labels() map[string]string {
 // replica beyond them would hold no shard (it waits for a slot, as a standby).
 func MemberLease(name string, j int) string { return name + "-member-" + strconv.Itoa(j) }
 
+// StandbyLease is the name of the Lease of the replica next in line for a member slot, when every
+// slot is held (more replicas than shards). The replicas count it in for the shards of a member
+// that is gone, so that those shards move once, to it, rather than to them and then again to it
+// once it takes the gone member's slot. Replicas beyond it wait unseen.
+func StandbyLease(name string) string { return name + "-standby" }
+
 // renewMember renews this replica's member slot, or takes a free one, and returns the slots of
 // the other replicas of this number of shards as this replica judges them (observe), and whether
 // this replica took its slot just now (joined). h.member is its own slot ("" when every slot is
@@ -271,11 +277,11 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 		}
 		switch observed := h.observe(l, now); {
 		case observed.holder == h.id && mine == "":
-			renew := metav1.NewMicroTime(now)
-			l.Spec.RenewTime = &renew
-			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager}); err != nil && !apierrors.IsConflict(err) {
+			renewed, err := h.renew(ctx, l, now)
+			if err != nil {
 				return nil, false, err
-			} else if err == nil {
+			}
+			if renewed {
 				mine = name
 			}
 		case observed.holder == "":
@@ -299,7 +305,58 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 		}
 	}
 	h.member = mine
+	if err := h.renewStandby(ctx, now); err != nil {
+		return nil, false, err
+	}
 	return others, joined, nil
+}
+
+// renewStandby keeps the standby Lease while this replica holds no member slot: it renews it, or
+// takes it when free; it releases it once this replica holds a slot. It sets h.standby, whether
+// this replica holds it, and h.standbyPeer, the other replica of this number of shards that
+// holds it on time ("" for none).
+func (h *shardHolder) renewStandby(ctx context.Context, now time.Time) error {
+	name := StandbyLease(h.name)
+	h.standby, h.standbyPeer = false, ""
+	l, err := h.kube.CoordinationV1().Leases(h.namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsForbidden(err) {
+		// A chart before standby Leases does not name it: a standby then waits unseen.
+		return nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	var observed shardLease
+	if err == nil {
+		observed = h.observe(l, now)
+	}
+	switch {
+	case observed.holder == h.id && h.member != "":
+		// It holds a slot now: the next replica in line may stand by.
+		_, err := h.release(name)
+		return err
+	case observed.holder == h.id:
+		h.standby, err = h.renew(ctx, l, now)
+		return err
+	case observed.holder == "" && h.member == "":
+		h.standby, err = h.take(ctx, name)
+		return err
+	case observed.holder != "" && !observed.late && l.Labels[LabelShards] == strconv.Itoa(h.count):
+		h.standbyPeer = observed.holder
+	}
+	return nil
+}
+
+// renew writes a new renewTime on l, a Lease this replica holds; it reports false when another
+// replica changed it since it was read.
+func (h *shardHolder) renew(ctx context.Context, l *coordinationv1.Lease, now time.Time) (bool, error) {
+	renewed := metav1.NewMicroTime(now)
+	l.Spec.RenewTime = &renewed
+	_, err := h.kube.CoordinationV1().Leases(h.namespace).Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager})
+	if apierrors.IsConflict(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // countMembers returns the replicas of others (their member slots) that count as live peers, and
@@ -338,13 +395,18 @@ func renewals(replica string, holders map[int]shardLease) (held, onTime int) {
 	return held, onTime
 }
 
-// leave releases this replica's member slot, so that the others count it out at once.
+// leave releases this replica's member slot, so that the others count it out at once, or the
+// standby Lease, so that the next replica in line stands by.
 func (h *shardHolder) leave() {
-	if h.member == "" {
+	name := h.member
+	if h.standby {
+		name = StandbyLease(h.name)
+	}
+	if name == "" {
 		return
 	}
-	if _, err := h.release(h.member); err != nil {
-		h.log.Warn("releasing the member Lease", "lease", h.member, "err", err)
+	if _, err := h.release(name); err != nil {
+		h.log.Warn("releasing the member Lease", "lease", name, "err", err)
 	}
 }
 

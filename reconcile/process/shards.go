@@ -27,7 +27,10 @@ import (
 // expired because its holder died. Replicas count each other by the member slots they hold
 // (MemberLease), and a replica that has just taken its slot takes shards a RetryPeriod later, so
 // that replicas started together count each other first and none takes a shard only to hand it
-// over. Every Lease has a name known in advance, so that RBAC can name them all.
+// over. With more replicas than shards, the first replica without a slot holds the standby
+// Lease (StandbyLease): when a member is gone, every replica counts it in, so that it, not
+// another member, takes the gone member's shards, and its slot once that runs out. Every Lease
+// has a name known in advance, so that RBAC can name them all.
 //
 // While a late holder's Lease runs out, the replicas that will take its shards warm them: they
 // start the shards' engines without writes (engine.Config.Writable), which list and watch the
@@ -42,8 +45,11 @@ type shardHolder struct {
 	id        string
 	timings   LeaseTimings
 	// member is this replica's member slot ("" when it holds none, or the operator does not
-	// shard).
-	member string
+	// shard); standby whether it holds the standby Lease instead, and standbyPeer the other
+	// replica that holds it ("" for none).
+	member      string
+	standby     bool
+	standbyPeer string
 	// run reconciles a shard until its context ends; with writable set, only once it is closed.
 	run  func(ctx context.Context, s shard.Shard, writable <-chan struct{}) error
 	errc chan error
@@ -179,7 +185,7 @@ func holdShards(ctx context.Context, h *shardHolder) error {
 // the shards of late holders that it would take.
 func (h *shardHolder) rebalance(ctx context.Context) {
 	now := time.Now()
-	members, standby := 1, false
+	n := 1                  // the replicas holding member slots, this one's counted
 	var others []shardLease // the other replicas' member slots
 	if h.count > 1 {
 		slots, joined, err := h.renewMember(ctx, now)
@@ -188,7 +194,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 			return
 		}
 		others = slots
-		n := len(others)
+		n = len(others)
 		if h.member != "" {
 			n++
 		}
@@ -198,16 +204,12 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 			// shards from the next round, a RetryPeriod later.
 			return
 		}
-		members = max(n, 1)
-		if h.member == "" {
-			// Every slot is held: as many replicas as shards run, and this one stands by. It
-			// takes nothing, and warms what it would take once a late replica's slot is free.
+		if h.member == "" && !h.standby {
+			// Every slot is held and another replica stands by: this one waits, unseen, holding
+			// and warming nothing.
 			h.drain(0, n)
-			if !slices.ContainsFunc(others, func(l shardLease) bool { return l.late }) {
-				h.warmLate(ctx, nil)
-				return
-			}
-			standby, members = true, n+1
+			h.warmLate(ctx, nil)
+			return
 		}
 	}
 	holders, conflict, err := h.holders(ctx, now)
@@ -225,19 +227,24 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	}
 	if conflict != "" {
 		// Their shards are other slices of the same objects: taking any would make two writers.
-		h.drain(0, members)
+		h.drain(0, n)
 		h.warmLate(ctx, nil)
 		return
 	}
 	// The replicas that are gone are counted out: the share of each one left is larger at once,
 	// not only once their member slots run out, which can be a round after their shards' Leases
-	// (drained then, a shard taken would go back and forth).
+	// (drained then, a shard taken would go back and forth). A replica that stands by is counted
+	// in for a slot that is vacant: it takes a gone member's shards (and its slot once it runs
+	// out), and the others leave them to it.
 	peers, gone := countMembers(others, holders)
+	members, idle, withPeer := h.membership(n - gone)
+	if withPeer {
+		peers = append(peers, h.standbyPeer)
+	}
 	h.peers = peers
-	members = max(members-gone, 1)
 	share := (h.count + members - 1) / members
 	fair := share
-	if standby {
+	if idle {
 		fair = 0
 	}
 	h.dropTaken(holders)
@@ -250,24 +257,37 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	}
 	h.assignLate(holders, share, now)
 	var free []int
-	warmed := 0
 	h.mu.Lock()
 	for i := range h.count {
 		if _, ok := h.tries[i]; !ok && holders[i].holder == "" && !h.leftToWarmer(i, now) {
 			free = append(free, i)
-			if _, ok := h.warm[i]; ok {
-				warmed++
-			}
 		}
 	}
 	h.mu.Unlock()
 	h.byPreference(free) // the warmed first
-	// A standby takes only the free shards it warmed, up to the share it would hold.
-	want := max(fair-leading-tries, min(warmed, share-leading-tries), 0)
+	want := max(fair-leading-tries, 0)
 	for _, i := range free[:min(want, len(free))] {
 		h.try(ctx, shard.Shard{Index: i, Count: h.count})
 	}
 	h.warmLate(ctx, holders)
+}
+
+// membership returns how many replicas share the shards, given the live replicas holding member
+// slots (this one counted if it holds one): a replica that stands by (this one, or the peer
+// holding the standby Lease: withPeer) is counted in while a slot is vacant, as it takes the
+// place of a member that is gone. idle is whether this replica holds no shard: it stands by and
+// no slot is vacant.
+func (h *shardHolder) membership(live int) (members int, idle, withPeer bool) {
+	vacant := live < h.count
+	switch {
+	case h.standby && vacant:
+		return live + 1, false, false
+	case h.standby:
+		return max(live, 1), true, false
+	case h.standbyPeer != "" && vacant:
+		return live + 1, false, true
+	}
+	return max(live, 1), false, false
 }
 
 // rendezvous is the rendezvous hash of replica id and shard i: each replica prefers the shards

@@ -1,4 +1,4 @@
-{{- /* The operator's Leases: one, or per shard one Lease and one member slot (process.ShardLease, process.MemberLease). */ -}}
+{{- /* The operator's Leases: one, or per shard one Lease and one member slot, and the standby's (process.ShardLease, process.MemberLease, process.StandbyLease). */ -}}
 {{- define "evalsi.operatorLeases" -}}
 {{- $shards := int .Values.operator.shards -}}
 {{- if le $shards 1 -}}
@@ -9,6 +9,7 @@
 {{- $names = append $names (printf "evalsi-operator-shard-%d" $i) -}}
 {{- $names = append $names (printf "evalsi-operator-member-%d" $i) -}}
 {{- end -}}
+{{- $names = append $names "evalsi-operator-standby" -}}
 [{{ join ", " $names }}]
 {{- end -}}
 {{- end -}}
