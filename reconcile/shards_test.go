@@ -210,7 +210,11 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
 	}
 	cs := env.Clientset()
-	timings := process.LeaseTimings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	// A survivor warms a shard once it has seen the holder late (three RetryPeriods without a
+	// renewal) and before the Lease runs out: 4.5 s between the two leave room for rounds of
+	// Lease reads that take seconds under the race detector beside the package's other tests
+	// (with a 4 s Lease, 2.5 s were too few in a CI run: no one warmed, both took their shard cold).
+	timings := process.LeaseTimings{LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
 	type replica struct {
 		cut  atomic.Bool
 		logs syncBuffer

@@ -305,8 +305,10 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 		}
 	}
 	h.member = mine
-	if err := h.renewStandby(ctx, now); err != nil {
-		return nil, false, err
+	if mine == "" || h.standby {
+		if err := h.renewStandby(ctx, now); err != nil {
+			return nil, false, err
+		}
 	}
 	return others, joined, nil
 }
@@ -314,7 +316,8 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 // renewStandby keeps the standby Lease while this replica holds no member slot: it renews it, or
 // takes it when free; it releases it once this replica holds a slot. It sets h.standby, whether
 // this replica holds it, and h.standbyPeer, the other replica of this number of shards that
-// holds it on time ("" for none).
+// holds it on time ("" for none). A replica that holds a slot reads it only when a slot is
+// vacant (rebalance), since only then does it count the standby in.
 func (h *shardHolder) renewStandby(ctx context.Context, now time.Time) error {
 	name := StandbyLease(h.name)
 	h.standby, h.standbyPeer = false, ""

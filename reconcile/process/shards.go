@@ -237,18 +237,29 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	// in for a slot that is vacant: it takes a gone member's shards (and its slot once it runs
 	// out), and the others leave them to it.
 	peers, gone := countMembers(others, holders)
+	if h.member != "" && !h.standby {
+		h.standbyPeer = ""
+		if n-gone < h.count {
+			if err := h.renewStandby(ctx, now); err != nil {
+				h.log.Warn("reading the standby Lease", "err", err)
+				return
+			}
+		}
+	}
 	members, idle, withPeer := h.membership(n - gone)
+	if idle {
+		// It stands by and no member is gone: the others warm what a late member holds.
+		h.drain(0, n)
+		h.warmLate(ctx, nil)
+		return
+	}
 	if withPeer {
 		peers = append(peers, h.standbyPeer)
 	}
 	h.peers = peers
 	share := (h.count + members - 1) / members
-	fair := share
-	if idle {
-		fair = 0
-	}
 	h.dropTaken(holders)
-	leading := h.drain(fair, members)
+	leading := h.drain(share, members)
 	tries := 0
 	for _, t := range h.current() {
 		if !t.isLeading() {
@@ -265,7 +276,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	}
 	h.mu.Unlock()
 	h.byPreference(free) // the warmed first
-	want := max(fair-leading-tries, 0)
+	want := max(share-leading-tries, 0)
 	for _, i := range free[:min(want, len(free))] {
 		h.try(ctx, shard.Shard{Index: i, Count: h.count})
 	}
