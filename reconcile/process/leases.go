@@ -316,7 +316,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 // renewStandby keeps the standby Lease while this replica holds no member slot: it renews it, or
 // takes it when free; it releases it once this replica holds a slot. It sets h.standby, whether
 // this replica holds it, and h.standbyPeer, the other replica of this number of shards that
-// holds it on time ("" for none). A replica that holds a slot reads it only when a slot is
+// holds it ("" for none). A replica that holds a slot reads it only when a slot is
 // vacant (rebalance), since only then does it count the standby in.
 func (h *shardHolder) renewStandby(ctx context.Context, now time.Time) error {
 	name := StandbyLease(h.name)
@@ -344,7 +344,10 @@ func (h *shardHolder) renewStandby(ctx context.Context, now time.Time) error {
 	case observed.holder == "" && h.member == "":
 		h.standby, err = h.take(ctx, name)
 		return err
-	case observed.holder != "" && !observed.late && l.Labels[LabelShards] == strconv.Itoa(h.count):
+	case observed.holder != "" && l.Labels[LabelShards] == strconv.Itoa(h.count):
+		// Counted until its Lease runs out, late or not: it renews it in its rounds of reads,
+		// which take seconds on a busy machine, most of all while it warms a shard. Dropped
+		// while late, it would leave the others to warm the shard it warms.
 		h.standbyPeer = observed.holder
 	}
 	return nil
