@@ -181,6 +181,110 @@ func TestShardedReplicas(t *testing.T) {
 	}
 }
 
+// TestStoppedReplicasShardGoesToTheStandby runs three replicas over two shards: two hold a shard
+// each, the third stands by on the standby Lease. When one of the two stops (a rolling update),
+// its shard goes to the standby, which takes its member slot; the other keeps its own shard and
+// takes no other, so the stopped replica's shard moves once.
+func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
+	t.Parallel() // see envMu
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	for i := range 4 {
+		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
+	}
+	const shards = 2
+	timings := process.LeaseTimings{LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	logs := map[string]*syncBuffer{}
+	stops := map[string]func(){}
+	for _, name := range []string{"replica-a", "replica-b", "replica-c"} {
+		log := &syncBuffer{}
+		logs[name] = log
+		rc := rest.CopyConfig(env.Config)
+		rc.UserAgent = name
+		mctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- RunManager(mctx, ManagerConfig{
+				Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
+					Log: slog.New(slog.NewTextHandler(log, nil))},
+				Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator", Shards: shards,
+					Identity: name, Lease: timings},
+			})
+		}()
+		var once sync.Once
+		stops[name] = func() {
+			once.Do(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+			})
+		}
+		t.Cleanup(stops[name])
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for name, l := range logs {
+				t.Logf("%s's log:\n%s", name, l.String())
+			}
+		}
+	})
+	cs := env.Clientset()
+	holder := func(name string) (string, error) {
+		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		return process.LeaseHolder(l, time.Now()), nil
+	}
+	var stopped, other, standby string
+	clustertest.Eventually(t, ctx, "two replicas holding a shard each, the third standing by", func() error {
+		var held []string
+		for i := range shards {
+			h, err := holder(process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: shards}))
+			if err != nil {
+				return err
+			}
+			held = append(held, h)
+		}
+		s, err := holder(process.StandbyLease("evalsi-operator"))
+		if err != nil {
+			return err
+		}
+		if held[0] == "" || held[1] == "" || held[0] == held[1] || s == "" || slices.Contains(held, s) {
+			return fmt.Errorf("shards held by %v, the standby Lease by %q", held, s)
+		}
+		stopped, other, standby = held[0], held[1], s
+		return nil
+	})
+	for i := range 4 {
+		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
+	}
+
+	before := len(logs[other].String())
+	stops[stopped]()
+	clustertest.Eventually(t, ctx, "the standby holding the stopped replica's shard and a member slot", func() error {
+		h, err := holder(process.ShardLease("evalsi-operator", shard.Shard{Index: 0, Count: shards}))
+		if err != nil {
+			return err
+		}
+		if h != standby {
+			return fmt.Errorf("shard 0 held by %q, not the standby %s", h, standby)
+		}
+		for j := range shards {
+			if m, err := holder(process.MemberLease("evalsi-operator", j)); err != nil || m == standby {
+				return err
+			}
+		}
+		return errors.New("the standby holds no member slot")
+	})
+	time.Sleep(2 * timings.RetryPeriod) // a round for the other to count the standby in
+	if l := logs[other].String()[before:]; strings.Contains(l, `msg="holding a shard"`) || strings.Contains(l, `msg="draining a shard`) {
+		t.Errorf("%s took or handed over a shard when %s stopped:\n%s", other, stopped, l)
+	}
+	deleteEveryPool(t, ctx, ns, 4, "the pools repaired by the two left")
+}
+
 // TestCutOffReplicasShardsAreWarmedThenTaken runs replicas with short Leases, over one shard (two
 // replicas: one leads, the other stands by), two and three (as many replicas, each holding one)
 // and six (three replicas holding two each), then cuts the holder of the first shard off from the
