@@ -412,7 +412,7 @@ func (h *shardHolder) leave() {
 		return
 	}
 	if _, err := h.release(name); err != nil {
-		h.log.Warn("releasing the member Lease", "lease", name, "err", err)
+		h.log.Warn("releasing this replica's Lease; it expires instead", "lease", name, "err", err)
 	}
 }
 
