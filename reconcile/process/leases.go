@@ -306,7 +306,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 	}
 	h.member = mine
 	if mine == "" || h.standby {
-		if err := h.renewStandby(ctx, now); err != nil {
+		if err := h.renewStandby(ctx, now, joined); err != nil {
 			return nil, false, err
 		}
 	}
@@ -314,11 +314,13 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 }
 
 // renewStandby keeps the standby Lease while this replica holds no member slot: it renews it, or
-// takes it when free; it releases it once this replica holds a slot. It sets h.standby, whether
-// this replica holds it, and h.standbyPeer, the other replica of this number of shards that
-// holds it ("" for none). A replica that holds a slot reads it only when a slot is
-// vacant (rebalance), since only then does it count the standby in.
-func (h *shardHolder) renewStandby(ctx context.Context, now time.Time) error {
+// takes it when free. It releases it a round after it took a slot (joined): a replica that read
+// the slot free in the same round still finds the standby, and counts it in rather than taking
+// the shards it takes. It sets h.standby, whether this replica holds it, and h.standbyPeer, the
+// other replica of this number of shards that holds it ("" for none). A replica that holds a
+// slot reads it only when a slot is vacant (rebalance), since only then does it count the
+// standby in.
+func (h *shardHolder) renewStandby(ctx context.Context, now time.Time, joined bool) error {
 	name := StandbyLease(h.name)
 	h.standby, h.standbyPeer = false, ""
 	l, err := h.kube.CoordinationV1().Leases(h.namespace).Get(ctx, name, metav1.GetOptions{})
@@ -334,8 +336,8 @@ func (h *shardHolder) renewStandby(ctx context.Context, now time.Time) error {
 		observed = h.observe(l, now)
 	}
 	switch {
-	case observed.holder == h.id && h.member != "":
-		// It holds a slot now: the next replica in line may stand by.
+	case observed.holder == h.id && h.member != "" && !joined:
+		// It has held a slot for a round: the next replica in line may stand by.
 		_, err := h.release(name)
 		return err
 	case observed.holder == h.id:
@@ -401,18 +403,20 @@ func renewals(replica string, holders map[int]shardLease) (held, onTime int) {
 	return held, onTime
 }
 
-// leave releases this replica's member slot, so that the others count it out at once, or the
+// leave releases this replica's member slot, so that the others count it out at once, and the
 // standby Lease, so that the next replica in line stands by.
 func (h *shardHolder) leave() {
-	name := h.member
+	var names []string
+	if h.member != "" {
+		names = append(names, h.member)
+	}
 	if h.standby {
-		name = StandbyLease(h.name)
+		names = append(names, StandbyLease(h.name))
 	}
-	if name == "" {
-		return
-	}
-	if _, err := h.release(name); err != nil {
-		h.log.Warn("releasing this replica's Lease; it expires instead", "lease", name, "err", err)
+	for _, name := range names {
+		if _, err := h.release(name); err != nil {
+			h.log.Warn("releasing this replica's Lease; it expires instead", "lease", name, "err", err)
+		}
 	}
 }
 

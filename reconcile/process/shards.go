@@ -240,7 +240,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	if h.member != "" && !h.standby {
 		h.standbyPeer = ""
 		if n-gone < h.count {
-			if err := h.renewStandby(ctx, now); err != nil {
+			if err := h.renewStandby(ctx, now, false); err != nil {
 				h.log.Warn("reading the standby Lease", "err", err)
 				return
 			}
@@ -291,10 +291,11 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 // slots it read as missing may have been taken since by replicas starting beside it). idle is
 // whether this replica holds no shard: it stands by and no member is gone.
 func (h *shardHolder) membership(live, gone int) (members int, idle, withPeer bool) {
+	standsBy := h.standby && h.member == "" // it may still hold the Lease a round after it joined
 	switch {
-	case h.standby && gone > 0:
+	case standsBy && gone > 0:
 		return live + 1, false, false
-	case h.standby:
+	case standsBy:
 		return max(live, 1), true, false
 	case h.standbyPeer != "" && live < h.count:
 		return live + 1, false, true
