@@ -263,6 +263,13 @@ func StandbyLease(name string) string { return name + "-standby" }
 // held by others).
 func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []shardLease, joined bool, err error) {
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
+	// The standby Lease first: a standby takes a slot, then releases it, so that this replica
+	// finds it either standing by or holding the slot, never neither (then it would count itself
+	// alone and take the shards the standby takes).
+	standby, served, err := h.readStandby(ctx)
+	if err != nil {
+		return nil, false, err
+	}
 	mine := ""
 	var free []string
 	for j := range h.count {
@@ -305,40 +312,47 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 		}
 	}
 	h.member = mine
-	if mine == "" || h.standby {
-		if err := h.renewStandby(ctx, now, joined); err != nil {
-			return nil, false, err
-		}
+	if err := h.keepStandby(ctx, now, standby, served); err != nil {
+		return nil, false, err
 	}
 	return others, joined, nil
 }
 
-// renewStandby keeps the standby Lease while this replica holds no member slot: it renews it, or
-// takes it when free. It releases it a round after it took a slot (joined): a replica that read
-// the slot free in the same round still finds the standby, and counts it in rather than taking
-// the shards it takes. It sets h.standby, whether this replica holds it, and h.standbyPeer, the
-// other replica of this number of shards that holds it ("" for none). A replica that holds a
-// slot reads it only when a slot is vacant (rebalance), since only then does it count the
-// standby in.
-func (h *shardHolder) renewStandby(ctx context.Context, now time.Time, joined bool) error {
+// readStandby reads the standby Lease: nil when there is none; served is false when this
+// replica may not read it (a chart before standby Leases does not name it: a standby then waits
+// unseen).
+func (h *shardHolder) readStandby(ctx context.Context) (l *coordinationv1.Lease, served bool, err error) {
+	l, err = h.kube.CoordinationV1().Leases(h.namespace).Get(ctx, StandbyLease(h.name), metav1.GetOptions{})
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, false, nil
+	case apierrors.IsNotFound(err):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return l, true, nil
+}
+
+// keepStandby keeps the standby Lease l (nil: none) while this replica holds no member slot:
+// it renews it, or takes it when free, and releases it once this replica holds a slot. It sets
+// h.standby, whether this replica holds it, and h.standbyPeer, the other replica of this number
+// of shards that holds it ("" for none).
+func (h *shardHolder) keepStandby(ctx context.Context, now time.Time, l *coordinationv1.Lease, served bool) error {
 	name := StandbyLease(h.name)
 	h.standby, h.standbyPeer = false, ""
-	l, err := h.kube.CoordinationV1().Leases(h.namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsForbidden(err) {
-		// A chart before standby Leases does not name it: a standby then waits unseen.
+	if !served {
 		return nil
 	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
 	var observed shardLease
-	if err == nil {
+	if l != nil {
 		observed = h.observe(l, now)
 	}
+	var err error
 	switch {
-	case observed.holder == h.id && h.member != "" && !joined:
-		// It has held a slot for a round: the next replica in line may stand by.
-		_, err := h.release(name)
+	case observed.holder == h.id && h.member != "":
+		// It holds a slot now: the next replica in line may stand by.
+		_, err = h.release(name)
 		return err
 	case observed.holder == h.id:
 		h.standby, err = h.renew(ctx, l, now)

@@ -237,15 +237,6 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	// in for a slot that is vacant: it takes a gone member's shards (and its slot once it runs
 	// out), and the others leave them to it.
 	peers, gone := countMembers(others, holders)
-	if h.member != "" && !h.standby {
-		h.standbyPeer = ""
-		if n-gone < h.count {
-			if err := h.renewStandby(ctx, now, false); err != nil {
-				h.log.Warn("reading the standby Lease", "err", err)
-				return
-			}
-		}
-	}
 	members, idle, withPeer := h.membership(n-gone, gone)
 	if idle {
 		// It stands by and no member is gone: the others warm what a late member holds.
@@ -291,11 +282,10 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 // slots it read as missing may have been taken since by replicas starting beside it). idle is
 // whether this replica holds no shard: it stands by and no member is gone.
 func (h *shardHolder) membership(live, gone int) (members int, idle, withPeer bool) {
-	standsBy := h.standby && h.member == "" // it may still hold the Lease a round after it joined
 	switch {
-	case standsBy && gone > 0:
+	case h.standby && gone > 0:
 		return live + 1, false, false
-	case standsBy:
+	case h.standby:
 		return max(live, 1), true, false
 	case h.standbyPeer != "" && live < h.count:
 		return live + 1, false, true

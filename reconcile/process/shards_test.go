@@ -260,7 +260,6 @@ func TestCountMembers(t *testing.T) {
 func TestMembership(t *testing.T) {
 	for name, tc := range map[string]struct {
 		live, gone  int
-		member      string
 		standby     bool
 		standbyPeer string
 		want        int
@@ -277,11 +276,9 @@ func TestMembership(t *testing.T) {
 		"slots read missing, this one stands by": {live: 0, standby: true, want: 1, wantIdle: true},
 		"every member gone, this one stands by":  {live: 0, gone: 3, standby: true, want: 1},
 		"every member gone, none stands by":      {live: 0, gone: 3, want: 1},
-		// It keeps the standby Lease a round after it took a slot.
-		"joined, still holding the standby Lease": {live: 3, member: "m-0", standby: true, want: 3},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := &shardHolder{count: 3, member: tc.member, standby: tc.standby, standbyPeer: tc.standbyPeer}
+			h := &shardHolder{count: 3, standby: tc.standby, standbyPeer: tc.standbyPeer}
 			members, idle, withPeer := h.membership(tc.live, tc.gone)
 			if members != tc.want || idle != tc.wantIdle || withPeer != tc.wantPeer {
 				t.Errorf("membership(%d, %d gone) = %d, idle %v, with the peer %v; want %d, %v, %v", tc.live, tc.gone, members, idle, withPeer, tc.want, tc.wantIdle, tc.wantPeer)
