@@ -38,23 +38,7 @@ func TestShardedReplicas(t *testing.T) {
 		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
 	}
 	start := func(name string, count int) (stop func()) {
-		rc := rest.CopyConfig(env.Config)
-		rc.UserAgent = name
-		mctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			done <- RunManager(mctx, ManagerConfig{
-				Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
-					Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
-				Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator", Shards: count},
-			})
-		}()
-		return func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		}
+		return startReplica(t, ctx, ns, name, process.Config{Shards: count}, io.Discard)
 	}
 	stopA := start("replica-a", shards)
 	stopB := start("replica-b", shards)
@@ -197,30 +181,8 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 	logs := map[string]*syncBuffer{}
 	stops := map[string]func(){}
 	for _, name := range []string{"replica-a", "replica-b", "replica-c"} {
-		log := &syncBuffer{}
-		logs[name] = log
-		rc := rest.CopyConfig(env.Config)
-		rc.UserAgent = name
-		mctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			done <- RunManager(mctx, ManagerConfig{
-				Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
-					Log: slog.New(slog.NewTextHandler(log, nil))},
-				Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator", Shards: shards,
-					Identity: name, Lease: timings},
-			})
-		}()
-		var once sync.Once
-		stops[name] = func() {
-			once.Do(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("%s: %v", name, err)
-				}
-			})
-		}
-		t.Cleanup(stops[name])
+		logs[name] = &syncBuffer{}
+		stops[name] = startReplica(t, ctx, ns, name, process.Config{Shards: shards, Identity: name, Lease: timings}, logs[name])
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -283,6 +245,36 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 		t.Errorf("%s took or handed over a shard when %s stopped:\n%s", other, stopped, l)
 	}
 	deleteEveryPool(t, ctx, ns, 4, "the pools repaired by the two left")
+}
+
+// startReplica runs a replica of the operator named name over ns, electing its shards' Leases
+// with pc and logging to log, until stop is called or the test ends; stop reports the replica's
+// error.
+func startReplica(t *testing.T, ctx context.Context, ns, name string, pc process.Config, log io.Writer) (stop func()) {
+	t.Helper()
+	rc := rest.CopyConfig(env.Config)
+	rc.UserAgent = name
+	pc.LeaderElect, pc.LeaderElectionNamespace, pc.LeaderElectionName = true, ns, "evalsi-operator"
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunManager(mctx, ManagerConfig{
+			Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
+				Log: slog.New(slog.NewTextHandler(log, nil))},
+			Config: pc,
+		})
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // TestCutOffReplicasShardsAreWarmedThenTaken runs replicas with short Leases, over one shard (two
