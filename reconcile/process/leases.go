@@ -260,7 +260,7 @@ func StandbyLease(name string) string { return name + "-standby" }
 // renewMember renews this replica's member slot, or takes a free one, and returns the slots of
 // the other replicas of this number of shards as this replica judges them (observe), and whether
 // this replica took its slot just now (joined). h.member is its own slot ("" when every slot is
-// held by others).
+// held by others); it keeps the standby Lease too (keepStandby).
 func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []shardLease, joined bool, err error) {
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
 	// The standby Lease first: a standby takes a slot, then releases it, so that this replica
