@@ -417,20 +417,19 @@ func renewals(replica string, holders map[int]shardLease) (held, onTime int) {
 	return held, onTime
 }
 
-// leave releases this replica's member slot, so that the others count it out at once, and the
-// standby Lease, so that the next replica in line stands by.
+// leave releases this replica's member slot, so that the others count it out at once, or the
+// standby Lease (it holds one or the other: keepStandby lets go of the standby Lease in the round
+// it takes a slot), so that the next replica in line stands by.
 func (h *shardHolder) leave() {
-	var names []string
-	if h.member != "" {
-		names = append(names, h.member)
-	}
+	name := h.member
 	if h.standby {
-		names = append(names, StandbyLease(h.name))
+		name = StandbyLease(h.name)
 	}
-	for _, name := range names {
-		if _, err := h.release(name); err != nil {
-			h.log.Warn("releasing this replica's Lease; it expires instead", "lease", name, "err", err)
-		}
+	if name == "" {
+		return
+	}
+	if _, err := h.release(name); err != nil {
+		h.log.Warn("releasing this replica's Lease; it expires instead", "lease", name, "err", err)
 	}
 }
 

@@ -185,7 +185,7 @@ func holdShards(ctx context.Context, h *shardHolder) error {
 // the shards of late holders that it would take.
 func (h *shardHolder) rebalance(ctx context.Context) {
 	now := time.Now()
-	n := 1                  // the replicas holding member slots, this one's counted
+	n := 1                  // the replicas holding member slots, this one among them if it holds one
 	var others []shardLease // the other replicas' member slots
 	if h.count > 1 {
 		slots, joined, err := h.renewMember(ctx, now)
@@ -207,8 +207,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 		if h.member == "" && !h.standby {
 			// Every slot is held and another replica stands by: this one waits, unseen, holding
 			// and warming nothing.
-			h.drain(0, n)
-			h.warmLate(ctx, nil)
+			h.standAside(ctx, n)
 			return
 		}
 	}
@@ -227,8 +226,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	}
 	if conflict != "" {
 		// Their shards are other slices of the same objects: taking any would make two writers.
-		h.drain(0, n)
-		h.warmLate(ctx, nil)
+		h.standAside(ctx, n)
 		return
 	}
 	// The replicas that are gone are counted out: the share of each one left is larger at once,
@@ -240,8 +238,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	members, idle, withPeer := h.membership(n-gone, gone)
 	if idle {
 		// It stands by and no member is gone: the others warm what a late member holds.
-		h.drain(0, n)
-		h.warmLate(ctx, nil)
+		h.standAside(ctx, n)
 		return
 	}
 	if withPeer {
@@ -272,6 +269,13 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 		h.try(ctx, shard.Shard{Index: i, Count: h.count})
 	}
 	h.warmLate(ctx, holders)
+}
+
+// standAside drains every shard this replica holds and stops the engines it warms: it stands
+// by, or replicas of another number of shards reconcile. n is the replicas counted, for the log.
+func (h *shardHolder) standAside(ctx context.Context, n int) {
+	h.drain(0, n)
+	h.warmLate(ctx, nil)
 }
 
 // membership returns how many replicas share the shards, given the live replicas holding member
