@@ -323,8 +323,13 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 // unseen).
 func (h *shardHolder) readStandby(ctx context.Context) (l *coordinationv1.Lease, served bool, err error) {
 	l, err = h.kube.CoordinationV1().Leases(h.namespace).Get(ctx, StandbyLease(h.name), metav1.GetOptions{})
+	forbidden := apierrors.IsForbidden(err)
+	if forbidden && !h.standbyForbidden {
+		h.log.Warn("this replica may not read the standby Lease: with more replicas than shards, the one standing by is not seen, and a gone member's shards move twice, to another member, then to it (give the operator's Role get, create and update on the Lease, as the chart's does)", "lease", StandbyLease(h.name), "err", err)
+	}
+	h.standbyForbidden = forbidden
 	switch {
-	case apierrors.IsForbidden(err):
+	case forbidden:
 		return nil, false, nil
 	case apierrors.IsNotFound(err):
 		return nil, true, nil

@@ -50,6 +50,9 @@ type shardHolder struct {
 	member      string
 	standby     bool
 	standbyPeer string
+	// standbyForbidden is whether this replica's RBAC refused it the standby Lease, last it read
+	// it: warned once each time it turns true.
+	standbyForbidden bool
 	// run reconciles a shard until its context ends; with writable set, only once it is closed.
 	run  func(ctx context.Context, s shard.Shard, writable <-chan struct{}) error
 	errc chan error
@@ -207,7 +210,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 		if h.member == "" && !h.standby {
 			// Every slot is held and another replica stands by: this one waits, unseen, holding
 			// and warming nothing.
-			h.standAside(ctx, n)
+			h.standAside(ctx, n, "every member slot is held and another replica stands by")
 			return
 		}
 	}
@@ -226,7 +229,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	}
 	if conflict != "" {
 		// Their shards are other slices of the same objects: taking any would make two writers.
-		h.standAside(ctx, n)
+		h.standAside(ctx, n, "replicas with another number of shards reconcile")
 		return
 	}
 	// The replicas that are gone are counted out: the share of each one left is larger at once,
@@ -238,7 +241,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	members, idle, withPeer := h.membership(n-gone, gone)
 	if idle {
 		// It stands by and no member is gone: the others warm what a late member holds.
-		h.standAside(ctx, n)
+		h.standAside(ctx, n, "this replica stands by and no member is gone")
 		return
 	}
 	if withPeer {
@@ -247,7 +250,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	h.peers = peers
 	share := (h.count + members - 1) / members
 	h.dropTaken(holders)
-	leading := h.drain(share, members)
+	leading := h.drain(share, members, "more replicas share the shards")
 	tries := 0
 	for _, t := range h.current() {
 		if !t.isLeading() {
@@ -272,9 +275,10 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 }
 
 // standAside drains every shard this replica holds and stops the engines it warms: it stands
-// by, or replicas of another number of shards reconcile. n is the replicas counted, for the log.
-func (h *shardHolder) standAside(ctx context.Context, n int) {
-	h.drain(0, n)
+// by, or replicas of another number of shards reconcile (why, for the log). n is the replicas
+// counted, for the log too.
+func (h *shardHolder) standAside(ctx context.Context, n int, why string) {
+	h.drain(0, n, why)
 	h.warmLate(ctx, nil)
 }
 
@@ -336,9 +340,9 @@ func (h *shardHolder) dropTaken(holders map[int]shardLease) {
 	}
 }
 
-// drain drops the least preferred shards this replica leads beyond fair (another replica
-// joined), and returns how many it still leads.
-func (h *shardHolder) drain(fair, members int) int {
+// drain drops the least preferred shards this replica leads beyond fair (why: more replicas
+// share the shards, or standAside's reason), and returns how many it still leads.
+func (h *shardHolder) drain(fair, members int, why string) int {
 	var leading []*shardTry
 	for _, t := range h.current() {
 		if t.isLeading() {
@@ -347,7 +351,7 @@ func (h *shardHolder) drain(fair, members int) int {
 	}
 	slices.SortFunc(leading, func(a, b *shardTry) int { return cmp.Compare(h.byHash[a.Index], h.byHash[b.Index]) })
 	for len(leading) > fair {
-		h.log.Info("draining a shard: another replica joined", "shard", leading[0].String(), "replicas", members, "fairShare", fair)
+		h.log.Info("draining a shard", "why", why, "shard", leading[0].String(), "replicas", members, "fairShare", fair)
 		h.drop(leading[0])
 		leading = leading[1:]
 	}
