@@ -183,7 +183,7 @@ func (h *shardHolder) release(name string) (bool, error) {
 	}
 	now, second, nobody := metav1.NewMicroTime(time.Now()), int32(1), ""
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &nobody, &second, &now
-	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: evalsi.FieldManager})
 	if apierrors.IsConflict(err) {
 		return false, nil // changed since it was read: another replica took it
 	}
