@@ -251,12 +251,6 @@ func (h *shardHolder) labels() map[string]string {
 // replica beyond them would hold no shard (it waits for a slot, as a standby).
 func MemberLease(name string, j int) string { return name + "-member-" + strconv.Itoa(j) }
 
-// StandbyLease is the name of the Lease of the replica next in line for a member slot, when every
-// slot is held (more replicas than shards). The replicas count it in for the shards of a member
-// that is gone, so that those shards move once, to it, rather than to them and then again to it
-// once it takes the gone member's slot. Replicas beyond it wait unseen.
-func StandbyLease(name string) string { return name + "-standby" }
-
 // renewMember renews this replica's member slot, or takes a free one, and returns the slots of
 // the other replicas of this number of shards as this replica judges them (observe), and whether
 // this replica took its slot just now (joined). h.member is its own slot ("" when every slot is
@@ -316,62 +310,6 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 		return nil, false, err
 	}
 	return others, joined, nil
-}
-
-// readStandby reads the standby Lease: nil when there is none; served is false when this
-// replica may not read it (a chart before standby Leases does not name it: a standby then waits
-// unseen).
-func (h *shardHolder) readStandby(ctx context.Context) (l *coordinationv1.Lease, served bool, err error) {
-	l, err = h.kube.CoordinationV1().Leases(h.namespace).Get(ctx, StandbyLease(h.name), metav1.GetOptions{})
-	forbidden := apierrors.IsForbidden(err)
-	if forbidden && !h.standbyForbidden {
-		h.log.Warn("this replica may not read the standby Lease: with more replicas than shards, the one standing by is not seen, and a gone member's shards move twice, to another member, then to it (give the operator's Role get, create and update on the Lease, as the chart's does)", "lease", StandbyLease(h.name), "err", err)
-	}
-	h.standbyForbidden = forbidden
-	switch {
-	case forbidden:
-		return nil, false, nil
-	case apierrors.IsNotFound(err):
-		return nil, true, nil
-	case err != nil:
-		return nil, false, err
-	}
-	return l, true, nil
-}
-
-// keepStandby keeps the standby Lease l (nil: none) while this replica holds no member slot:
-// it renews it, or takes it when free, and releases it once this replica holds a slot. It sets
-// h.standby, whether this replica holds it, and h.standbyPeer, the other replica of this number
-// of shards that holds it ("" for none).
-func (h *shardHolder) keepStandby(ctx context.Context, now time.Time, l *coordinationv1.Lease, served bool) error {
-	name := StandbyLease(h.name)
-	h.standby, h.standbyPeer = false, ""
-	if !served {
-		return nil
-	}
-	var observed shardLease
-	if l != nil {
-		observed = h.observe(l, now)
-	}
-	var err error
-	switch {
-	case observed.holder == h.id && h.member != "":
-		// It holds a slot now: the next replica in line may stand by.
-		_, err = h.release(name)
-		return err
-	case observed.holder == h.id:
-		h.standby, err = h.renew(ctx, l, now)
-		return err
-	case observed.holder == "" && h.member == "":
-		h.standby, err = h.take(ctx, name)
-		return err
-	case observed.holder != "" && l.Labels[LabelShards] == strconv.Itoa(h.count):
-		// Counted until its Lease runs out, late or not: it renews it in its rounds of reads,
-		// which take seconds on a busy machine, most of all while it warms a shard. Dropped
-		// while late, it would leave the others to warm the shard it warms.
-		h.standbyPeer = observed.holder
-	}
-	return nil
 }
 
 // renew writes a new renewTime on l, a Lease this replica holds; it reports false when another
