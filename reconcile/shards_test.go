@@ -191,34 +191,8 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 			}
 		}
 	})
-	cs := env.Clientset()
-	holder := func(name string) (string, error) {
-		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return "", err
-		}
-		return process.LeaseHolder(l, time.Now()), nil
-	}
-	var stopped, other, standby string
-	clustertest.Eventually(t, ctx, "two replicas holding a shard each, the third standing by", func() error {
-		var held []string
-		for i := range shards {
-			h, err := holder(process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: shards}))
-			if err != nil {
-				return err
-			}
-			held = append(held, h)
-		}
-		s, err := holder(process.StandbyLease("evalsi-operator"))
-		if err != nil {
-			return err
-		}
-		if held[0] == "" || held[1] == "" || held[0] == held[1] || s == "" || slices.Contains(held, s) {
-			return fmt.Errorf("shards held by %v, the standby Lease by %q", held, s)
-		}
-		stopped, other, standby = held[0], held[1], s
-		return nil
-	})
+	holder := func(name string) (string, error) { return leaseHolder(ctx, ns, name) }
+	stopped, other, standby := twoMembersAndStandby(t, ctx, ns)
 	for i := range 4 {
 		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
 	}
@@ -245,6 +219,41 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 		t.Errorf("%s took or handed over a shard when %s stopped:\n%s", other, stopped, l)
 	}
 	deleteEveryPool(t, ctx, ns, 4, "the pools repaired by the two left")
+}
+
+// leaseHolder returns the holder of ns's Lease name, "" when it is free or has run out.
+func leaseHolder(ctx context.Context, ns, name string) (string, error) {
+	l, err := env.Clientset().CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return process.LeaseHolder(l, time.Now()), nil
+}
+
+// twoMembersAndStandby waits until three replicas over two shards of ns share them: it returns
+// the holders of shard 0 and shard 1, and the replica holding the standby Lease.
+func twoMembersAndStandby(t *testing.T, ctx context.Context, ns string) (first, second, standby string) {
+	t.Helper()
+	clustertest.Eventually(t, ctx, "two replicas holding a shard each, the third standing by", func() error {
+		var held []string
+		for i := range 2 {
+			h, err := leaseHolder(ctx, ns, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: 2}))
+			if err != nil {
+				return err
+			}
+			held = append(held, h)
+		}
+		s, err := leaseHolder(ctx, ns, process.StandbyLease("evalsi-operator"))
+		if err != nil {
+			return err
+		}
+		if held[0] == "" || held[1] == "" || held[0] == held[1] || s == "" || slices.Contains(held, s) {
+			return fmt.Errorf("shards held by %v, the standby Lease by %q", held, s)
+		}
+		first, second, standby = held[0], held[1], s
+		return nil
+	})
+	return first, second, standby
 }
 
 // startReplica runs a replica of the operator named name over ns, electing its shards' Leases
@@ -311,62 +320,11 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	// Lease reads that take seconds under the race detector beside the package's other tests
 	// (with a 4 s Lease, 2.5 s were too few in a CI run: no one warmed, both took their shard cold).
 	timings := process.LeaseTimings{LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
-	type replica struct {
-		cut  atomic.Bool
-		logs syncBuffer
-		// writes are the object writes (not of Leases or Events) the replica sends once
-		// recording is set, and when.
-		recording atomic.Bool
-		mu        sync.Mutex
-		writes    []objectWrite
-	}
-	replicas := map[string]*replica{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for name, r := range replicas {
-				t.Logf("%s's log:\n%s", name, r.logs.String())
-			}
-		}
-	})
 	var names []string
 	for i := range replicaCount {
 		names = append(names, fmt.Sprintf("replica-%c", 'a'+i))
 	}
-	for _, name := range names {
-		r := &replica{}
-		replicas[name] = r
-		rc := rest.CopyConfig(env.Config)
-		rc.UserAgent = name
-		rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-			return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-				if r.cut.Load() {
-					return nil, errors.New("cut off from the API server")
-				}
-				if r.recording.Load() && req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases/") && !strings.Contains(req.URL.Path, "/events") {
-					r.mu.Lock()
-					r.writes = append(r.writes, objectWrite{path: req.URL.Path, at: time.Now()})
-					r.mu.Unlock()
-				}
-				return rt.RoundTrip(req)
-			})
-		})
-		mctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			// A cut-off replica cannot release its Leases; it may end with an error.
-			_ = RunManager(mctx, ManagerConfig{
-				Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
-					Log: slog.New(slog.NewTextHandler(&r.logs, nil))},
-				Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator", Shards: shards,
-					Identity: name, Lease: timings},
-			})
-		}()
-		t.Cleanup(func() {
-			cancel()
-			<-done
-		})
-	}
+	replicas := startCuttableReplicas(t, ctx, ns, names, process.Config{Shards: shards, Lease: timings})
 	// The victim holds the first shard, and its fair share of the others; each other replica
 	// holds its share, or stands by.
 	var victim string
@@ -555,6 +513,110 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	if owned > 0 && len(writes) == 0 {
 		t.Errorf("the healed replica holds %d shards with %d Evaluators and repaired none of their pools", share, owned)
 	}
+}
+
+// cuttableReplica is a replica of the operator whose requests to the API server fail while cut
+// is set, as a killed or partitioned replica's do (it cannot release its Leases), and which
+// records its object writes while recording is set.
+type cuttableReplica struct {
+	cut  atomic.Bool
+	logs syncBuffer
+	// writes are the object writes (not of Leases or Events) the replica sends once recording is
+	// set, and when.
+	recording atomic.Bool
+	mu        sync.Mutex
+	writes    []objectWrite
+}
+
+// startCuttableReplicas runs a cuttableReplica of each name over ns, electing its shards' Leases
+// with pc (its identity the name), until the test ends; their logs are shown if it fails.
+func startCuttableReplicas(t *testing.T, ctx context.Context, ns string, names []string, pc process.Config) map[string]*cuttableReplica {
+	t.Helper()
+	replicas := map[string]*cuttableReplica{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for name, r := range replicas {
+				t.Logf("%s's log:\n%s", name, r.logs.String())
+			}
+		}
+	})
+	for _, name := range names {
+		r := &cuttableReplica{}
+		replicas[name] = r
+		rc := rest.CopyConfig(env.Config)
+		rc.UserAgent = name
+		rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+				if r.cut.Load() {
+					return nil, errors.New("cut off from the API server")
+				}
+				if r.recording.Load() && req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases/") && !strings.Contains(req.URL.Path, "/events") {
+					r.mu.Lock()
+					r.writes = append(r.writes, objectWrite{path: req.URL.Path, at: time.Now()})
+					r.mu.Unlock()
+				}
+				return rt.RoundTrip(req)
+			})
+		})
+		pc := pc
+		pc.LeaderElect, pc.LeaderElectionNamespace, pc.LeaderElectionName, pc.Identity = true, ns, "evalsi-operator", name
+		mctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			// A cut-off replica cannot release its Leases; it may end with an error.
+			_ = RunManager(mctx, ManagerConfig{
+				Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
+					Log: slog.New(slog.NewTextHandler(&r.logs, nil))},
+				Config: pc,
+			})
+		}()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+		})
+	}
+	return replicas
+}
+
+// TestMemberAndStandbyCutOffTogether runs three replicas over two shards (two members, one
+// standing by) and cuts off a member and the standby at once, as when the node under both dies.
+// The others count the standby in for the member's shard until its Lease runs out; then the one
+// replica left takes that shard too (cold: no one warmed it) and repairs its pools. Nothing is
+// left unreconciled.
+func TestMemberAndStandbyCutOffTogether(t *testing.T) {
+	t.Parallel() // see envMu
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	const n, shards = 6, 2
+	for i := range n {
+		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
+	}
+	timings := process.LeaseTimings{LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	names := []string{"replica-a", "replica-b", "replica-c"}
+	replicas := startCuttableReplicas(t, ctx, ns, names, process.Config{Shards: shards, Lease: timings})
+	member, survivor, standby := twoMembersAndStandby(t, ctx, ns)
+	for i := range n {
+		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
+	}
+
+	replicas[member].cut.Store(true)
+	replicas[standby].cut.Store(true)
+	cutAt := time.Now()
+	clustertest.Eventually(t, ctx, "both shards held by the one replica left", func() error {
+		for i := range shards {
+			h, err := leaseHolder(ctx, ns, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: shards}))
+			if err != nil {
+				return err
+			}
+			if h != survivor {
+				return fmt.Errorf("shard %d held by %q, not %s", i, h, survivor)
+			}
+		}
+		return nil
+	})
+	t.Logf("%s and the standby %s cut off; %s held both shards %v later", member, standby, survivor, time.Since(cutAt).Round(100*time.Millisecond))
+	deleteEveryPool(t, ctx, ns, n, "every pool repaired by the replica left")
 }
 
 // judgedLate reports whether logs show a replica warming the shards of replica, which it judged
