@@ -94,9 +94,9 @@ func (s *selfSignedCerts) syncOnce(ctx context.Context) error {
 	if changed {
 		sec.Data = next
 		if sec.ResourceVersion == "" {
-			_, err = secrets.Create(ctx, sec, metav1.CreateOptions{})
+			_, err = secrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: evalsi.FieldManager})
 		} else {
-			_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
+			_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{FieldManager: evalsi.FieldManager})
 		}
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 			return err // another replica renewed first: sync reads its certificates back
@@ -204,7 +204,7 @@ func (s *selfSignedCerts) patchCABundle(ctx context.Context, bundle []byte) erro
 			clients = append(clients, &cfg.Webhooks[i].ClientConfig)
 		}
 		if setBundle(bundle, clients) {
-			if _, err := ar.ValidatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+			if _, err := ar.ValidatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{FieldManager: evalsi.FieldManager}); err != nil {
 				return fmt.Errorf("patching the caBundle of %s: %w", name, err)
 			}
 		}
@@ -219,7 +219,7 @@ func (s *selfSignedCerts) patchCABundle(ctx context.Context, bundle []byte) erro
 			clients = append(clients, &cfg.Webhooks[i].ClientConfig)
 		}
 		if setBundle(bundle, clients) {
-			if _, err := ar.MutatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+			if _, err := ar.MutatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{FieldManager: evalsi.FieldManager}); err != nil {
 				return fmt.Errorf("patching the caBundle of %s: %w", name, err)
 			}
 		}

@@ -74,10 +74,10 @@ func Register(ctx context.Context, kube kubernetes.Interface, name, url string) 
 			return nil, fmt.Errorf("replacing the webhook configurations: %w", err)
 		}
 	}
-	if _, err := ar.ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+	if _, err := ar.ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{FieldManager: evalsi.FieldManager}); err != nil {
 		return nil, fmt.Errorf("registering the validating webhook: %w", err)
 	}
-	if _, err := ar.MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+	if _, err := ar.MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{FieldManager: evalsi.FieldManager}); err != nil {
 		return nil, fmt.Errorf("registering the mutating webhook: %w", err)
 	}
 	return func() {

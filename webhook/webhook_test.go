@@ -389,6 +389,22 @@ func TestSelfSignedCertificatesRotateWithoutRestart(t *testing.T) {
 	if servingSerial(t, w.addr) == first {
 		t.Error("the serving certificate was not renewed")
 	}
+	// Every write of the certificates and the caBundles names the operator's field manager, as
+	// its other writes do, so that managedFields tell who wrote them (not a user agent).
+	secret, err := env.Clientset().CoreV1().Secrets("evalsi-system").Get(ctx, "testselfsignedcertificatesrotatewithoutrestart-certs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = env.Clientset().AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, cfg.Name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for what, fields := range map[string][]metav1.ManagedFieldsEntry{"the Secret": secret.ManagedFields, "the validating configuration": cfg.ManagedFields} {
+		for _, f := range fields {
+			if f.Manager != evalsi.FieldManager {
+				t.Errorf("%s has fields of manager %q (%s), want only %q", what, f.Manager, f.Operation, evalsi.FieldManager)
+			}
+		}
+	}
 }
 
 // TestCABundleDriftIsRepaired resets the validating configuration's caBundle, as a tool that
