@@ -307,7 +307,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 	}
 	h.member = mine
 	if err := h.keepStandby(ctx, now, standby, served); err != nil {
-		return nil, false, err
+		return nil, false, fmt.Errorf("keeping the standby Lease %s: %w", StandbyLease(h.name), err)
 	}
 	return others, joined, nil
 }

@@ -193,7 +193,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	if h.count > 1 {
 		slots, joined, err := h.renewMember(ctx, now)
 		if err != nil {
-			h.log.Warn("renewing the member Lease", "err", err)
+			h.log.Warn("renewing this replica's membership (its member slot and the standby Lease)", "err", err)
 			return
 		}
 		others = slots

@@ -6,6 +6,7 @@ package process
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -36,7 +37,7 @@ func (h *shardHolder) readStandby(ctx context.Context) (l *coordinationv1.Lease,
 	case apierrors.IsNotFound(err):
 		return nil, true, nil
 	case err != nil:
-		return nil, false, err
+		return nil, false, fmt.Errorf("reading the standby Lease %s: %w", StandbyLease(h.name), err)
 	}
 	return l, true, nil
 }
