@@ -52,9 +52,7 @@ func freezeReplica(t *testing.T, bin string, shards int) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	const n = 12
-	for i := range n {
-		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
-	}
+	createJudges(t, ctx, ns, n)
 	timings := process.LeaseTimings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
 	var replicas []*replicaProcess
 	for range 2 {
@@ -104,9 +102,7 @@ func freezeReplica(t *testing.T, bin string, shards int) {
 		}
 		return nil
 	})
-	for i := range n {
-		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
-	}
+	waitJudgesAvailable(t, ctx, ns, n)
 	shardOf := shardsOfEvaluators(t, ctx, ns, shards)
 	var first []string // the Evaluators of the victim's shard
 	for name, i := range shardOf {

@@ -34,17 +34,13 @@ func TestShardedReplicas(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	const n, shards = 12, 3
-	for i := range n {
-		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
-	}
+	createJudges(t, ctx, ns, n)
 	start := func(name string, count int) (stop func()) {
 		return startReplica(t, ctx, ns, name, process.Config{Shards: count}, io.Discard)
 	}
 	stopA := start("replica-a", shards)
 	stopB := start("replica-b", shards)
-	for i := range n {
-		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
-	}
+	waitJudgesAvailable(t, ctx, ns, n)
 	cs := env.Clientset()
 	holders := func() ([]string, error) {
 		var out []string
@@ -173,9 +169,7 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 	t.Parallel() // see envMu
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
-	for i := range 4 {
-		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
-	}
+	createJudges(t, ctx, ns, 4)
 	const shards = 2
 	timings := process.LeaseTimings{LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
 	logs := map[string]*syncBuffer{}
@@ -193,9 +187,7 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 	})
 	holder := func(name string) (string, error) { return leaseHolder(ctx, ns, name) }
 	stopped, other, standby := twoMembersAndStandby(t, ctx, ns)
-	for i := range 4 {
-		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
-	}
+	waitJudgesAvailable(t, ctx, ns, 4)
 
 	before := len(logs[other].String())
 	stops[stopped]()
@@ -219,6 +211,23 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 		t.Errorf("%s took or handed over a shard when %s stopped:\n%s", other, stopped, l)
 	}
 	deleteEveryPool(t, ctx, ns, 4, "the pools repaired by the two left")
+}
+
+// createJudges creates n Evaluators of the default spec in ns, judge-0 to judge-(n-1).
+func createJudges(t *testing.T, ctx context.Context, ns string, n int) {
+	t.Helper()
+	for i := range n {
+		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
+	}
+}
+
+// waitJudgesAvailable waits until the n Evaluators of createJudges are Ready, their pools
+// Available.
+func waitJudgesAvailable(t *testing.T, ctx context.Context, ns string, n int) {
+	t.Helper()
+	for i := range n {
+		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
+	}
 }
 
 // leaseHolder returns the holder of ns's Lease name, "" when it is free or has run out.
@@ -311,9 +320,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	const n = 8
-	for i := range n {
-		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
-	}
+	createJudges(t, ctx, ns, n)
 	cs := env.Clientset()
 	// A survivor warms a shard once it has seen the holder late (three RetryPeriods without a
 	// renewal) and before the Lease runs out: 4.5 s between the two leave room for rounds of
@@ -353,9 +360,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 		return nil
 	})
 	survivors := slices.DeleteFunc(slices.Clone(names), func(name string) bool { return name == victim })
-	for i := range n {
-		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
-	}
+	waitJudgesAvailable(t, ctx, ns, n)
 
 	replicas[victim].cut.Store(true)
 	before := map[string]int{} // a survivor may have held the victim's shard at the start
@@ -589,16 +594,12 @@ func TestMemberAndStandbyCutOffTogether(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")
 	const n, shards = 6, 2
-	for i := range n {
-		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", i), map[string]any{})
-	}
+	createJudges(t, ctx, ns, n)
 	timings := process.LeaseTimings{LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
 	names := []string{"replica-a", "replica-b", "replica-c"}
 	replicas := startCuttableReplicas(t, ctx, ns, names, process.Config{Shards: shards, Lease: timings})
 	member, survivor, standby := twoMembersAndStandby(t, ctx, ns)
-	for i := range n {
-		waitReady(t, ctx, evalsi.Evaluators, ns, fmt.Sprintf("judge-%d", i), "True", "Available")
-	}
+	waitJudgesAvailable(t, ctx, ns, n)
 
 	replicas[member].cut.Store(true)
 	replicas[standby].cut.Store(true)
