@@ -244,6 +244,14 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	if _, err := op.Resource(evalsi("evaluators")).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("listing Evaluators cluster-wide as the operator: %v, want Forbidden", err)
 	}
+	// It lists its own namespace's Leases (a replica reads every shard's), and no other's.
+	leases := schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
+	if _, err := op.Resource(leases).Namespace("team-a").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("listing Leases in its namespace as the operator: %v", err)
+	}
+	if _, err := op.Resource(leases).Namespace("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing Leases in default as the operator: %v, want Forbidden", err)
+	}
 
 	// Uninstalling evalsi with resources present leaves nothing to get stuck: the operator
 	// stops (its Deployment goes), the post-delete hook releases the finalizers.
@@ -351,9 +359,24 @@ func namespace(name string) *corev1.Namespace {
 }
 
 // installCRDsChart installs (or upgrades) the evalsi-crds release, without the webhook, whose
-// pods cannot run on KWOK nodes (admission is tested in package webhook).
+// pods cannot run on KWOK nodes (admission is tested in package webhook). It returns once the
+// API server admits a new SandboxClass (a dry run): until its type reaches the API server's
+// admission policies, a create of one is refused ("Resource kind evals.si/v1alpha1,
+// Kind=SandboxClass not found. There can be a delay between when CustomResourceDefinitions are
+// created and when they are available"), the upgrade that makes the SandboxClasses now and then.
 func installCRDsChart(t *testing.T) {
 	needCluster(t)
 	helm(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
 		"--kubeconfig="+env.Kubeconfig, "--set", "webhook.enabled=false")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "SandboxClass",
+		"metadata": map[string]any{"name": "admission-probe"},
+		"spec":     map[string]any{"rung": "pod"},
+	}}
+	clustertest.Eventually(t, ctx, "a SandboxClass admitted", func() error {
+		_, err := env.Dynamic().Resource(evalsi("sandboxclasses")).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,6 +212,180 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 		t.Errorf("%s took or handed over a shard when %s stopped:\n%s", other, stopped, l)
 	}
 	deleteEveryPool(t, ctx, ns, 4, "the pools repaired by the two left")
+}
+
+// TestShardCountChangedByARollingUpdate changes the number of shards from three to two as a
+// rolling update does: replicas of the new number start while the old ones still hold every
+// shard, and take nothing until the last old one stops; then they share the new shards and
+// reconcile every object. No object is left to no one, and no replica of the old number writes
+// beside one of the new.
+func TestShardCountChangedByARollingUpdate(t *testing.T) {
+	t.Parallel() // see envMu
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	const n = 8
+	createJudges(t, ctx, ns, n)
+	timings := process.LeaseTimings{LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	logs := map[string]*syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for name, l := range logs {
+				t.Logf("%s's log:\n%s", name, l.String())
+			}
+		}
+	})
+	start := func(name string, shards int) (stop func()) {
+		logs[name] = &syncBuffer{}
+		return startReplica(t, ctx, ns, name, process.Config{Shards: shards, Identity: name, Lease: timings}, logs[name])
+	}
+	// holders returns the holder of each of count shards: of its Lease, when a replica of count
+	// shards holds it ("" for none; shard i's Lease is the same for every number, labelled with
+	// its holder's).
+	holders := func(count int) ([]string, error) {
+		var out []string
+		for i := range count {
+			l, err := env.Clientset().CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: count}), metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				out = append(out, "")
+			case err != nil:
+				return nil, err
+			case l.Labels[process.LabelShards] != strconv.Itoa(count):
+				out = append(out, "")
+			default:
+				out = append(out, process.LeaseHolder(l, time.Now()))
+			}
+		}
+		return out, nil
+	}
+	// heldBy fails unless every shard of count is held, each by one of names.
+	heldBy := func(count int, names ...string) error {
+		h, err := holders(count)
+		if err != nil {
+			return err
+		}
+		for i, holder := range h {
+			if !slices.Contains(names, holder) {
+				return fmt.Errorf("shard %d of %d held by %q, want one of %v", i, count, holder, names)
+			}
+		}
+		return nil
+	}
+	stopA := start("old-a", 3)
+	stopB := start("old-b", 3)
+	clustertest.Eventually(t, ctx, "the old replicas holding the three shards", func() error { return heldBy(3, "old-a", "old-b") })
+	waitJudgesAvailable(t, ctx, ns, n)
+
+	start("new-a", 2)
+	stopA()
+	clustertest.Eventually(t, ctx, "the old replica left holding every shard", func() error { return heldBy(3, "old-b") })
+	start("new-b", 2)
+	time.Sleep(4 * timings.RetryPeriod) // rounds for the new replicas to take something, if they would
+	if h, err := holders(2); err != nil || slices.ContainsFunc(h, func(s string) bool { return s != "" }) {
+		t.Fatalf("while a replica of three shards runs, the shards of two are held by %v (%v)", h, err)
+	}
+
+	stopB()
+	clustertest.Eventually(t, ctx, "the new replicas sharing the two shards", func() error {
+		if err := heldBy(2, "new-a", "new-b"); err != nil {
+			return err
+		}
+		if h, _ := holders(2); h[0] == h[1] {
+			return fmt.Errorf("both shards held by %s", h[0])
+		}
+		return nil
+	})
+	if h, err := holders(3); err != nil || slices.ContainsFunc(h, func(s string) bool { return s != "" }) {
+		t.Errorf("the old shards are still held by %v once the old replicas stopped (%v)", h, err)
+	}
+	deleteEveryPool(t, ctx, ns, n, "every pool repaired by the new replicas")
+}
+
+// TestFewerShardsWaitForEveryOldShard changes the number of shards from three to two while the
+// old replica left holds only the third shard, whose Lease the new number does not have: it holds
+// all three, then is kept from the first two shards' Leases (its requests for them fail) until
+// they run out, as an old replica slow to take over its stopped peer's shards leaves them. The new
+// replica must still take nothing while it holds that shard (their objects overlap: shard 2 of 3
+// is half of shard 1 of 2), and take both once it stops.
+func TestFewerShardsWaitForEveryOldShard(t *testing.T) {
+	t.Parallel() // see envMu
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	createJudges(t, ctx, ns, 4)
+	timings := process.LeaseTimings{LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	logs := map[string]*syncBuffer{"old": {}, "new": {}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for name, l := range logs {
+				t.Logf("%s's log:\n%s", name, l.String())
+			}
+		}
+	})
+	firstTwo := []string{process.ShardLease("evalsi-operator", shard.Shard{Index: 0, Count: 3}), process.ShardLease("evalsi-operator", shard.Shard{Index: 1, Count: 3})}
+	rc := rest.CopyConfig(env.Config)
+	rc.UserAgent = "old"
+	var keptFromFirstTwo atomic.Bool
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if keptFromFirstTwo.Load() && slices.ContainsFunc(firstTwo, func(name string) bool { return strings.HasSuffix(req.URL.Path, "/leases/"+name) }) {
+				return nil, errors.New("kept from the first two shards")
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	octx, stopOld := context.WithCancel(ctx)
+	oldDone := make(chan struct{})
+	go func() {
+		defer close(oldDone)
+		_ = RunManager(octx, ManagerConfig{
+			Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
+				Log: slog.New(slog.NewTextHandler(logs["old"], nil))},
+			Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator", Shards: 3, Identity: "old", Lease: timings},
+		})
+	}()
+	t.Cleanup(func() {
+		stopOld()
+		<-oldDone
+	})
+	old3 := func(i int) string { return process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: 3}) }
+	clustertest.Eventually(t, ctx, "the old replica holding the three shards", func() error {
+		for i := range 3 {
+			if h, err := leaseHolder(ctx, ns, old3(i)); err != nil || h != "old" {
+				return fmt.Errorf("shard %d of 3 held by %q (%v)", i, h, err)
+			}
+		}
+		return nil
+	})
+	keptFromFirstTwo.Store(true)
+	clustertest.Eventually(t, ctx, "the first two shards' Leases run out, the third held", func() error {
+		for i, want := range []string{"", "", "old"} {
+			if h, err := leaseHolder(ctx, ns, old3(i)); err != nil || h != want {
+				return fmt.Errorf("shard %d of 3 held by %q (%v)", i, h, err)
+			}
+		}
+		return nil
+	})
+
+	startReplica(t, ctx, ns, "new", process.Config{Shards: 2, Identity: "new", Lease: timings}, logs["new"])
+	// A replica counts a Lease held for a Lease duration from its first sight of it: then rounds
+	// for the new replica to take the free shards, if it would.
+	time.Sleep(timings.LeaseDuration + 6*timings.RetryPeriod)
+	for i := range 2 {
+		if h, err := leaseHolder(ctx, ns, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: 2})); err != nil || h == "new" {
+			t.Fatalf("the new replica took shard %d of 2 while the old one holds shard 2 of 3 (%v)", i, err)
+		}
+	}
+	stopOld()
+	<-oldDone
+	clustertest.Eventually(t, ctx, "the new replica holding both shards", func() error {
+		for i := range 2 {
+			if h, err := leaseHolder(ctx, ns, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: 2})); err != nil || h != "new" {
+				return fmt.Errorf("shard %d of 2 held by %q (%v)", i, h, err)
+			}
+		}
+		return nil
+	})
+	deleteEveryPool(t, ctx, ns, 4, "every pool repaired by the new replica")
 }
 
 // createJudges creates n Evaluators of the default spec in ns, judge-0 to judge-(n-1).

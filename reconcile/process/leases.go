@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -238,7 +239,44 @@ func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]shard
 			out[i] = observed
 		}
 	}
-	return out, conflict, nil
+	if conflict != "" {
+		return out, conflict, nil
+	}
+	conflict, err := h.otherCountShard(ctx, now)
+	return out, conflict, err
+}
+
+// otherCountShard returns which replica with another number of shards holds one of this
+// operator's shard Leases ("" for none), reading every one of them: with fewer shards than before
+// (a rolling change from three to two), an old replica's last shards have Leases that this number
+// has not, and their objects are within this number's shards. One List, of the Leases labelled
+// with another number. A replica whose RBAC refuses it the List (a Role of the user's own, or a
+// chart before it granted it) says so once, and sees only the Leases holders reads.
+func (h *shardHolder) otherCountShard(ctx context.Context, now time.Time) (string, error) {
+	list, err := h.kube.CoordinationV1().Leases(h.namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: LabelShards + "," + LabelShards + "!=" + strconv.Itoa(h.count),
+	})
+	forbidden := apierrors.IsForbidden(err)
+	if forbidden && !h.listForbidden {
+		h.log.Warn("this replica may not list its namespace's Leases: when the number of shards is lowered, it may take shards while an old replica still holds one of its last shards, whose Lease it does not read, and both write those objects until the old replica's next round (give the operator's Role list on leases, as the chart's does)", "err", err)
+	}
+	h.listForbidden = forbidden
+	if forbidden {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("listing the Leases of other numbers of shards: %w", err)
+	}
+	for i := range list.Items {
+		l := &list.Items[i]
+		if l.Name != h.name && !strings.HasPrefix(l.Name, h.name+"-shard-") {
+			continue // a member slot or the standby: its holder holds no shard by it
+		}
+		if observed := h.observe(l, now); observed.holder != "" {
+			return fmt.Sprintf("%s holds Lease %s with --shards=%s", observed.holder, l.Name, l.Labels[LabelShards]), nil
+		}
+	}
+	return "", nil
 }
 
 // labels are those of every Lease this replica writes.

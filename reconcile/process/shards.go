@@ -53,6 +53,9 @@ type shardHolder struct {
 	// standbyForbidden is whether this replica's RBAC refused it the standby Lease, last it read
 	// it: warned once each time it turns true.
 	standbyForbidden bool
+	// listForbidden is whether this replica's RBAC refused it the List of Leases, last it
+	// listed them, so that it warns once (otherCountShard).
+	listForbidden bool
 	// run reconciles a shard until its context ends; with writable set, only once it is closed.
 	run  func(ctx context.Context, s shard.Shard, writable <-chan struct{}) error
 	errc chan error
