@@ -313,40 +313,7 @@ func TestFewerShardsWaitForEveryOldShard(t *testing.T) {
 	ns := newNamespace(t, ctx, "")
 	createJudges(t, ctx, ns, 4)
 	timings := process.LeaseTimings{LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
-	logs := map[string]*syncBuffer{"old": {}, "new": {}}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for name, l := range logs {
-				t.Logf("%s's log:\n%s", name, l.String())
-			}
-		}
-	})
-	firstTwo := []string{process.ShardLease("evalsi-operator", shard.Shard{Index: 0, Count: 3}), process.ShardLease("evalsi-operator", shard.Shard{Index: 1, Count: 3})}
-	rc := rest.CopyConfig(env.Config)
-	rc.UserAgent = "old"
-	var keptFromFirstTwo atomic.Bool
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			if keptFromFirstTwo.Load() && slices.ContainsFunc(firstTwo, func(name string) bool { return strings.HasSuffix(req.URL.Path, "/leases/"+name) }) {
-				return nil, errors.New("kept from the first two shards")
-			}
-			return rt.RoundTrip(req)
-		})
-	})
-	octx, stopOld := context.WithCancel(ctx)
-	oldDone := make(chan struct{})
-	go func() {
-		defer close(oldDone)
-		_ = RunManager(octx, ManagerConfig{
-			Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
-				Log: slog.New(slog.NewTextHandler(logs["old"], nil))},
-			Config: process.Config{LeaderElect: true, LeaderElectionNamespace: ns, LeaderElectionName: "evalsi-operator", Shards: 3, Identity: "old", Lease: timings},
-		})
-	}()
-	t.Cleanup(func() {
-		stopOld()
-		<-oldDone
-	})
+	old := startCuttableReplicas(t, ctx, ns, []string{"old"}, process.Config{Shards: 3, Lease: timings})["old"]
 	old3 := func(i int) string { return process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: 3}) }
 	clustertest.Eventually(t, ctx, "the old replica holding the three shards", func() error {
 		for i := range 3 {
@@ -356,7 +323,7 @@ func TestFewerShardsWaitForEveryOldShard(t *testing.T) {
 		}
 		return nil
 	})
-	keptFromFirstTwo.Store(true)
+	old.keptFrom.Store(&[]string{old3(0), old3(1)})
 	clustertest.Eventually(t, ctx, "the first two shards' Leases run out, the third held", func() error {
 		for i, want := range []string{"", "", "old"} {
 			if h, err := leaseHolder(ctx, ns, old3(i)); err != nil || h != want {
@@ -366,7 +333,7 @@ func TestFewerShardsWaitForEveryOldShard(t *testing.T) {
 		return nil
 	})
 
-	startReplica(t, ctx, ns, "new", process.Config{Shards: 2, Identity: "new", Lease: timings}, logs["new"])
+	startCuttableReplicas(t, ctx, ns, []string{"new"}, process.Config{Shards: 2, Lease: timings})
 	// A replica counts a Lease held for a Lease duration from its first sight of it: then rounds
 	// for the new replica to take the free shards, if it would.
 	time.Sleep(timings.LeaseDuration + 6*timings.RetryPeriod)
@@ -375,8 +342,7 @@ func TestFewerShardsWaitForEveryOldShard(t *testing.T) {
 			t.Fatalf("the new replica took shard %d of 2 while the old one holds shard 2 of 3 (%v)", i, err)
 		}
 	}
-	stopOld()
-	<-oldDone
+	old.stop()
 	clustertest.Eventually(t, ctx, "the new replica holding both shards", func() error {
 		for i := range 2 {
 			if h, err := leaseHolder(ctx, ns, process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: 2})); err != nil || h != "new" {
@@ -699,8 +665,12 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 // is set, as a killed or partitioned replica's do (it cannot release its Leases), and which
 // records its object writes while recording is set.
 type cuttableReplica struct {
-	cut  atomic.Bool
-	logs syncBuffer
+	cut atomic.Bool
+	// keptFrom, when set, are Leases whose requests fail, as cut makes every request fail.
+	keptFrom atomic.Pointer[[]string]
+	logs     syncBuffer
+	// stop stops the replica and waits until it has stopped.
+	stop func()
 	// writes are the object writes (not of Leases or Events) the replica sends once recording is
 	// set, and when.
 	recording atomic.Bool
@@ -709,7 +679,8 @@ type cuttableReplica struct {
 }
 
 // startCuttableReplicas runs a cuttableReplica of each name over ns, electing its shards' Leases
-// with pc (its identity the name), until the test ends; their logs are shown if it fails.
+// with pc (its identity the name), until it is stopped or the test ends; their logs are shown if
+// the test fails.
 func startCuttableReplicas(t *testing.T, ctx context.Context, ns string, names []string, pc process.Config) map[string]*cuttableReplica {
 	t.Helper()
 	replicas := map[string]*cuttableReplica{}
@@ -729,6 +700,9 @@ func startCuttableReplicas(t *testing.T, ctx context.Context, ns string, names [
 			return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 				if r.cut.Load() {
 					return nil, errors.New("cut off from the API server")
+				}
+				if kept := r.keptFrom.Load(); kept != nil && slices.ContainsFunc(*kept, func(name string) bool { return strings.HasSuffix(req.URL.Path, "/leases/"+name) }) {
+					return nil, errors.New("kept from the Lease")
 				}
 				if r.recording.Load() && req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases/") && !strings.Contains(req.URL.Path, "/events") {
 					r.mu.Lock()
@@ -751,10 +725,14 @@ func startCuttableReplicas(t *testing.T, ctx context.Context, ns string, names [
 				Config: pc,
 			})
 		}()
-		t.Cleanup(func() {
-			cancel()
-			<-done
-		})
+		var once sync.Once
+		r.stop = func() {
+			once.Do(func() {
+				cancel()
+				<-done
+			})
+		}
+		t.Cleanup(r.stop)
 	}
 	return replicas
 }

@@ -206,10 +206,10 @@ type shardLease struct {
 }
 
 // holders returns each shard's Lease now, and, when replicas with another number of shards hold
-// a Lease, which: the Leases of this count carry it (LabelShards), and the first Lease of the
-// other family (the single Lease when this replica shards, the first shard's when it does not)
-// is read too. A rolling change of --shards is safe: the new replicas take nothing until the old
-// ones have stopped.
+// a Lease, which: the Leases of this count carry it (LabelShards), the first Lease of the other
+// family (the single Lease when this replica shards, the first shard's when it does not) is read
+// too, and so is every shard Lease labelled with another number (otherCountShard). A rolling
+// change of --shards is safe: the new replicas take nothing until the old ones have stopped.
 func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]shardLease, string, error) {
 	out, conflict := map[int]shardLease{}, ""
 	names := make([]string, 0, h.count+1)
