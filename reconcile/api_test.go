@@ -200,8 +200,11 @@ func TestRunningEvalRunsAreReadInBatches(t *testing.T) {
 	const intervals = 10
 	time.Sleep(intervals * cfg.RunPollInterval)
 	gets, batches = api.Calls("GetRun")-gets, api.Calls("BatchGetRuns")-batches
-	// One by one, the runs would have been read n*intervals (200) times.
-	if gets > n/2 || batches < intervals/2 || batches > intervals+1 {
+	// One by one, the runs would have been read n*intervals (200) times, and at each EvalRun's
+	// fallback alone (every three intervals) about 67. A batch is fresh for two intervals; on a
+	// busy machine a sweep takes longer than its interval, and a fallback finds it stale now and
+	// then (13 GetRun in a CI run beside the fuzzers): at most one read per EvalRun is "few".
+	if gets > n || batches < intervals/2 || batches > intervals+1 {
 		t.Errorf("over %d poll intervals: %d GetRun and %d BatchGetRuns calls, want few GetRun and about one batch per interval", intervals, gets, batches)
 	}
 	// Unchanged runs queue nothing: each EvalRun comes back only at its fallback (every three
