@@ -253,8 +253,14 @@ func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]shard
 // with another number. A replica whose RBAC refuses it the List (a Role of the user's own, or a
 // chart before it granted it) says so once, and sees only the Leases holders reads.
 func (h *shardHolder) otherCountShard(ctx context.Context, now time.Time) (string, error) {
+	// From the API server's cache as it is (resourceVersion 0): a consistent List waits until
+	// the cache has caught up with etcd, which under a burst of writes (a killed replica's shards
+	// repaired) can take seconds, and a slower round warms a gone holder's shards later. A
+	// Lease taken just now is seen the next round; the ones this guards against are held for
+	// as long as their replicas run.
 	list, err := h.kube.CoordinationV1().Leases(h.namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: LabelShards + "," + LabelShards + "!=" + strconv.Itoa(h.count),
+		LabelSelector:   LabelShards + "," + LabelShards + "!=" + strconv.Itoa(h.count),
+		ResourceVersion: "0",
 	})
 	forbidden := apierrors.IsForbidden(err)
 	if forbidden && !h.listForbidden {
