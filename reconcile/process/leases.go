@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -242,7 +243,7 @@ func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]shard
 	if conflict != "" {
 		return out, conflict, nil
 	}
-	conflict, err := h.otherCountShard(ctx, now)
+	conflict, err := h.otherCountShard(ctx, now, names)
 	return out, conflict, err
 }
 
@@ -251,8 +252,10 @@ func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]shard
 // (a rolling change from three to two), an old replica's last shards have Leases that this number
 // has not, and their objects are within this number's shards. One List, of the Leases labelled
 // with another number. A replica whose RBAC refuses it the List (a Role of the user's own, or a
-// chart before it granted it) says so once, and sees only the Leases holders reads.
-func (h *shardHolder) otherCountShard(ctx context.Context, now time.Time) (string, error) {
+// chart before it granted it) says so once, and sees only the Leases holders reads. The Leases
+// holders has just read (read) are skipped: the List's copy may be older, and observing it would
+// make the Lease look renewed (observe notes each version it sees).
+func (h *shardHolder) otherCountShard(ctx context.Context, now time.Time, read []string) (string, error) {
 	// From the API server's cache as it is (resourceVersion 0): a consistent List waits until
 	// the cache has caught up with etcd, which under a burst of writes (a killed replica's shards
 	// repaired) can take seconds, and a slower round warms a gone holder's shards later. A
@@ -275,8 +278,8 @@ func (h *shardHolder) otherCountShard(ctx context.Context, now time.Time) (strin
 	}
 	for i := range list.Items {
 		l := &list.Items[i]
-		if l.Name != h.name && !strings.HasPrefix(l.Name, h.name+"-shard-") {
-			continue // a member slot or the standby: its holder holds no shard by it
+		if l.Name != h.name && !strings.HasPrefix(l.Name, h.name+"-shard-") || slices.Contains(read, l.Name) {
+			continue // a member slot or the standby (its holder holds no shard by it), or read already
 		}
 		if observed := h.observe(l, now); observed.holder != "" {
 			return fmt.Sprintf("%s holds Lease %s with --shards=%s", observed.holder, l.Name, l.Labels[LabelShards]), nil
