@@ -253,6 +253,8 @@ type logLine struct {
 	Msg      string    `json:"msg"`
 	Shard    string    `json:"shard"`
 	Identity string    `json:"identity"`
+	// Warm is, on "holding a shard", whether the replica had warmed the shard before it took it.
+	Warm bool `json:"warm"`
 }
 
 func (r *replica) logLines() []logLine {
@@ -451,8 +453,9 @@ func (s *shardBench) heldBy(r *replica, count int) []int {
 }
 
 // takeover reads from the survivors' logs when the last of the shards held (of count) was taken
-// after t0, and when the last of their engines' controllers had synced its cache.
-func takeover(survivors []*replica, held []int, count int, t0 time.Time) (taken, synced time.Time) {
+// after t0, how many of them were taken cold (not warmed), and when the last of their engines'
+// controllers had synced its cache.
+func takeover(survivors []*replica, held []int, count int, t0 time.Time) (taken, synced time.Time, cold int) {
 	names := map[string]bool{}
 	for _, i := range held {
 		names[shard.Shard{Index: i, Count: count}.String()] = true
@@ -463,19 +466,24 @@ func takeover(survivors []*replica, held []int, count int, t0 time.Time) (taken,
 				continue
 			}
 			switch {
-			case l.Msg == "holding a shard" && l.Time.After(taken):
-				taken = l.Time
+			case l.Msg == "holding a shard":
+				if l.Time.After(taken) {
+					taken = l.Time
+				}
+				if !l.Warm {
+					cold++
+				}
 			case l.Msg == "controller synced" && l.Time.After(synced):
 				synced = l.Time
 			}
 		}
 	}
-	return taken, synced
+	return taken, synced, cold
 }
 
 // kill kills a replica n times, each time measuring how long the others take to reconcile every
 // owner of its shards, then starts a new replica in its place and waits until the shards are
-// spread again.
+// spread again and every replica is settled.
 func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
 	count := len(replicas)
 	if s.killedAt == nil {
@@ -547,12 +555,18 @@ func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
 		})
 		took := time.Since(t0)
 		out = append(out, took)
-		taken, synced := takeover(survivors, held, count, t0)
-		fmt.Fprintf(os.Stderr, "kill %d: shards %v (%.0f owners, %d pools' Deployments deleted) reconciled and repaired by the others %.1f s after the SIGKILL (Leases taken at %.1f s, their engines synced at %.1f s)\n",
-			k+1, held, owners, len(sample), took.Seconds(), taken.Sub(t0).Seconds(), synced.Sub(t0).Seconds())
+		taken, synced, cold := takeover(survivors, held, count, t0)
+		fmt.Fprintf(os.Stderr, "kill %d: shards %v (%.0f owners, %d pools' Deployments deleted) reconciled and repaired by the others %.1f s after the SIGKILL (Leases taken at %.1f s, %d of them cold; their engines synced at %.1f s)\n",
+			k+1, held, owners, len(sample), took.Seconds(), taken.Sub(t0).Seconds(), cold, synced.Sub(t0).Seconds())
 		replicas[k%count] = s.startReplica(victim.c)
 		s.counts[replicas[k%count].identity] = count
 		s.waitBalanced(replicas)
+		// The next kill is of a settled set, as the first was (measure waits for it): the new
+		// replica has reconciled the shard it took, cold, and every replica is quiet. Killed
+		// while that start still ran, the others warmed the killed replica's shards beside it
+		// on a saturated machine, and took 22 to 25 s (a fault during the last one's recovery).
+		s.waitReconciled(replicas, nil)
+		s.waitQuiet(replicas)
 	}
 	return out
 }
