@@ -277,7 +277,8 @@ func (p *process) reconciles() (float64, error) {
 
 // work returns how many reconciles the process has finished and, for the operator (the peer's
 // queues are not counted), how many objects wait in its work queues: of controller only, unless
-// it is "".
+// it is "". The operator's reconciles held by a warm shard (result "held": they wait to write,
+// and run again once it may) are not finished.
 func (p *process) work(controller string) (reconciles, depth float64, err error) {
 	families, err := p.scrape()
 	if err != nil {
@@ -285,6 +286,9 @@ func (p *process) work(controller string) (reconciles, depth float64, err error)
 	}
 	for name, sum := range map[string]*float64{p.c.reconciles: &reconciles, "evalsi_workqueue_depth": &depth} {
 		for _, m := range families[name].GetMetric() {
+			if slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "result" && l.GetValue() == "held" }) {
+				continue
+			}
 			if controller == "" || slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == controller }) {
 				*sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() // the one it is not reads 0
 			}

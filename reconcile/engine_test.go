@@ -22,6 +22,7 @@ import (
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/render"
+	"evals.si/operator/shard"
 )
 
 var env *cluster.Cluster
@@ -102,6 +103,13 @@ func startEngineNoCleanup(t testing.TB, cfg Config) runningEngine {
 // stops itself.
 func startEngineUnder(t testing.TB, parent context.Context, cfg Config) runningEngine {
 	t.Helper()
+	return startWarmEngine(t, parent, cfg, nil)
+}
+
+// startWarmEngine runs an engine under parent that holds its writes until writable is closed
+// (RunShard; nil: it writes at once), and that the test stops itself.
+func startWarmEngine(t testing.TB, parent context.Context, cfg Config, writable <-chan struct{}) runningEngine {
+	t.Helper()
 	logs := &syncBuffer{}
 	if cfg.Rest == nil {
 		cfg.Rest = env.Config
@@ -121,7 +129,7 @@ func startEngineUnder(t testing.TB, parent context.Context, cfg Config) runningE
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := e.Run(ctx); err != nil {
+		if err := e.RunShard(ctx, shard.Whole, writable); err != nil {
 			t.Errorf("engine: %v", err)
 		}
 	}()

@@ -40,8 +40,11 @@ type Config struct {
 	// shards share them); else the engine makes its own.
 	Metrics *Metrics
 	// Writable, when set, holds the engine's writes until it is closed: before, the engine
-	// discovers, watches and queues, and reconciles nothing. A replica warms the caches of a
-	// shard this way while the Lease of a holder that stopped renewing it runs out.
+	// discovers, watches and reconciles, and sends no write (CheckTenure); an object whose
+	// reconcile would write waits, and is reconciled again once it is closed. A replica warms a
+	// shard this way while the Lease of a holder that stopped renewing it runs out: when it
+	// takes the Lease, it has already read every object of the shard and found which need a
+	// write.
 	Writable <-chan struct{}
 	// Log is the engine's logger.
 	Log *slog.Logger

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +30,16 @@ type Controller struct {
 	// metrics are the queue's; its gauges leave the series when run has shut the queue down.
 	metrics *queueGauge
 	inf     *informer
+	// held are the objects whose reconcile a warm engine could not finish without a write: they
+	// go back on the queue once the engine may write (hold, release).
+	held heldKeys
+}
+
+// heldKeys are the keys of a warm engine's objects that wait for it to write.
+type heldKeys struct {
+	mu       sync.Mutex
+	keys     map[string]struct{}
+	released bool
 }
 
 func newController(e *Engine, k *Kind) *Controller {
@@ -176,9 +187,10 @@ func (c *Controller) enqueueNamespace(namespace string) {
 	}
 }
 
-// run waits for the cache and for the engine to be writable, runs the workers until ctx ends,
-// then shuts the queue down, and only then drops its gauges (what it still held, a warm
-// engine's whole shard, is no one's work any more).
+// run waits for the cache, runs the workers until ctx ends, then shuts the queue down, and only
+// then drops its gauges (what it still held is no one's work any more). In a warm engine the
+// workers reconcile without writing, and the objects that need a write are queued again once
+// the engine may write (hold, release).
 func (c *Controller) run(ctx context.Context) {
 	defer c.metrics.release()
 	defer c.queue.ShutDown()
@@ -188,10 +200,12 @@ func (c *Controller) run(ctx context.Context) {
 	}
 	c.e.log.Info("controller synced", "controller", c.kind.Controller, "queued", c.queue.Len(), "took", time.Since(start).Round(time.Millisecond).String())
 	if !c.e.Writable() {
-		c.e.log.Info("controller stands by: it reconciles once the shard's Lease is taken", "controller", c.kind.Controller)
-	}
-	if !c.e.waitWritable(ctx) {
-		return
+		c.e.log.Info("controller warms: it reconciles without writing until the shard's Lease is taken", "controller", c.kind.Controller)
+		go func() {
+			if c.e.waitWritable(ctx) {
+				c.release()
+			}
+		}()
 	}
 	done := make(chan struct{})
 	for range c.e.cfg.Workers {
@@ -205,6 +219,36 @@ func (c *Controller) run(ctx context.Context) {
 	c.queue.ShutDown()
 	for range c.e.cfg.Workers {
 		<-done
+	}
+}
+
+// hold keeps key until the engine may write (release), or queues it now if it already may: its
+// reconcile was refused a write before the gate opened, and ended after.
+func (c *Controller) hold(key string) {
+	h := &c.held
+	h.mu.Lock()
+	if !h.released {
+		if h.keys == nil {
+			h.keys = map[string]struct{}{}
+		}
+		h.keys[key] = struct{}{}
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	c.queue.Add(key)
+}
+
+// release queues every held key: the engine may write now.
+func (c *Controller) release() {
+	h := &c.held
+	h.mu.Lock()
+	keys := h.keys
+	h.keys, h.released = nil, true
+	h.mu.Unlock()
+	c.e.log.Info("controller writes: the shard's Lease is taken", "controller", c.kind.Controller, "held", len(keys))
+	for key := range keys {
+		c.queue.Add(key)
 	}
 }
 
@@ -222,6 +266,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	c.e.waiters.note(c.queue, key, err)
 	c.e.apiWaiters.note(c.queue, key, err)
 	result := "success"
+	var over *TenureOverError
 	switch {
 	case err == nil:
 		c.queue.Forget(key)
@@ -239,7 +284,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		result = "conflict"
 		c.e.log.Debug("conflict; retrying", "controller", c.kind.Controller, "key", key, "err", err)
 		c.queue.AddRateLimited(key)
-	case errors.As(err, new(*TenureOverError)):
+	case errors.As(err, &over) && over.Warm:
+		// A warm engine reached a write: the object waits until this replica holds the shard.
+		result = "held"
+		c.queue.Forget(key)
+		c.hold(key)
+	case over != nil:
 		// This replica's hold on the object's shard ended (no renewal of its Lease accepted for a
 		// renew deadline): the shard's holder stops this engine within a round, or the next
 		// renewal extends the hold and the retry writes.

@@ -188,6 +188,7 @@ func (e *Engine) apiServerBack() {
 // Run starts the controllers whose resources are served and keeps looking for resources that
 // appear later, until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
+	ctx = withWritable(ctx, e.cfg.Writable)
 	var stopEvents func()
 	e.recorder, stopEvents = newEventRecorder(ctx, e.kube, e.cfg.Namespace)
 	defer stopEvents()
@@ -248,12 +249,11 @@ func (e *Engine) startController(ctx context.Context, k *Kind, wg *sync.WaitGrou
 		c.run(ctx)
 	}()
 	if k.Run != nil {
+		// A warm engine's follower reads too: what it reads is what the warm reconciles compare.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if e.waitWritable(ctx) {
-				k.Run(ctx, c)
-			}
+			k.Run(ctx, c)
 		}()
 	}
 	return c

@@ -38,7 +38,7 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "evalsi_reconcile_total",
-			Help: "Reconciles by controller and result (success, requeue, error, terminal).",
+			Help: "Reconciles by controller and result (success, requeue, conflict, error, terminal; held: a warm shard's, which waits to write).",
 		}, []string{"controller", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "evalsi_reconcile_duration_seconds",

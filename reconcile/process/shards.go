@@ -33,9 +33,10 @@ import (
 // has a name known in advance, so that RBAC can name them all.
 //
 // While a late holder's Lease runs out, the replicas that will take its shards warm them: they
-// start the shards' engines without writes (engine.Config.Writable), which list and watch the
-// shards' objects, so that the one that takes a Lease reconciles at once instead of listing
-// then. The others stop theirs when they see the Lease taken (warm.go).
+// start the shards' engines without writes (engine.Config.Writable), which list, watch and
+// reconcile the shards' objects and hold back the reconciles that would write, so that the one
+// that takes a Lease writes at once what needs writing instead of listing and reading every
+// object then. The others stop theirs when they see the Lease taken (warm.go).
 type shardHolder struct {
 	kube      kubernetes.Interface
 	log       *slog.Logger
