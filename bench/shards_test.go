@@ -564,7 +564,8 @@ func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
 		// The next kill is of a settled set, as the first was (measure waits for it): the new
 		// replica has reconciled the shard it took, cold, and every replica is quiet. Killed
 		// while that start still ran, the others warmed the killed replica's shards beside it
-		// on a saturated machine, and took 22 to 25 s (a fault during the last one's recovery).
+		// on a saturated machine: 22.4 and 23.7 s in one run (a fault during the last one's
+		// recovery).
 		s.waitReconciled(replicas, nil)
 		s.waitQuiet(replicas)
 	}

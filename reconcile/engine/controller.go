@@ -266,7 +266,6 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	c.e.waiters.note(c.queue, key, err)
 	c.e.apiWaiters.note(c.queue, key, err)
 	result := "success"
-	var over *TenureOverError
 	switch {
 	case err == nil:
 		c.queue.Forget(key)
@@ -284,12 +283,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		result = "conflict"
 		c.e.log.Debug("conflict; retrying", "controller", c.kind.Controller, "key", key, "err", err)
 		c.queue.AddRateLimited(key)
-	case errors.As(err, &over) && over.Warm:
+	case isWarmRefusal(err):
 		// A warm engine reached a write: the object waits until this replica holds the shard.
 		result = "held"
 		c.queue.Forget(key)
 		c.hold(key)
-	case over != nil:
+	case errors.As(err, new(*TenureOverError)):
 		// This replica's hold on the object's shard ended (no renewal of its Lease accepted for a
 		// renew deadline): the shard's holder stops this engine within a round, or the next
 		// renewal extends the hold and the retry writes.

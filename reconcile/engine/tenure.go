@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -42,6 +43,12 @@ func CheckTenure(ctx context.Context) error {
 		return &TenureOverError{Until: t.Until()}
 	}
 	return nil
+}
+
+// isWarmRefusal reports whether err is a write that a warm engine did not send.
+func isWarmRefusal(err error) bool {
+	var over *TenureOverError
+	return errors.As(err, &over) && over.Warm
 }
 
 type writableKey struct{}
