@@ -86,10 +86,7 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	go runs.Run(ctx.Done())
 	createRunning(b, ctx, first[0].process, client.Resource(evalsi.EvalRuns).Namespace(ns), runs.GetStore(), *shardRuns, "run")
 	wait(b, ctx, first[0].process, "converged", func() bool { return w.converged(*shardEvaluators) })
-	// A Deployment without pods changes once more, when the Deployment controller finds it past
-	// its progress deadline (10 minutes after the operator made it, at the latest before it
-	// converged): the measures start after that.
-	time.Sleep(10*time.Minute + 30*time.Second)
+	s.waitSettled(w)
 	runIDs := runIDsOf(runs.GetStore().List())
 	s.stopReplicas(first)
 	s.readObjects()
@@ -390,12 +387,35 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 	}); err != nil {
 		s.b.Fatalf("churning: %v", err)
 	}
-	s.waitQuiet(replicas)
-	for i, r := range replicas {
-		row.churnCPU = append(row.churnCPU, r.cpu()-cpu0[i])
+	for i, cpu := range s.waitQuiet(replicas) {
+		row.churnCPU = append(row.churnCPU, cpu-cpu0[i])
 	}
 	fmt.Fprintf(os.Stderr, "%d shards: %s\n", n, row)
 	return row, replicas
+}
+
+// waitSettled waits until the converged objects change no more, so that the measures start from
+// the same state for every number of shards. With pods, that is once every Evaluator is Ready
+// (its pool's pods ran); its Deployment would change again only if it passed its progress
+// deadline unready, so the wait ends at that deadline in any case (10 minutes after the
+// operator made it). Without pods, it is once every Deployment has passed that deadline (the
+// Deployment controller's last change to it). Before, the benchmark slept 10.5 minutes either
+// way.
+func (s *shardBench) waitSettled(w *namespaceWatch) {
+	t0 := time.Now()
+	deadline := t0.Add(10*time.Minute + 30*time.Second)
+	settled := func() bool { return w.pastProgressDeadline(*shardEvaluators) }
+	if *pods {
+		settled = func() bool { return w.ready(*shardEvaluators) }
+	}
+	for !settled() && time.Now().Before(deadline) {
+		select {
+		case <-s.ctx.Done():
+			s.b.Fatalf("not settled: %v", s.ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+	fmt.Fprintf(os.Stderr, "converged objects settled %.0f s later (every Evaluator Ready: %t)\n", time.Since(t0).Seconds(), w.ready(*shardEvaluators))
 }
 
 // quietFor is how long a replica's Evaluator queue must stay empty, and its count of Evaluator
@@ -405,26 +425,48 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 const quietFor = 10 * time.Second
 
 // waitQuiet waits until each replica is quiet, so that its heap and CPU are those of the objects
-// it holds, not of work still in flight. Fixed delays (5 s after the first full reconcile, 10 s
-// after the churn) caught replicas still reconciling the Deployments' status events: the one
-// replica of one shard read at 92.9 to 139 MiB where it holds about 40 quiet, and the ratios to it
-// swung between runs.
-func (s *shardBench) waitQuiet(replicas []*replica) {
-	for _, r := range replicas {
-		last, since, checked := -1.0, time.Time{}, time.Time{}
-		wait(s.b, s.ctx, r.process, "quiet (no Evaluator queued or reconciled for "+quietFor.String()+")", func() bool {
-			if time.Since(checked) < time.Second {
-				return false
+// it holds, not of work still in flight, and returns each replica's CPU time read when it was
+// first found quiet. Fixed delays (5 s after the first full reconcile, 10 s after the churn)
+// caught replicas still reconciling the Deployments' status events: the one replica of one shard
+// read at 92.9 to 139 MiB where it holds about 40 quiet, and the ratios to it swung between runs.
+//
+// The replicas are checked side by side, once a second, each against its own quiet period, and
+// each one's CPU is read at the end of its own: checked one after the other and read only once
+// the last was quiet, the first of three replicas was charged about 20 s more of idle work (its
+// Lease rounds, the run follower, these scrapes) than one replica alone, which counted against
+// the shards in the churn CPU ratios.
+func (s *shardBench) waitQuiet(replicas []*replica) []time.Duration {
+	cpu := make([]time.Duration, len(replicas))
+	last, since, quiet := make([]float64, len(replicas)), make([]time.Time, len(replicas)), make([]bool, len(replicas))
+	for i := range last {
+		last[i] = -1
+	}
+	checked := time.Time{}
+	check := func() {
+		if time.Since(checked) < time.Second {
+			return
+		}
+		checked = time.Now()
+		for i, r := range replicas {
+			if quiet[i] {
+				continue
 			}
-			checked = time.Now()
 			n, depth, err := r.work("evaluator")
-			if err != nil || depth > 0 || n != last {
-				last, since = n, checked
-				return false
+			switch {
+			case err != nil || depth > 0 || n != last[i]:
+				last[i], since[i] = n, checked
+			case checked.Sub(since[i]) >= quietFor:
+				quiet[i], cpu[i] = true, r.cpu()
 			}
-			return checked.Sub(since) >= quietFor
+		}
+	}
+	for i, r := range replicas {
+		wait(s.b, s.ctx, r.process, "quiet (no Evaluator queued or reconciled for "+quietFor.String()+")", func() bool {
+			check()
+			return quiet[i]
 		})
 	}
+	return cpu
 }
 
 // waitReconciled waits until each replica has reconciled every owner of the shards it holds at
