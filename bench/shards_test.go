@@ -339,9 +339,13 @@ type shardRow struct {
 	// start is how long the replicas took, from their start, to reconcile every object.
 	start time.Duration
 	// heap and churnCPU are each replica's live heap (allocated right after a collection) and
-	// CPU during the churn.
-	heap     []float64
-	churnCPU []time.Duration
+	// CPU during the churn. churnOverIdle is the part of churnCPU above what the replica spends
+	// idle (its CPU per second while quiet, right after the churn, times the churn's window):
+	// the CPU of the watch events themselves, without the Lease rounds, the run follower and
+	// the scrapes that each replica pays whatever its share.
+	heap          []float64
+	churnCPU      []time.Duration
+	churnOverIdle []time.Duration
 	// kills are the times the others took to reconcile a killed replica's objects.
 	kills []time.Duration
 }
@@ -368,7 +372,7 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 	// annotation would be a new generation for the Deployment controller to roll out), which each
 	// replica receives for its shard (the API server's shardSelector, the bucket label) and
 	// reconciles.
-	cpu0 := make([]time.Duration, len(replicas))
+	cpu0, churnFrom := make([]time.Duration, len(replicas)), time.Now()
 	for i, r := range replicas {
 		cpu0[i] = r.cpu()
 	}
@@ -387,8 +391,11 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 	}); err != nil {
 		s.b.Fatalf("churning: %v", err)
 	}
-	for i, cpu := range s.waitQuiet(replicas) {
-		row.churnCPU = append(row.churnCPU, cpu-cpu0[i])
+	for i, q := range s.waitQuiet(replicas) {
+		churn := q.cpu - cpu0[i]
+		row.churnCPU = append(row.churnCPU, churn)
+		row.churnOverIdle = append(row.churnOverIdle, churn-time.Duration(q.idle*float64(q.at.Sub(churnFrom))))
+		fmt.Fprintf(os.Stderr, "%d shards, replica %d: churn window %.1f s, idle %.1f ms of CPU per second\n", n, i, q.at.Sub(churnFrom).Seconds(), q.idle*1000)
 	}
 	fmt.Fprintf(os.Stderr, "%d shards: %s\n", n, row)
 	return row, replicas
@@ -424,8 +431,17 @@ func (s *shardBench) waitSettled(w *namespaceWatch) {
 // still.
 const quietFor = 10 * time.Second
 
+// quietMark is what waitQuiet read of a replica when it found it quiet.
+type quietMark struct {
+	at  time.Time     // when
+	cpu time.Duration // its CPU time then
+	// idle is its CPU per second over its quiet period (quietFor or more, no Evaluator
+	// reconciled): Lease rounds, the run follower, the benchmark's scrapes.
+	idle float64
+}
+
 // waitQuiet waits until each replica is quiet, so that its heap and CPU are those of the objects
-// it holds, not of work still in flight, and returns each replica's CPU time read when it was
+// it holds, not of work still in flight, and returns what it read of each replica when it was
 // first found quiet. Fixed delays (5 s after the first full reconcile, 10 s after the churn)
 // caught replicas still reconciling the Deployments' status events: the one replica of one shard
 // read at 92.9 to 139 MiB where it holds about 40 quiet, and the ratios to it swung between runs.
@@ -435,9 +451,9 @@ const quietFor = 10 * time.Second
 // the last was quiet, the first of three replicas was charged about 20 s more of idle work (its
 // Lease rounds, the run follower, these scrapes) than one replica alone, which counted against
 // the shards in the churn CPU ratios.
-func (s *shardBench) waitQuiet(replicas []*replica) []time.Duration {
-	cpu := make([]time.Duration, len(replicas))
-	last, since, quiet := make([]float64, len(replicas)), make([]time.Time, len(replicas)), make([]bool, len(replicas))
+func (s *shardBench) waitQuiet(replicas []*replica) []quietMark {
+	marks := make([]quietMark, len(replicas))
+	last, since, sinceCPU, quiet := make([]float64, len(replicas)), make([]time.Time, len(replicas)), make([]time.Duration, len(replicas)), make([]bool, len(replicas))
 	for i := range last {
 		last[i] = -1
 	}
@@ -454,9 +470,10 @@ func (s *shardBench) waitQuiet(replicas []*replica) []time.Duration {
 			n, depth, err := r.work("evaluator")
 			switch {
 			case err != nil || depth > 0 || n != last[i]:
-				last[i], since[i] = n, checked
+				last[i], since[i], sinceCPU[i] = n, checked, r.cpu()
 			case checked.Sub(since[i]) >= quietFor:
-				quiet[i], cpu[i] = true, r.cpu()
+				cpu := r.cpu()
+				quiet[i], marks[i] = true, quietMark{at: checked, cpu: cpu, idle: (cpu - sinceCPU[i]).Seconds() / checked.Sub(since[i]).Seconds()}
 			}
 		}
 	}
@@ -466,7 +483,7 @@ func (s *shardBench) waitQuiet(replicas []*replica) []time.Duration {
 			return quiet[i]
 		})
 	}
-	return cpu
+	return marks
 }
 
 // waitReconciled waits until each replica has reconciled every owner of the shards it holds at
@@ -702,8 +719,8 @@ func runIDsOf(objs []any) map[string]string {
 
 // String is one number of shards' figures, for the progress lines.
 func (r shardRow) String() string {
-	return fmt.Sprintf("every owner reconciled %.1f s after the replicas started; live heap per replica %s; churn CPU per replica %s",
-		r.start.Seconds(), mib(r.heap), seconds(r.churnCPU))
+	return fmt.Sprintf("every owner reconciled %.1f s after the replicas started; live heap per replica %s; churn CPU per replica %s (above idle: %s)",
+		r.start.Seconds(), mib(r.heap), seconds(r.churnCPU), seconds(r.churnOverIdle))
 }
 
 func mib(xs []float64) string {
@@ -722,18 +739,18 @@ func seconds(ds []time.Duration) string {
 	return strings.Join(parts, ", ")
 }
 
-// shardTable compares each number of shards with one: the largest replica's live heap and churn
-// CPU, and the kills.
+// shardTable compares each number of shards with one: the largest replica's live heap, churn CPU
+// and churn CPU above idle, and the kills.
 func shardTable(rows []shardRow, owners, runs int) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\n%d owners (%d Evaluators with their children, %d running EvalRuns); as many replicas as shards\n\n", owners, owners-runs, runs)
-	fmt.Fprintf(&sb, "| shards | every owner reconciled after start | live heap (allocated right after a collection), largest replica | x one | churn CPU, largest replica | x one | SIGKILL to the killed replica's owners reconciled |\n")
-	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|\n")
-	var heap1, cpu1 float64
+	fmt.Fprintf(&sb, "| shards | every owner reconciled after start | live heap (allocated right after a collection), largest replica | x one | churn CPU, largest replica | x one | above idle, largest replica | x one | SIGKILL to the killed replica's owners reconciled |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|\n")
+	var heap1, cpu1, net1 float64
 	for _, r := range rows {
-		heap, cpu := slices.Max(r.heap), slices.Max(r.churnCPU).Seconds()
+		heap, cpu, net := slices.Max(r.heap), slices.Max(r.churnCPU).Seconds(), slices.Max(r.churnOverIdle).Seconds()
 		if r.shards == 1 {
-			heap1, cpu1 = heap, cpu
+			heap1, cpu1, net1 = heap, cpu, net
 		}
 		ratio := func(x, one float64) string {
 			if one == 0 {
@@ -746,8 +763,8 @@ func shardTable(rows []shardRow, owners, runs int) string {
 			sorted := slices.Sorted(slices.Values(r.kills))
 			kills = fmt.Sprintf("median %.1f s, max %.1f s (%d kills)", sorted[len(sorted)/2].Seconds(), sorted[len(sorted)-1].Seconds(), len(sorted))
 		}
-		fmt.Fprintf(&sb, "| %d | %.1f s | %.1f MiB (%.1f KiB per Evaluator of the whole) | %s | %.2f s | %s | %s |\n",
-			r.shards, r.start.Seconds(), heap/(1<<20), heap/1024/float64(max(owners-runs, 1)), ratio(heap, heap1), cpu, ratio(cpu, cpu1), kills)
+		fmt.Fprintf(&sb, "| %d | %.1f s | %.1f MiB (%.1f KiB per Evaluator of the whole) | %s | %.2f s | %s | %.2f s | %s | %s |\n",
+			r.shards, r.start.Seconds(), heap/(1<<20), heap/1024/float64(max(owners-runs, 1)), ratio(heap, heap1), cpu, ratio(cpu, cpu1), net, ratio(net, net1), kills)
 	}
 	return sb.String()
 }
