@@ -373,8 +373,10 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 	// replica receives for its shard (the API server's shardSelector, the bucket label) and
 	// reconciles.
 	cpu0, churnFrom := make([]time.Duration, len(replicas)), time.Now()
+	var profiled []<-chan struct{} // with -profiles, each replica's CPU profile of the churn's first -profile-seconds
 	for i, r := range replicas {
 		cpu0[i] = r.cpu()
+		profiled = append(profiled, profile(s.b, r.process, fmt.Sprintf("shards-%d-replica-%d-churn", n, i)))
 	}
 	client := benchClient(s.b)
 	// A new value at each measure, so that a number of shards measured twice (-shards=1,1) churns
@@ -391,7 +393,11 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 	}); err != nil {
 		s.b.Fatalf("churning: %v", err)
 	}
-	for i, q := range s.waitQuiet(replicas) {
+	marks := s.waitQuiet(replicas)
+	for _, p := range profiled {
+		<-p
+	}
+	for i, q := range marks {
 		churn := q.cpu - cpu0[i]
 		row.churnCPU = append(row.churnCPU, churn)
 		row.churnOverIdle = append(row.churnOverIdle, churn-time.Duration(q.idle*float64(q.at.Sub(churnFrom))))
