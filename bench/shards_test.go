@@ -416,26 +416,26 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 
 // waitSettled waits until the converged objects change no more, so that the measures start from
 // the same state for every number of shards. With pods, that is once every Evaluator is Ready
-// (its pool's pods ran); its Deployment would change again only if it passed its progress
-// deadline unready, so the wait ends at that deadline in any case (10 minutes after the
-// operator made it). Without pods, it is once every Deployment has passed that deadline (the
-// Deployment controller's last change to it). Before, the benchmark slept 10.5 minutes either
-// way.
+// (its pool's pods ran); without, once every Deployment has passed its progress deadline (the
+// Deployment controller's last change to it, 10 minutes after the operator made it). Either
+// way it waits at most 10.5 minutes, the sleep it replaces: by then every Deployment, made
+// before the convergence, is Ready or past that deadline.
 func (s *shardBench) waitSettled(w *namespaceWatch) {
 	t0 := time.Now()
-	deadline := t0.Add(10*time.Minute + 30*time.Second)
-	settled := func() bool { return w.pastProgressDeadline(*shardEvaluators) }
+	what, settled := "every Deployment past its progress deadline", func() bool { return w.pastProgressDeadline(*shardEvaluators) }
 	if *pods {
-		settled = func() bool { return w.ready(*shardEvaluators) }
+		what, settled = "every Evaluator Ready", func() bool { return w.ready(*shardEvaluators) }
 	}
-	for !settled() && time.Now().Before(deadline) {
+	done := settled()
+	for !done && time.Since(t0) < 10*time.Minute+30*time.Second {
 		select {
 		case <-s.ctx.Done():
 			s.b.Fatalf("not settled: %v", s.ctx.Err())
 		case <-time.After(time.Second):
 		}
+		done = settled()
 	}
-	fmt.Fprintf(os.Stderr, "converged objects settled %.0f s later (every Evaluator Ready: %t)\n", time.Since(t0).Seconds(), w.ready(*shardEvaluators))
+	fmt.Fprintf(os.Stderr, "waited %.0f s for the converged objects to settle (%s: %t)\n", time.Since(t0).Seconds(), what, done)
 }
 
 // quietFor is how long a replica's Evaluator queue must stay empty, and its count of Evaluator
@@ -465,10 +465,16 @@ type quietMark struct {
 // Lease rounds, the run follower, these scrapes) than one replica alone: about 0.2 s of CPU at
 // the 8 to 19 ms per second a replica spends idle, against the shards in the churn CPU ratios.
 func (s *shardBench) waitQuiet(replicas []*replica) []quietMark {
-	marks := make([]quietMark, len(replicas))
-	last, since, sinceCPU, quiet := make([]float64, len(replicas)), make([]time.Time, len(replicas)), make([]time.Duration, len(replicas)), make([]bool, len(replicas))
-	for i := range last {
-		last[i] = -1
+	// Each replica's count of reconciles when it last changed, what was read of the replica then
+	// (the start of the quiet period it may be in), and, once it is quiet, what was read at the
+	// period's end.
+	type watch struct {
+		last        float64
+		from, quiet quietMark
+	}
+	watches := make([]watch, len(replicas))
+	for i := range watches {
+		watches[i].last = -1
 	}
 	checked := time.Time{}
 	check := func() {
@@ -477,24 +483,27 @@ func (s *shardBench) waitQuiet(replicas []*replica) []quietMark {
 		}
 		checked = time.Now()
 		for i, r := range replicas {
-			if quiet[i] {
+			w := &watches[i]
+			if !w.quiet.at.IsZero() {
 				continue
 			}
 			n, depth, err := r.work("evaluator")
 			switch {
-			case err != nil || depth > 0 || n != last[i]:
-				last[i], since[i], sinceCPU[i] = n, checked, r.cpu()
-			case checked.Sub(since[i]) >= quietFor:
+			case err != nil || depth > 0 || n != w.last:
+				w.last, w.from = n, quietMark{at: checked, cpu: r.cpu()}
+			case checked.Sub(w.from.at) >= quietFor:
 				cpu := r.cpu()
-				quiet[i], marks[i] = true, quietMark{at: checked, cpu: cpu, idle: (cpu - sinceCPU[i]).Seconds() / checked.Sub(since[i]).Seconds()}
+				w.quiet = quietMark{at: checked, cpu: cpu, idle: (cpu - w.from.cpu).Seconds() / checked.Sub(w.from.at).Seconds()}
 			}
 		}
 	}
+	marks := make([]quietMark, len(replicas))
 	for i, r := range replicas {
 		wait(s.b, s.ctx, r.process, "quiet (no Evaluator queued or reconciled for "+quietFor.String()+")", func() bool {
 			check()
-			return quiet[i]
+			return !watches[i].quiet.at.IsZero()
 		})
+		marks[i] = watches[i].quiet
 	}
 	return marks
 }
