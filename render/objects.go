@@ -133,17 +133,9 @@ func decodeSpec(obj *unstructured.Unstructured, out any) error {
 		return err
 	}
 	if err := strictly(obj.Object["spec"], out); err != nil {
-		return schemas.Errors{{Pointer: string(specPointer), Message: describeJSONError(err).Error()}}
+		return schemas.Errors{{Pointer: string(specPointer), Message: err.Error()}}
 	}
 	return nil
-}
-
-// describeJSONError turns encoding/json's errors into ones that name the field as a path.
-func describeJSONError(err error) error {
-	if te, ok := err.(*json.UnmarshalTypeError); ok {
-		return fmt.Errorf("%s: expected %s, got %s", te.Field, te.Type, te.Value)
-	}
-	return err
 }
 
 // Quantity is a resource quantity written as a string ("500m", "4Gi") or a number (2).

@@ -1,8 +1,7 @@
 package render
 
 import (
-	"bytes"
-	"encoding/json"
+	"errors"
 	"maps"
 	"regexp"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
 
 	"evals.si/operator/unstructuredjson"
 )
@@ -181,15 +181,20 @@ func (s Scheduling) check(p pointer, ps *problems) {
 	}
 }
 
-// strictly decodes v (a JSON value) into out, refusing unknown fields; the error names the field.
+// strictly decodes v (a JSON value) into out as the API server decodes a body: a field's name
+// matches only in its own case, and an unknown field is refused, named by its path. encoding/json
+// matches names in any case: it took "SecretKeyRef" for secretKeyRef, so the checks passed a spec
+// that, copied as it is into a child, the API server then refused on every apply.
 func strictly(v any, out any) error {
 	data, err := unstructuredjson.Marshal(v)
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	return dec.Decode(out)
+	unknown, err := kjson.UnmarshalStrict(data, out, kjson.DisallowUnknownFields)
+	if err != nil {
+		return err
+	}
+	return errors.Join(unknown...)
 }
 
 // checkAffinity decodes an affinity as Kubernetes' Affinity, refusing unknown fields, and applies
@@ -197,7 +202,7 @@ func strictly(v any, out any) error {
 func checkAffinity(p pointer, raw map[string]any, ps *problems) {
 	var a corev1.Affinity
 	if err := strictly(raw, &a); err != nil {
-		ps.add(p, "is not a Kubernetes affinity: %v", describeJSONError(err))
+		ps.add(p, "is not a Kubernetes affinity: %v", err)
 		return
 	}
 	if na := a.NodeAffinity; na != nil {
@@ -337,7 +342,7 @@ var envAnnotationOrLabel = regexp.MustCompile(`^metadata\.(labels|annotations)\[
 func checkValueFrom(p pointer, raw map[string]any, ps *problems) {
 	var src corev1.EnvVarSource
 	if err := strictly(raw, &src); err != nil {
-		ps.add(p, "is not a Kubernetes EnvVarSource: %v", describeJSONError(err))
+		ps.add(p, "is not a Kubernetes EnvVarSource: %v", err)
 		return
 	}
 	set := 0
