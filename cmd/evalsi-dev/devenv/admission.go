@@ -22,6 +22,7 @@ import (
 	"evals.si/operator/cluster"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/manifest"
+	"evals.si/operator/render"
 	"evals.si/operator/webhook"
 )
 
@@ -34,11 +35,11 @@ const (
 )
 
 // startDevAdmission runs the admission webhook as a real install does, but as a local server
-// registered by URL: its own CA, validation with render.Validate, the creator annotation, project
-// bindings. It returns once the API server admits through it, and the webhook's errors on errc.
+// registered by URL: its own CA, validation with render.Validate under the operator's limits, the
+// creator annotation, project bindings. It returns once the API server admits through it, and the webhook's errors on errc.
 //
 // The webhook runs until runCtx ends; ctx bounds the setup.
-func startDevAdmission(ctx, runCtx context.Context, c *cluster.Cluster, in *installer, out io.Writer) (errc <-chan error, err error) {
+func startDevAdmission(ctx, runCtx context.Context, c *cluster.Cluster, in *installer, limits render.Limits, out io.Writer) (errc <-chan error, err error) {
 	kube := c.Clientset()
 	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": devWebhookNamespace}}}
 	if err := in.apply(ctx, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, ns); err != nil {
@@ -80,8 +81,9 @@ func startDevAdmission(ctx, runCtx context.Context, c *cluster.Cluster, in *inst
 				Kube: kube, Namespace: devWebhookNamespace, Secret: devWebhookSecret, Hosts: []string{"127.0.0.1"},
 				ValidatingConfig: devWebhookName + "-validation", MutatingConfig: devWebhookName + "-creator", Validity: 24 * time.Hour,
 			},
-			Kube: kube,
-			Log:  slog.New(slog.NewTextHandler(logFile, nil)),
+			Kube:   kube,
+			Limits: limits,
+			Log:    slog.New(slog.NewTextHandler(logFile, nil)),
 		})
 	}()
 	// In force once a dry run of an invalid object is refused by the webhook.

@@ -99,7 +99,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 
 	// Admission as a real install has it: what kubectl apply is refused, it is refused here.
-	webhookErr, err := startDevAdmission(ctx, runCtx, c, in, out)
+	webhookErr, err := startDevAdmission(ctx, runCtx, c, in, opts.Render.Limits, out)
 	if err != nil {
 		return err
 	}

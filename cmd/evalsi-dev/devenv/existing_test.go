@@ -12,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"evals.si/operator/cluster"
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -47,20 +49,34 @@ func TestDevOnAnExistingCluster(t *testing.T) {
 
 	var out bytes.Buffer
 	ready := false
+	var tooMany error
 	err = Run(ctx, Options{
-		Render: render.Options{DefaultImage: "evalsi/platform:dev", VLLMImage: "vllm/vllm-openai:v0.11.0", SandboxNamespace: "evalsi-sandbox", APIURL: "http://evalsid:8080"},
-		GPUs:   "8", KEDA: true,
+		Render: render.Options{DefaultImage: "evalsi/platform:dev", VLLMImage: "vllm/vllm-openai:v0.11.0", SandboxNamespace: "evalsi-sandbox", APIURL: "http://evalsid:8080",
+			Limits: render.Limits{MaxPoolReplicas: render.DefaultMaxPoolReplicas}},
+		GPUs: "8", KEDA: true,
 		Existing: &Target{Kubeconfig: c.Kubeconfig},
 		Until: func(rows []Row) bool {
 			ready = len(rows) >= 8
 			for _, r := range rows {
 				ready = ready && r.Ready == "True"
 			}
+			if ready {
+				// The session's admission holds specs to the operator's limits, as a real install's
+				// webhook does (--max-pool-replicas of both).
+				_, tooMany = c.Dynamic().Resource(evalsi.Evaluators).Namespace("team-a").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
+					"metadata": map[string]any{"name": "too-many", "namespace": "team-a"},
+					"spec":     map[string]any{"replicas": int64(render.DefaultMaxPoolReplicas + 1)},
+				}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			}
 			return ready
 		},
 	}, &out)
 	if err != nil || !ready {
 		t.Fatalf("dev on an existing cluster: %v, examples Ready %v\n%s", err, ready, out.String())
+	}
+	if want := "the platform allows at most 100 per pool"; tooMany == nil || !strings.Contains(tooMany.Error(), want) {
+		t.Errorf("an Evaluator past the operator's replica limit: admission answered %v, want a refusal saying %q", tooMany, want)
 	}
 	for _, want := range []string{"using the existing cluster at", "CustomResourceDefinition tracesources.evals.si is there already: left as it is", "removed the"} {
 		if !strings.Contains(out.String(), want) {
