@@ -3,6 +3,7 @@ package render
 import (
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -70,13 +71,16 @@ func checkEgress(p pointer, rules []EgressRule, ps *problems) {
 				if err != nil {
 					ps.add(pat.at("ipBlock").at("cidr"), "%q is not a CIDR such as \"10.0.0.0/16\"", b.CIDR)
 				}
+				if m := metadataRangeHolding(block); m != "" {
+					ps.add(pat.at("ipBlock").at("cidr"), "%s lies in %s, where clouds serve instance metadata and credentials: a pool may never reach it", b.CIDR, m)
+				}
 				for k, e := range b.Except {
-					ip, _, err := net.ParseCIDR(e)
+					_, except, err := net.ParseCIDR(e)
 					switch {
 					case err != nil:
 						ps.add(pat.at("ipBlock").at("except").index(k), "%q is not a CIDR such as \"10.0.1.0/24\"", e)
-					case block != nil && !block.Contains(ip):
-						ps.add(pat.at("ipBlock").at("except").index(k), "%s is not inside %s", e, b.CIDR)
+					case block != nil && !strictlyInside(except, block):
+						ps.add(pat.at("ipBlock").at("except").index(k), "%s is not inside %s (a smaller part of it)", e, b.CIDR)
 					}
 				}
 			}
@@ -101,10 +105,68 @@ func checkEgress(p pointer, rules []EgressRule, ps *problems) {
 	}
 }
 
-// renderEgress returns rules as the maps of a NetworkPolicy's spec.egress.
+// metadataRanges are where clouds serve instance metadata and credentials, which no pool may
+// reach, whatever its spec.egress opens: IPv4 link-local addresses (169.254.169.254 on every major
+// cloud; AWS's container and Pod Identity credentials at 169.254.170.2 and 169.254.170.23), and
+// the IPv6 addresses of AWS's metadata, its Pod Identity agent, and Google Cloud's metadata.
+var metadataRanges = []string{"169.254.0.0/16", "fd00:ec2::254/128", "fd00:ec2::23/128", "fd20:ce::254/128"}
+
+// strictlyInside reports whether inner is a smaller part of outer, as NetworkPolicy takes an
+// ipBlock's exceptions.
+func strictlyInside(inner, outer *net.IPNet) bool {
+	innerBits, _ := inner.Mask.Size()
+	outerBits, _ := outer.Mask.Size()
+	return outer.Contains(inner.IP) && innerBits > outerBits
+}
+
+// metadataRangeHolding returns the metadata range that block lies in (or is), "" for none.
+func metadataRangeHolding(block *net.IPNet) string {
+	if block == nil {
+		return ""
+	}
+	for _, m := range metadataRanges {
+		_, r, _ := net.ParseCIDR(m)
+		if r.Contains(block.IP) && !strictlyInside(r, block) {
+			return m
+		}
+	}
+	return ""
+}
+
+// withoutMetadata returns b with every metadata range that its CIDR holds and its exceptions do
+// not already leave out added to them, so that an ipBlock as wide as 0.0.0.0/0 still does not
+// reach a cloud's metadata endpoint (NetworkPolicy rules add up: the rule for evalsid leaves the
+// range out, so no rule lets it in).
+func withoutMetadata(b IPBlock) IPBlock {
+	_, block, err := net.ParseCIDR(b.CIDR)
+	if err != nil {
+		return b // refused by checkEgress
+	}
+	for _, m := range metadataRanges {
+		_, r, _ := net.ParseCIDR(m)
+		if !strictlyInside(r, block) || slices.ContainsFunc(b.Except, func(e string) bool {
+			_, except, err := net.ParseCIDR(e)
+			return err == nil && except.Contains(r.IP) && !strictlyInside(except, r)
+		}) {
+			continue
+		}
+		b.Except = append(slices.Clip(b.Except), m)
+	}
+	return b
+}
+
+// renderEgress returns rules as the maps of a NetworkPolicy's spec.egress, each ipBlock without
+// the metadata ranges.
 func renderEgress(rules []EgressRule) []map[string]any {
 	out := make([]map[string]any, 0, len(rules))
 	for _, r := range rules {
+		r.To = slices.Clone(r.To)
+		for i, peer := range r.To {
+			if peer.IPBlock != nil {
+				b := withoutMetadata(*peer.IPBlock)
+				r.To[i].IPBlock = &b
+			}
+		}
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&r)
 		if err != nil {
 			continue // a checked rule always converts

@@ -95,3 +95,54 @@ func TestPoolNetworkPoliciesFence(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenEgressNeverReachesMetadata renders pools whose spec.egress opens every address (and a
+// block around the link-local range that leaves out only part of it): no rule of their
+// NetworkPolicies admits a cloud's metadata or credentials address, while the rest stays open.
+func TestOpenEgressNeverReachesMetadata(t *testing.T) {
+	metadata := []string{"169.254.169.254", "169.254.170.2", "169.254.170.23", "fd00:ec2::254", "fd00:ec2::23", "fd20:ce::254"}
+	open := []string{"8.8.8.8", "169.255.0.1", "2001:db8::1"}
+	egress := []any{map[string]any{"to": []any{
+		map[string]any{"ipBlock": map[string]any{"cidr": "0.0.0.0/0"}},
+		map[string]any{"ipBlock": map[string]any{"cidr": "::/0"}},
+		map[string]any{"ipBlock": map[string]any{"cidr": "169.254.0.0/15", "except": []any{"169.254.169.0/24"}}},
+	}}}
+	for kind, obj := range map[string]*unstructured.Unstructured{
+		"Evaluator": {Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
+			"metadata": map[string]any{"name": "judge", "namespace": "team-a", "uid": "u"}, "spec": map[string]any{"egress": egress}}},
+		"SandboxClass": {Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "SandboxClass",
+			"metadata": map[string]any{"name": "landlock", "uid": "u"}, "spec": map[string]any{"rung": "landlock", "egress": egress}}},
+	} {
+		t.Run(kind, func(t *testing.T) {
+			res, err := Object(obj, goldenOptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reached := map[string]bool{}
+			for _, o := range res.Objects {
+				if o.GetKind() != "NetworkPolicy" {
+					continue
+				}
+				rules, _, _ := unstructured.NestedSlice(o.Object, "spec", "egress")
+				for _, r := range rules {
+					to, _ := r.(map[string]any)["to"].([]any)
+					for _, p := range to {
+						for _, addr := range append(metadata, open...) {
+							reached[addr] = reached[addr] || admits(p.(map[string]any), net.ParseIP(addr))
+						}
+					}
+				}
+			}
+			for _, addr := range metadata {
+				if reached[addr] {
+					t.Errorf("a rule admits %s, a metadata address", addr)
+				}
+			}
+			for _, addr := range open {
+				if !reached[addr] {
+					t.Errorf("no rule admits %s, which the spec opens", addr)
+				}
+			}
+		})
+	}
+}
