@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -109,6 +110,7 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 			out[a.key] = a.obj
 		}
 		if first != nil {
+			c.warnRefused(owner, first)
 			return nil, first
 		}
 	}
@@ -117,11 +119,35 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 	}
 	for _, stale := range live {
 		if err := e.deleteChild(ctx, stale); err != nil {
+			c.warnRefused(owner, err)
 			return nil, err
 		}
 		c.Eventf(owner, corev1.EventTypeNormal, "Deleted", "deleted %s %s: no longer desired", stale.kind(), stale.Name)
 	}
 	return out, nil
+}
+
+// ReasonChildRefused is the reason of the Warning Event that tells an owner's readers why its
+// children do not change (warnRefused).
+const ReasonChildRefused = "ChildRefused"
+
+// warnRefused records a Warning Event on owner when the API server answered a write of one of
+// its children with a refusal that a person must resolve: RBAC or a quota (403), a body it cannot
+// read (400, or 500 where server-side apply cannot type it), a namespace that is gone (404). The
+// write is retried with backoff and the owner's status is left as it was; without the Event, its
+// writer, who may not read the operator's log, would see no reason why nothing changes. The
+// Events of one owner and reason are counted as one by the recorder. Answers that say wait (a
+// conflict, throttling, a busy or unreachable server) and writes this replica did not send (an
+// ended tenure) are not told.
+func (c *Controller) warnRefused(owner *unstructured.Unstructured, err error) {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return
+	}
+	switch status.Status().Code {
+	case http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusInternalServerError:
+		c.Eventf(owner, corev1.EventTypeWarning, ReasonChildRefused, "%v; retrying", err)
+	}
 }
 
 // pendingApply is a child to apply (want, over the cached cur, for the reason why) and, once

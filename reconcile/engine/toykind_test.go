@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,9 @@ func greetingKind() *engine.Kind {
 				},
 				"data": map[string]any{"text": text},
 			}}
+			if text == "unreadable" {
+				cm.Object["dataa"] = map[string]any{} // a field ConfigMaps lack: server-side apply refuses it (500)
+			}
 			if _, err := r.Controller.SyncChildren(ctx, r, []*unstructured.Unstructured{cm}); err != nil {
 				return engine.Outcome{}, err
 			}
@@ -180,6 +184,22 @@ func TestToyKind(t *testing.T) {
 			err = fmt.Errorf("text %q", text)
 		}
 		return err
+	})
+
+	// A child the API server refuses on every apply: its owner's readers are told why by a
+	// Warning Event, while the apply is retried.
+	patch(`{"spec":{"text":"unreadable"}}`)
+	clustertest.Eventually(t, ctx, "a Warning Event of the refused child", func() error {
+		events, err := c.Clientset().CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=hello,reason=" + engine.ReasonChildRefused})
+		if err != nil {
+			return err
+		}
+		for _, ev := range events.Items {
+			if ev.Type == "Warning" && strings.Contains(ev.Message, "ConfigMap default/hello-greeting") && strings.Contains(ev.Message, ".dataa: field not declared in schema") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no such Event among %d", len(events.Items))
 	})
 
 	patch(`{"spec":{"text":""}}`)
