@@ -1,6 +1,7 @@
 package evalsid
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,15 +32,19 @@ func (ms monitorService) PutPolicy(ctx context.Context, req *connect.Request[v1.
 	cur, ok := s.policies[m.Name]
 	if ok && cur.msg.Project != m.Project {
 		return nil, connect.NewError(connect.CodeAlreadyExists,
-			fmt.Errorf("policy name %q is taken by another project", m.Name))
+			fmt.Errorf("the policy name %q is taken by another project", m.Name))
 	}
-	rev := int64(1)
+	rev, owner := int64(1), m.Owner
 	if ok {
-		rev = cur.msg.Revision + 1
+		if !mayWrite(cur.msg.Owner, m.Owner) {
+			return nil, connect.NewError(connect.CodeAlreadyExists,
+				fmt.Errorf("the policy name %q is held in project %s by %s", m.Name, m.Project, cur.msg.Owner))
+		}
+		rev, owner = cur.msg.Revision+1, cmp.Or(m.Owner, cur.msg.Owner)
 	} else if err := s.addMonitorObject(m.Project); err != nil {
 		return nil, err
 	}
-	p := &v1.Policy{Name: m.Name, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.PolicySpec), Creator: callerOf(ctx).creator(m.Creator), Revision: rev}
+	p := &v1.Policy{Name: m.Name, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.PolicySpec), Creator: callerOf(ctx).creator(m.Creator), Revision: rev, Owner: owner}
 	s.policies[m.Name] = &policy{msg: p}
 	return connect.NewResponse(&v1.PutPolicyResponse{Policy: proto.Clone(p).(*v1.Policy)}), nil
 }
@@ -85,8 +90,12 @@ func (ms monitorService) DeletePolicy(_ context.Context, req *connect.Request[v1
 	s := ms.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.ownedPolicy(req.Msg.Project, req.Msg.Name); err != nil {
+	p, err := s.ownedPolicy(req.Msg.Project, req.Msg.Name)
+	if err != nil {
 		return nil, err
+	}
+	if !mayWrite(p.msg.Owner, req.Msg.Owner) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no policy %q of %s", req.Msg.Project, req.Msg.Name, req.Msg.Owner))
 	}
 	delete(s.policies, req.Msg.Name)
 	s.monitorOf[req.Msg.Project]--
@@ -113,6 +122,16 @@ func (s *Server) Policy(name string) *v1.Policy {
 	return nil
 }
 
+// TraceSource returns a stored trace source of project by its name, or nil.
+func (s *Server) TraceSource(project, name string) *v1.TraceSource {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ts, ok := s.sources[sourceKey(project, name)]; ok {
+		return proto.Clone(ts.msg).(*v1.TraceSource)
+	}
+	return nil
+}
+
 // addMonitorObject counts a new policy or trace source of project, refusing it past
 // MaxObjectsPerProject. The caller holds s.mu.
 func (s *Server) addMonitorObject(project string) error {
@@ -126,6 +145,11 @@ func (s *Server) addMonitorObject(project string) error {
 
 func sourceKey(project, name string) string { return project + "/" + name }
 
+// mayWrite reports whether a write that names owner ("" for one by hand) may change or delete a
+// policy or trace source that held holds ("" for none): what no one holds, what the same owner
+// holds, or anything, by hand (monitor.proto, "An owner").
+func mayWrite(held, owner string) bool { return held == "" || owner == "" || held == owner }
+
 func (ms monitorService) PutTraceSource(ctx context.Context, req *connect.Request[v1.PutTraceSourceRequest]) (*connect.Response[v1.PutTraceSourceResponse], error) {
 	m := req.Msg
 	switch {
@@ -137,13 +161,17 @@ func (ms monitorService) PutTraceSource(ctx context.Context, req *connect.Reques
 	s := ms.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rev := int64(1)
+	rev, owner := int64(1), m.Owner
 	if cur, ok := s.sources[sourceKey(m.Project, m.Name)]; ok {
-		rev = cur.msg.Revision + 1
+		if !mayWrite(cur.msg.Owner, m.Owner) {
+			return nil, connect.NewError(connect.CodeAlreadyExists,
+				fmt.Errorf("the trace source name %q is held in project %s by %s", m.Name, m.Project, cur.msg.Owner))
+		}
+		rev, owner = cur.msg.Revision+1, cmp.Or(m.Owner, cur.msg.Owner)
 	} else if err := s.addMonitorObject(m.Project); err != nil {
 		return nil, err
 	}
-	ts := &v1.TraceSource{Name: m.Name, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.TraceSourceSpec), Revision: rev}
+	ts := &v1.TraceSource{Name: m.Name, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.TraceSourceSpec), Revision: rev, Owner: owner}
 	if strings.EqualFold(m.Spec.Type, "otlp") {
 		ts.IngestEndpoint = fmt.Sprintf("%s/ingest/%s/%s/v1/traces", s.baseURL, m.Project, m.Name)
 	}
@@ -167,8 +195,9 @@ func (ms monitorService) DeleteTraceSource(_ context.Context, req *connect.Reque
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := sourceKey(req.Msg.Project, req.Msg.Name)
-	if _, ok := s.sources[key]; !ok {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no trace source %q", req.Msg.Project, req.Msg.Name))
+	ts, ok := s.sources[key]
+	if !ok || !mayWrite(ts.msg.Owner, req.Msg.Owner) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no trace source %q of %s", req.Msg.Project, req.Msg.Name, cmp.Or(req.Msg.Owner, "any owner")))
 	}
 	delete(s.sources, key)
 	s.monitorOf[req.Msg.Project]--

@@ -520,6 +520,79 @@ func TestPolicyConflictsAndDrift(t *testing.T) {
 	})
 }
 
+// TestOneProjectsObjectsHoldTheirOwnNames: two namespaces bound to one project each declare a
+// policy and a trace source of the same names, with other specs. The first to declare holds each;
+// the other is Conflict, naming the holder, and over several resyncs puts nothing over the
+// holder's spec. Deleting it leaves the holder's on the server; deleting the holder deletes them.
+func TestOneProjectsObjectsHoldTheirOwnNames(t *testing.T) {
+	ctx := testContext(t)
+	first, second := newNamespace(t, ctx, ""), newNamespace(t, ctx, "")
+	project := "shared-" + first
+	for _, ns := range []string{first, second} {
+		mergePatch(t, ctx, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", ns,
+			fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, evalsi.LabelProject, project))
+	}
+	api := startEvalsid(t, evalsid.Schedule{})
+	cfg := api.apiConfig("")
+	cfg.Resync = time.Second
+	startEngine(t, cfg)
+
+	for _, o := range []struct {
+		gvr         schema.GroupVersionResource
+		kind        string
+		mine, other map[string]any
+		// held is what the server holds of the name: its spec's distinguishing field, "" when none.
+		held func() string
+	}{
+		{evalsi.OnlineEvalPolicies, "OnlineEvalPolicy",
+			map[string]any{"traceSource": "prod", "samplingRate": 0.1, "evaluators": []any{"toxicity"}},
+			map[string]any{"traceSource": "staging", "samplingRate": 0.5, "evaluators": []any{"pii"}},
+			func() string { return api.Policy("shared").GetSpec().GetTraceSource() }},
+		{evalsi.TraceSources, "TraceSource",
+			map[string]any{"type": "otlp"},
+			map[string]any{"type": "langfuse", "settings": map[string]any{"host": "https://langfuse.example"}},
+			func() string { return api.TraceSource(project, "shared").GetSpec().GetType() }},
+	} {
+		t.Run(o.kind, func(t *testing.T) {
+			create(t, ctx, o.gvr, first, o.kind, "shared", o.mine)
+			waitReady(t, ctx, o.gvr, first, "shared", "True", "Applied")
+			holder := o.held()
+			create(t, ctx, o.gvr, second, o.kind, "shared", o.other)
+			got := waitReady(t, ctx, o.gvr, second, "shared", "False", evalsi.ReasonConflict)
+			if _, _, msg := readyCondition(got); !strings.Contains(msg, "held in project "+project+" by "+first+"/shared") {
+				t.Errorf("Conflict message %q does not name the holder %s/shared", msg, first)
+			}
+			time.Sleep(2500 * time.Millisecond) // resyncs of both objects
+			if h := o.held(); h != holder {
+				t.Errorf("the server holds %q, want the first object's %q kept", h, holder)
+			}
+			waitReady(t, ctx, o.gvr, first, "shared", "True", "Applied")
+
+			if err := client(o.gvr, second).Delete(ctx, "shared", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			clustertest.Eventually(t, ctx, "the second object gone", func() error {
+				if _, err := client(o.gvr, second).Get(ctx, "shared", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("still there (%v)", err)
+				}
+				return nil
+			})
+			if h := o.held(); h != holder {
+				t.Fatalf("deleting the second object left %q on the server, want the holder's %q", h, holder)
+			}
+			if err := client(o.gvr, first).Delete(ctx, "shared", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			clustertest.Eventually(t, ctx, "deleted on the server with its holder", func() error {
+				if h := o.held(); h != "" {
+					return fmt.Errorf("the server still holds %q", h)
+				}
+				return nil
+			})
+		})
+	}
+}
+
 func TestTraceSourceReportsIngestEndpoint(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx, "")

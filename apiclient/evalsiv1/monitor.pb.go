@@ -180,6 +180,7 @@ type Policy struct {
 	Spec          *PolicySpec            `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	Creator       string                 `protobuf:"bytes,4,opt,name=creator,proto3" json:"creator,omitempty"`
 	Revision      int64                  `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Owner         string                 `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -249,6 +250,13 @@ func (x *Policy) GetRevision() int64 {
 	return 0
 }
 
+func (x *Policy) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 // TraceSourceSpec is a source of traces. A TraceSource's spec is this message as JSON.
 type TraceSourceSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -312,6 +320,7 @@ type TraceSource struct {
 	// Where traces for this source are sent (otlp).
 	IngestEndpoint string `protobuf:"bytes,4,opt,name=ingest_endpoint,json=ingestEndpoint,proto3" json:"ingest_endpoint,omitempty"`
 	Revision       int64  `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Owner          string `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -381,12 +390,20 @@ func (x *TraceSource) GetRevision() int64 {
 	return 0
 }
 
+func (x *TraceSource) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 type PutPolicyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Spec          *PolicySpec            `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	Creator       string                 `protobuf:"bytes,4,opt,name=creator,proto3" json:"creator,omitempty"`
+	Owner         string                 `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -445,6 +462,13 @@ func (x *PutPolicyRequest) GetSpec() *PolicySpec {
 func (x *PutPolicyRequest) GetCreator() string {
 	if x != nil {
 		return x.Creator
+	}
+	return ""
+}
+
+func (x *PutPolicyRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
 	}
 	return ""
 }
@@ -593,6 +617,7 @@ type DeletePolicyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -641,6 +666,13 @@ func (x *DeletePolicyRequest) GetName() string {
 	return ""
 }
 
+func (x *DeletePolicyRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 type DeletePolicyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -683,6 +715,7 @@ type PutTraceSourceRequest struct {
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Spec          *TraceSourceSpec       `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	Creator       string                 `protobuf:"bytes,4,opt,name=creator,proto3" json:"creator,omitempty"`
+	Owner         string                 `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -741,6 +774,13 @@ func (x *PutTraceSourceRequest) GetSpec() *TraceSourceSpec {
 func (x *PutTraceSourceRequest) GetCreator() string {
 	if x != nil {
 		return x.Creator
+	}
+	return ""
+}
+
+func (x *PutTraceSourceRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
 	}
 	return ""
 }
@@ -889,6 +929,7 @@ type DeleteTraceSourceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -933,6 +974,13 @@ func (x *DeleteTraceSourceRequest) GetProject() string {
 func (x *DeleteTraceSourceRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteTraceSourceRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
 	}
 	return ""
 }
@@ -991,56 +1039,62 @@ const file_evalsi_v1_monitor_proto_rawDesc = "" +
 	"\x0eAlertThreshold\x12\x1c\n" +
 	"\tevaluator\x18\x01 \x01(\tR\tevaluator\x12\x1b\n" +
 	"\tmin_score\x18\x02 \x01(\x01R\bminScore\x12\x16\n" +
-	"\x06window\x18\x03 \x01(\tR\x06window\"\x97\x01\n" +
+	"\x06window\x18\x03 \x01(\tR\x06window\"\xad\x01\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12)\n" +
 	"\x04spec\x18\x03 \x01(\v2\x15.evalsi.v1.PolicySpecR\x04spec\x12\x18\n" +
 	"\acreator\x18\x04 \x01(\tR\acreator\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\xa8\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x12\x14\n" +
+	"\x05owner\x18\x06 \x01(\tR\x05owner\"\xa8\x01\n" +
 	"\x0fTraceSourceSpec\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12D\n" +
 	"\bsettings\x18\x02 \x03(\v2(.evalsi.v1.TraceSourceSpec.SettingsEntryR\bsettings\x1a;\n" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc6\x01\n" +
 	"\vTraceSource\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12.\n" +
 	"\x04spec\x18\x03 \x01(\v2\x1a.evalsi.v1.TraceSourceSpecR\x04spec\x12'\n" +
 	"\x0fingest_endpoint\x18\x04 \x01(\tR\x0eingestEndpoint\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\x85\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x12\x14\n" +
+	"\x05owner\x18\x06 \x01(\tR\x05owner\"\x9b\x01\n" +
 	"\x10PutPolicyRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
 	"\x04spec\x18\x03 \x01(\v2\x15.evalsi.v1.PolicySpecR\x04spec\x12\x18\n" +
-	"\acreator\x18\x04 \x01(\tR\acreator\">\n" +
+	"\acreator\x18\x04 \x01(\tR\acreator\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\">\n" +
 	"\x11PutPolicyResponse\x12)\n" +
 	"\x06policy\x18\x01 \x01(\v2\x11.evalsi.v1.PolicyR\x06policy\"@\n" +
 	"\x10GetPolicyRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\">\n" +
 	"\x11GetPolicyResponse\x12)\n" +
-	"\x06policy\x18\x01 \x01(\v2\x11.evalsi.v1.PolicyR\x06policy\"C\n" +
+	"\x06policy\x18\x01 \x01(\v2\x11.evalsi.v1.PolicyR\x06policy\"Y\n" +
 	"\x13DeletePolicyRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x16\n" +
-	"\x14DeletePolicyResponse\"\x8f\x01\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\"\x16\n" +
+	"\x14DeletePolicyResponse\"\xa5\x01\n" +
 	"\x15PutTraceSourceRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12.\n" +
 	"\x04spec\x18\x03 \x01(\v2\x1a.evalsi.v1.TraceSourceSpecR\x04spec\x12\x18\n" +
-	"\acreator\x18\x04 \x01(\tR\acreator\"S\n" +
+	"\acreator\x18\x04 \x01(\tR\acreator\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\"S\n" +
 	"\x16PutTraceSourceResponse\x129\n" +
 	"\ftrace_source\x18\x01 \x01(\v2\x16.evalsi.v1.TraceSourceR\vtraceSource\"E\n" +
 	"\x15GetTraceSourceRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"S\n" +
 	"\x16GetTraceSourceResponse\x129\n" +
-	"\ftrace_source\x18\x01 \x01(\v2\x16.evalsi.v1.TraceSourceR\vtraceSource\"H\n" +
+	"\ftrace_source\x18\x01 \x01(\v2\x16.evalsi.v1.TraceSourceR\vtraceSource\"^\n" +
 	"\x18DeleteTraceSourceRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x1b\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\"\x1b\n" +
 	"\x19DeleteTraceSourceResponse2\x89\x04\n" +
 	"\x0eMonitorService\x12F\n" +
 	"\tPutPolicy\x12\x1b.evalsi.v1.PutPolicyRequest\x1a\x1c.evalsi.v1.PutPolicyResponse\x12K\n" +

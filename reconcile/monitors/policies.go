@@ -15,26 +15,27 @@ import (
 )
 
 // Policies is the OnlineEvalPolicy kind, kept in MonitorService through api. Policy names are
-// global on the server: a name another project holds is a Conflict.
+// global on the server: a name another project holds, or another object of the project, is a
+// Conflict.
 func Policies(api *apiclient.Client) *engine.Kind {
 	so := serverObject{
 		what:   "policy",
 		decode: func(obj *unstructured.Unstructured) (proto.Message, error) { return render.PolicySpec(obj) },
-		get: func(ctx context.Context, project, name string) (proto.Message, map[string]any, error) {
+		get: func(ctx context.Context, project, name string) (proto.Message, string, map[string]any, error) {
 			resp, err := api.Monitor.GetPolicy(ctx, connect.NewRequest(&v1.GetPolicyRequest{Project: project, Name: name}))
 			if err != nil {
-				return nil, nil, err
+				return nil, "", nil, err
 			}
-			return resp.Msg.Policy.GetSpec(), nil, nil
+			return resp.Msg.Policy.GetSpec(), resp.Msg.Policy.GetOwner(), nil, nil
 		},
-		put: func(ctx context.Context, project, name string, spec proto.Message, creator string) (map[string]any, error) {
+		put: func(ctx context.Context, project, name, owner string, spec proto.Message, creator string) (map[string]any, error) {
 			_, err := api.Monitor.PutPolicy(ctx, connect.NewRequest(&v1.PutPolicyRequest{
-				Project: project, Name: name, Spec: spec.(*v1.PolicySpec), Creator: creator,
+				Project: project, Name: name, Spec: spec.(*v1.PolicySpec), Creator: creator, Owner: owner,
 			}))
 			return nil, err
 		},
-		del: func(ctx context.Context, project, name string) error {
-			_, err := api.Monitor.DeletePolicy(ctx, connect.NewRequest(&v1.DeletePolicyRequest{Project: project, Name: name}))
+		del: func(ctx context.Context, project, name, owner string) error {
+			_, err := api.Monitor.DeletePolicy(ctx, connect.NewRequest(&v1.DeletePolicyRequest{Project: project, Name: name, Owner: owner}))
 			return err
 		},
 	}

@@ -20,24 +20,24 @@ func TraceSources(api *apiclient.Client) *engine.Kind {
 	so := serverObject{
 		what:   "trace source",
 		decode: func(obj *unstructured.Unstructured) (proto.Message, error) { return render.TraceSourceSpec(obj) },
-		get: func(ctx context.Context, project, name string) (proto.Message, map[string]any, error) {
+		get: func(ctx context.Context, project, name string) (proto.Message, string, map[string]any, error) {
 			resp, err := api.Monitor.GetTraceSource(ctx, connect.NewRequest(&v1.GetTraceSourceRequest{Project: project, Name: name}))
 			if err != nil {
-				return nil, nil, err
+				return nil, "", nil, err
 			}
-			return resp.Msg.TraceSource.GetSpec(), traceSourceFields(resp.Msg.TraceSource), nil
+			return resp.Msg.TraceSource.GetSpec(), resp.Msg.TraceSource.GetOwner(), traceSourceFields(resp.Msg.TraceSource), nil
 		},
-		put: func(ctx context.Context, project, name string, spec proto.Message, creator string) (map[string]any, error) {
+		put: func(ctx context.Context, project, name, owner string, spec proto.Message, creator string) (map[string]any, error) {
 			resp, err := api.Monitor.PutTraceSource(ctx, connect.NewRequest(&v1.PutTraceSourceRequest{
-				Project: project, Name: name, Spec: spec.(*v1.TraceSourceSpec), Creator: creator,
+				Project: project, Name: name, Spec: spec.(*v1.TraceSourceSpec), Creator: creator, Owner: owner,
 			}))
 			if err != nil {
 				return nil, err
 			}
 			return traceSourceFields(resp.Msg.TraceSource), nil
 		},
-		del: func(ctx context.Context, project, name string) error {
-			_, err := api.Monitor.DeleteTraceSource(ctx, connect.NewRequest(&v1.DeleteTraceSourceRequest{Project: project, Name: name}))
+		del: func(ctx context.Context, project, name, owner string) error {
+			_, err := api.Monitor.DeleteTraceSource(ctx, connect.NewRequest(&v1.DeleteTraceSourceRequest{Project: project, Name: name, Owner: owner}))
 			return err
 		},
 	}

@@ -56,17 +56,21 @@ const (
 // MonitorServiceClient is a client for the evalsi.v1.MonitorService service.
 type MonitorServiceClient interface {
 	// PutPolicy creates or replaces a policy. Policy names are global: a name that another project
-	// owns is AlreadyExists.
+	// owns is AlreadyExists, and so is one of the project that another owner holds (see owner).
 	PutPolicy(context.Context, *connect.Request[evalsiv1.PutPolicyRequest]) (*connect.Response[evalsiv1.PutPolicyResponse], error)
 	// GetPolicy returns a policy of the project; NotFound when the project has none of that name.
 	GetPolicy(context.Context, *connect.Request[evalsiv1.GetPolicyRequest]) (*connect.Response[evalsiv1.GetPolicyResponse], error)
-	// DeletePolicy deletes a policy that the project owns; NotFound otherwise.
+	// DeletePolicy deletes a policy that the project owns (and that the request's owner may write);
+	// NotFound otherwise.
 	DeletePolicy(context.Context, *connect.Request[evalsiv1.DeletePolicyRequest]) (*connect.Response[evalsiv1.DeletePolicyResponse], error)
-	// PutTraceSource creates or replaces a trace source of the project.
+	// PutTraceSource creates or replaces a trace source of the project; one that another owner
+	// holds is AlreadyExists.
 	PutTraceSource(context.Context, *connect.Request[evalsiv1.PutTraceSourceRequest]) (*connect.Response[evalsiv1.PutTraceSourceResponse], error)
 	// GetTraceSource returns a trace source of the project; NotFound when the project has none of
 	// that name.
 	GetTraceSource(context.Context, *connect.Request[evalsiv1.GetTraceSourceRequest]) (*connect.Response[evalsiv1.GetTraceSourceResponse], error)
+	// DeleteTraceSource deletes a trace source of the project (that the request's owner may write);
+	// NotFound otherwise.
 	DeleteTraceSource(context.Context, *connect.Request[evalsiv1.DeleteTraceSourceRequest]) (*connect.Response[evalsiv1.DeleteTraceSourceResponse], error)
 }
 
@@ -165,17 +169,21 @@ func (c *monitorServiceClient) DeleteTraceSource(ctx context.Context, req *conne
 // MonitorServiceHandler is an implementation of the evalsi.v1.MonitorService service.
 type MonitorServiceHandler interface {
 	// PutPolicy creates or replaces a policy. Policy names are global: a name that another project
-	// owns is AlreadyExists.
+	// owns is AlreadyExists, and so is one of the project that another owner holds (see owner).
 	PutPolicy(context.Context, *connect.Request[evalsiv1.PutPolicyRequest]) (*connect.Response[evalsiv1.PutPolicyResponse], error)
 	// GetPolicy returns a policy of the project; NotFound when the project has none of that name.
 	GetPolicy(context.Context, *connect.Request[evalsiv1.GetPolicyRequest]) (*connect.Response[evalsiv1.GetPolicyResponse], error)
-	// DeletePolicy deletes a policy that the project owns; NotFound otherwise.
+	// DeletePolicy deletes a policy that the project owns (and that the request's owner may write);
+	// NotFound otherwise.
 	DeletePolicy(context.Context, *connect.Request[evalsiv1.DeletePolicyRequest]) (*connect.Response[evalsiv1.DeletePolicyResponse], error)
-	// PutTraceSource creates or replaces a trace source of the project.
+	// PutTraceSource creates or replaces a trace source of the project; one that another owner
+	// holds is AlreadyExists.
 	PutTraceSource(context.Context, *connect.Request[evalsiv1.PutTraceSourceRequest]) (*connect.Response[evalsiv1.PutTraceSourceResponse], error)
 	// GetTraceSource returns a trace source of the project; NotFound when the project has none of
 	// that name.
 	GetTraceSource(context.Context, *connect.Request[evalsiv1.GetTraceSourceRequest]) (*connect.Response[evalsiv1.GetTraceSourceResponse], error)
+	// DeleteTraceSource deletes a trace source of the project (that the request's owner may write);
+	// NotFound otherwise.
 	DeleteTraceSource(context.Context, *connect.Request[evalsiv1.DeleteTraceSourceRequest]) (*connect.Response[evalsiv1.DeleteTraceSourceResponse], error)
 }
 
