@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -25,15 +28,20 @@ var ErrNotKnownYet = errors.New("the cluster's namespaces and sandbox classes ar
 var errNoNamespace = errors.New("no such namespace")
 
 // Cluster is the Directory of a Kubernetes cluster: Namespaces (their project bindings and
-// labels) and SandboxClasses, each cached from a watch, so that no call costs a read of the API
-// server. Its credentials need get, list and watch on namespaces (or only on the one namespace
-// it serves) and on sandboxclasses.
+// labels) and SandboxClasses, each cached from a watch, so that a call costs no read of the API
+// server, but for a SandboxClass the cache lacks (readClass). Its credentials need get, list and
+// watch on namespaces (or only on the one namespace it serves) and on sandboxclasses.
 type Cluster struct {
 	namespaces *tenancy.Namespaces
 	classes    cache.SharedIndexInformer
+	// readClass reads a SandboxClass from the API server.
+	readClass func(ctx context.Context, name string) (*unstructured.Unstructured, error)
 	// only, when set, is the one namespace whose callers the server serves.
 	only string
 }
+
+// classReadTimeout bounds the read of a SandboxClass the cache lacks.
+const classReadTimeout = 5 * time.Second
 
 // WatchCluster starts the watches of the cluster cfg reaches, until ctx ends. With only set,
 // it reads only that Namespace, and callers from other namespaces act in no project: an evalsid
@@ -50,7 +58,10 @@ func WatchCluster(ctx context.Context, cfg *rest.Config, only string) (*Cluster,
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	classes := factory.ForResource(evalsi.SandboxClasses).Informer()
 	factory.Start(ctx.Done())
-	return &Cluster{namespaces: tenancy.WatchNamespaces(ctx, kube, only), classes: classes, only: only}, nil
+	readClass := func(ctx context.Context, name string) (*unstructured.Unstructured, error) {
+		return dyn.Resource(evalsi.SandboxClasses).Get(ctx, name, metav1.GetOptions{})
+	}
+	return &Cluster{namespaces: tenancy.WatchNamespaces(ctx, kube, only), classes: classes, readClass: readClass, only: only}, nil
 }
 
 // Project returns the project namespace acts in.
@@ -77,14 +88,26 @@ func (c *Cluster) MayUseClass(namespace, class string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	sc, _ := o.(*unstructured.Unstructured)
 	if !exists {
-		return false, fmt.Errorf("SandboxClass %s does not exist", class)
+		// The watch may not have brought a class made a moment ago (the operator, which saw it,
+		// calls at once): the API server says whether it exists, so that a run is refused for
+		// good only for a class that does not.
+		ctx, cancel := context.WithTimeout(context.Background(), classReadTimeout)
+		defer cancel()
+		sc, err = c.readClass(ctx, class)
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, fmt.Errorf("SandboxClass %s does not exist", class)
+		case err != nil:
+			return false, fmt.Errorf("reading SandboxClass %s: %v: %w", class, err, ErrNotKnownYet)
+		}
 	}
 	labels, ok := c.namespaces.Labels(namespace)
 	if !ok {
 		return false, fmt.Errorf("namespace %s: %w", namespace, errNoNamespace)
 	}
-	return render.NamespaceMayUse(o.(*unstructured.Unstructured), labels)
+	return render.NamespaceMayUse(sc, labels)
 }
 
 // HasSynced reports whether the first reads are done.

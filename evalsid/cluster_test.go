@@ -1,0 +1,62 @@
+package evalsid_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
+	"evals.si/operator/evalsid"
+)
+
+// TestNewClassIsNotRefusedForGood: a SandboxClass that evalsid's watch has not brought yet (made
+// a moment before the run that names it, as the examples of make dev are) is read from the API
+// server, so the run is judged by the class; only a class the API server does not have either
+// is refused as missing (FailedPrecondition, for good), and a class that does not admit the
+// namespace is still refused.
+func TestNewClassIsNotRefusedForGood(t *testing.T) {
+	c := shared.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.InstallCRDs(ctx, "../chart/evalsi-crds/files/crds"); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := evalsid.WatchCluster(ctx, c.Config, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "the cluster read", func() error {
+		if !dir.HasSynced() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	evalsid.MissNewClasses(dir)
+	for name, spec := range map[string]map[string]any{
+		"fresh":        {"rung": "landlock"},
+		"fresh-closed": {"rung": "landlock", "allowedNamespaces": map[string]any{"matchLabels": map[string]any{"sandbox.evals.si/closed": "yes"}}},
+	} {
+		class := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "evals.si/v1alpha1", "kind": "SandboxClass", "metadata": map[string]any{"name": name}, "spec": spec,
+		}}
+		if _, err := c.Dynamic().Resource(evalsi.SandboxClasses).Create(ctx, class, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := dir.MayUseClass("default", "fresh"); !ok || err != nil {
+		t.Errorf("a class the watch has not brought yet: may use %v, %v; want true", ok, err)
+	}
+	if ok, err := dir.MayUseClass("default", "fresh-closed"); ok || err != nil {
+		t.Errorf("a new class that does not admit the namespace: may use %v, %v; want false", ok, err)
+	}
+	ok, err := dir.MayUseClass("default", "no-such-class")
+	if ok || err == nil || errors.Is(err, evalsid.ErrNotKnownYet) || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("a class the API server does not have: may use %v, %v; want that it does not exist", ok, err)
+	}
+}
