@@ -36,11 +36,11 @@ func (ms monitorService) PutPolicy(ctx context.Context, req *connect.Request[v1.
 	}
 	rev, owner := int64(1), m.Owner
 	if ok {
-		if !mayWrite(cur.msg.Owner, m.Owner) {
-			return nil, connect.NewError(connect.CodeAlreadyExists,
-				fmt.Errorf("the policy name %q is held in project %s by %s", m.Name, m.Project, cur.msg.Owner))
+		var err error
+		if owner, err = ownerAfterPut("policy", m.Project, m.Name, cur.msg.Owner, m.Owner); err != nil {
+			return nil, err
 		}
-		rev, owner = cur.msg.Revision+1, cmp.Or(m.Owner, cur.msg.Owner)
+		rev = cur.msg.Revision + 1
 	} else if err := s.addMonitorObject(m.Project); err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func (ms monitorService) DeletePolicy(_ context.Context, req *connect.Request[v1
 		return nil, err
 	}
 	if !mayWrite(p.msg.Owner, req.Msg.Owner) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no policy %q of %s", req.Msg.Project, req.Msg.Name, req.Msg.Owner))
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no policy %q of owner %s", req.Msg.Project, req.Msg.Name, req.Msg.Owner))
 	}
 	delete(s.policies, req.Msg.Name)
 	s.monitorOf[req.Msg.Project]--
@@ -150,6 +150,15 @@ func sourceKey(project, name string) string { return project + "/" + name }
 // holds, or anything, by hand (monitor.proto, "An owner").
 func mayWrite(held, owner string) bool { return held == "" || owner == "" || held == owner }
 
+// ownerAfterPut returns the owner that a put by owner leaves on the policy or trace source (what)
+// name of project that held holds, or AlreadyExists when owner may not write it.
+func ownerAfterPut(what, project, name, held, owner string) (string, error) {
+	if !mayWrite(held, owner) {
+		return "", connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("the %s name %q is held in project %s by %s", what, name, project, held))
+	}
+	return cmp.Or(owner, held), nil
+}
+
 func (ms monitorService) PutTraceSource(ctx context.Context, req *connect.Request[v1.PutTraceSourceRequest]) (*connect.Response[v1.PutTraceSourceResponse], error) {
 	m := req.Msg
 	switch {
@@ -163,11 +172,11 @@ func (ms monitorService) PutTraceSource(ctx context.Context, req *connect.Reques
 	defer s.mu.Unlock()
 	rev, owner := int64(1), m.Owner
 	if cur, ok := s.sources[sourceKey(m.Project, m.Name)]; ok {
-		if !mayWrite(cur.msg.Owner, m.Owner) {
-			return nil, connect.NewError(connect.CodeAlreadyExists,
-				fmt.Errorf("the trace source name %q is held in project %s by %s", m.Name, m.Project, cur.msg.Owner))
+		var err error
+		if owner, err = ownerAfterPut("trace source", m.Project, m.Name, cur.msg.Owner, m.Owner); err != nil {
+			return nil, err
 		}
-		rev, owner = cur.msg.Revision+1, cmp.Or(m.Owner, cur.msg.Owner)
+		rev = cur.msg.Revision + 1
 	} else if err := s.addMonitorObject(m.Project); err != nil {
 		return nil, err
 	}
@@ -196,8 +205,11 @@ func (ms monitorService) DeleteTraceSource(_ context.Context, req *connect.Reque
 	defer s.mu.Unlock()
 	key := sourceKey(req.Msg.Project, req.Msg.Name)
 	ts, ok := s.sources[key]
-	if !ok || !mayWrite(ts.msg.Owner, req.Msg.Owner) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no trace source %q of %s", req.Msg.Project, req.Msg.Name, cmp.Or(req.Msg.Owner, "any owner")))
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no trace source %q", req.Msg.Project, req.Msg.Name))
+	}
+	if !mayWrite(ts.msg.Owner, req.Msg.Owner) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no trace source %q of owner %s", req.Msg.Project, req.Msg.Name, req.Msg.Owner))
 	}
 	delete(s.sources, key)
 	s.monitorOf[req.Msg.Project]--

@@ -3,14 +3,12 @@ package evalsid_test
 import (
 	"context"
 	"net"
-	"net/http"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	v1 "evals.si/operator/apiclient/evalsiv1"
-	"evals.si/operator/apiclient/evalsiv1/evalsiv1connect"
 	"evals.si/operator/evalsid"
 )
 
@@ -27,13 +25,7 @@ func TestOwnersHoldTheirNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	go srv.Serve(ctx, l)
-	auth := connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer tok")
-			return next(ctx, req)
-		}
-	}))
-	monitor := evalsiv1connect.NewMonitorServiceClient(http.DefaultClient, "http://"+l.Addr().String(), auth)
+	monitor := newAPI("http://"+l.Addr().String(), "tok").monitor
 
 	type step struct {
 		name     string
@@ -70,7 +62,7 @@ func TestOwnersHoldTheirNames(t *testing.T) {
 			default:
 				_, err = monitor.DeleteTraceSource(ctx, connect.NewRequest(&v1.DeleteTraceSourceRequest{Project: project, Name: name, Owner: s.owner}))
 			}
-			if got := connect.CodeOf(err); err != nil && got != s.want || err == nil && s.want != 0 {
+			if code(err) != s.want {
 				t.Errorf("%s: %s: answered %v, want %v", kind, s.name, err, s.want)
 			}
 			var heldBy string

@@ -571,12 +571,7 @@ func TestOneProjectsObjectsHoldTheirOwnNames(t *testing.T) {
 			if err := client(o.gvr, second).Delete(ctx, "shared", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			clustertest.Eventually(t, ctx, "the second object gone", func() error {
-				if _, err := client(o.gvr, second).Get(ctx, "shared", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-					return fmt.Errorf("still there (%v)", err)
-				}
-				return nil
-			})
+			waitGone(t, ctx, o.gvr, second, "shared")
 			if h := o.held(); h != holder {
 				t.Fatalf("deleting the second object left %q on the server, want the holder's %q", h, holder)
 			}

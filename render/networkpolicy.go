@@ -109,7 +109,20 @@ func checkEgress(p pointer, rules []EgressRule, ps *problems) {
 // reach, whatever its spec.egress opens: IPv4 link-local addresses (169.254.169.254 on every major
 // cloud; AWS's container and Pod Identity credentials at 169.254.170.2 and 169.254.170.23), and
 // the IPv6 addresses of AWS's metadata, its Pod Identity agent, and Google Cloud's metadata.
-var metadataRanges = []string{"169.254.0.0/16", "fd00:ec2::254/128", "fd00:ec2::23/128", "fd20:ce::254/128"}
+var metadataRanges = parseCIDRs("169.254.0.0/16", "fd00:ec2::254/128", "fd00:ec2::23/128", "fd20:ce::254/128")
+
+// parseCIDRs parses CIDRs written in this file.
+func parseCIDRs(cidrs ...string) []*net.IPNet {
+	out := make([]*net.IPNet, len(cidrs))
+	for i, c := range cidrs {
+		_, n, err := net.ParseCIDR(c)
+		if err != nil {
+			panic(err)
+		}
+		out[i] = n
+	}
+	return out
+}
 
 // strictlyInside reports whether inner is a smaller part of outer, as NetworkPolicy takes an
 // ipBlock's exceptions.
@@ -124,10 +137,9 @@ func metadataRangeHolding(block *net.IPNet) string {
 	if block == nil {
 		return ""
 	}
-	for _, m := range metadataRanges {
-		_, r, _ := net.ParseCIDR(m)
+	for _, r := range metadataRanges {
 		if r.Contains(block.IP) && !strictlyInside(r, block) {
-			return m
+			return r.String()
 		}
 	}
 	return ""
@@ -142,15 +154,14 @@ func withoutMetadata(b IPBlock) IPBlock {
 	if err != nil {
 		return b // refused by checkEgress
 	}
-	for _, m := range metadataRanges {
-		_, r, _ := net.ParseCIDR(m)
+	for _, r := range metadataRanges {
 		if !strictlyInside(r, block) || slices.ContainsFunc(b.Except, func(e string) bool {
 			_, except, err := net.ParseCIDR(e)
 			return err == nil && except.Contains(r.IP) && !strictlyInside(except, r)
 		}) {
 			continue
 		}
-		b.Except = append(slices.Clip(b.Except), m)
+		b.Except = append(slices.Clip(b.Except), r.String())
 	}
 	return b
 }
