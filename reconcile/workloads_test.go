@@ -92,6 +92,84 @@ func TestDriftIsRepaired(t *testing.T) {
 	})
 }
 
+// TestChildNamesOfOthersAreNotTakenOver creates an Evaluator whose children's name a team's own
+// Deployment and NetworkPolicy already have: the operator must not force its apply over objects
+// it did not make (that would replace the team's pod template and policy, and deleting the
+// Evaluator would delete them). The Evaluator says Conflict, and takes the names once they are
+// free. What the operator made for an earlier Evaluator of that name, orphaned at its deletion,
+// is adopted.
+func TestChildNamesOfOthersAreNotTakenOver(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	startEngine(t, Config{Namespace: ns})
+	web := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "judge-evaluator", "labels": map[string]any{"app": "web"}},
+		"spec": map[string]any{
+			"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
+				"spec":     map[string]any{"containers": []any{map[string]any{"name": "web", "image": "team/web:1"}}},
+			},
+		},
+	}}
+	web, err := client(evalsi.Deployments, ns).Create(ctx, web, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// And a NetworkPolicy of that name, for its database: a policy the API server would let the
+	// operator rewrite, where the Deployment's immutable selector stops it.
+	db := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+		"metadata": map[string]any{"name": "judge-evaluator"},
+		"spec":     map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app": "db"}}, "policyTypes": []any{"Ingress"}},
+	}}
+	db, err = client(evalsi.NetworkPolicies, ns).Create(ctx, db, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1)})
+	got := waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "False", evalsi.ReasonConflict)
+	if _, _, msg := conditionOf(got, evalsi.ConditionReady); !strings.Contains(msg, "Deployment judge-evaluator already exists") || !strings.Contains(msg, "no controller") {
+		t.Errorf("Ready message %q, want the Deployment named and its lack of a controller", msg)
+	}
+	d := getObj(t, ctx, evalsi.Deployments, ns, "judge-evaluator")
+	if d.GetGeneration() != web.GetGeneration() || len(d.GetOwnerReferences()) != 0 || d.GetLabels()[evalsi.LabelManagedBy] != "" {
+		t.Errorf("the team's Deployment was written: generation %d -> %d, owners %v, labels %v",
+			web.GetGeneration(), d.GetGeneration(), d.GetOwnerReferences(), d.GetLabels())
+	}
+
+	if p := getObj(t, ctx, evalsi.NetworkPolicies, ns, "judge-evaluator"); p.GetResourceVersion() != db.GetResourceVersion() {
+		t.Errorf("the team's NetworkPolicy was written: %v", p.Object)
+	}
+
+	// The names freed, the Evaluator takes them at its next look (nameRecheck), with no event.
+	for _, gvr := range []schema.GroupVersionResource{evalsi.Deployments, evalsi.NetworkPolicies} {
+		if err := client(gvr, ns).Delete(ctx, "judge-evaluator", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "True", "Available")
+
+	// Deleted with its children orphaned, then made again: the operator adopts what it made.
+	orphan := metav1.DeletePropagationOrphan
+	if err := client(evalsi.Evaluators, ns).Delete(ctx, "judge", metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ctx, evalsi.Evaluators, ns, "judge")
+	clustertest.Eventually(t, ctx, "Deployment orphaned", func() error {
+		if refs := getObj(t, ctx, evalsi.Deployments, ns, "judge-evaluator").GetOwnerReferences(); len(refs) != 0 {
+			return fmt.Errorf("owners %v", refs)
+		}
+		return nil
+	})
+	again := create(t, ctx, evalsi.Evaluators, ns, "Evaluator", "judge", map[string]any{"replicas": int64(1)})
+	waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "True", "Available")
+	if ref := metav1.GetControllerOf(getObj(t, ctx, evalsi.Deployments, ns, "judge-evaluator")); ref == nil || ref.UID != again.GetUID() {
+		t.Errorf("Deployment controller owner = %v, want the new Evaluator", ref)
+	}
+}
+
 func TestInvalidSpecIsTerminal(t *testing.T) {
 	for name, tc := range map[string]struct {
 		spec    map[string]any

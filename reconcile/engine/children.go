@@ -95,7 +95,7 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 	// than one per child. Every applied child is remembered, even when another of its wave failed.
 	var applied []string
 	for _, wave := range applyWaves(stale) {
-		e.applyWave(ctx, wave, informers)
+		e.applyWave(ctx, wave, informers, owner)
 		var first error // in the rendering's order, as when the applies went one by one
 		for _, a := range wave {
 			if a.err != nil {
@@ -161,14 +161,20 @@ type pendingApply struct {
 }
 
 // applyWave applies the children of wave at once, each remembered by its informer as soon as its
-// apply returns, before the informer can show it: its echo queues nothing.
-func (e *Engine) applyWave(ctx context.Context, wave []pendingApply, informers map[string]*informer) {
+// apply returns, before the informer can show it: its echo queues nothing. A child owner does
+// not have yet is applied only when its name is free (claimName).
+func (e *Engine) applyWave(ctx context.Context, wave []pendingApply, informers map[string]*informer, owner *unstructured.Unstructured) {
 	var wg sync.WaitGroup
 	for i := range wave {
 		a := &wave[i]
-		gvr, _ := e.resourceOf(a.want.GetAPIVersion(), a.want.GetKind())
+		gvr, served := e.resourceOf(a.want.GetAPIVersion(), a.want.GetKind())
 		inf := informers[gvr.Resource]
 		wg.Go(func() {
+			if a.cur == nil && served {
+				if a.err = e.claimName(ctx, gvr, a.want, owner); a.err != nil {
+					return
+				}
+			}
 			if a.obj, a.err = e.apply(ctx, a.want, a.cur); a.err == nil && inf != nil {
 				inf.written.remember(a.obj)
 			}

@@ -337,6 +337,10 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 		}
 	}()
 	outcome, err = c.reconcileObject(ctx, key, obj)
+	if taken := (*NameTakenError)(nil); errors.As(err, &taken) {
+		// Not Stalled: freeing the name fixes it without a new spec, and no event says when.
+		outcome, err = Outcome{Status: NotReady(evalsi.ReasonConflict, taken.Error()), RequeueAfter: nameRecheck}, nil
+	}
 	var te *TerminalError
 	errors.As(err, &te)
 	if outcome.Status == nil && te == nil {
