@@ -30,6 +30,7 @@ func evalsidCommand() *cli.Command {
 			&cli.StringFlag{Name: "client-ca-file", Usage: "require client certificates that this CA bundle verifies (mutual TLS; needs --tls-cert-file)"},
 			&cli.BoolFlag{Name: "cluster", Usage: "read the namespaces' project bindings and the SandboxClasses from the cluster, to authorize callers by project (implied by --kubernetes-audience); without it a namespace acts in the project named like it"},
 			&cli.StringFlag{Name: "namespace", Usage: "serve the callers of this namespace only, reading only its Namespace (an evalsid for one team, with no cluster-wide read)"},
+			&cli.StringSliceFlag{Name: "operator-namespace", Usage: "a namespace where an evalsi-operator runs: its evalsi-operator service account creates runs, writes policies and forwards creators in its project (repeatable; --namespace is one). An account of that name in any other namespace, which a namespace editor can make, may only read runs, as a pool"},
 			&cli.StringSliceFlag{Name: "platform-identity", Usage: "an identity that acts in every project, as a cluster-wide operator (repeatable)"},
 			&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "the namespace of the SandboxClass pools, whose queue reader may read their queues"},
 			&cli.DurationFlag{Name: "pending", Value: evalsid.DefaultSchedule.Pending, Usage: "how long runs stay Pending"},
@@ -56,6 +57,11 @@ func evalsidCommand() *cli.Command {
 			for _, id := range c.StringSlice("platform-identity") {
 				srv.TrustPlatform(id)
 			}
+			operators := c.StringSlice("operator-namespace")
+			if ns := c.String("namespace"); ns != "" {
+				operators = append(operators, ns)
+			}
+			srv.SetOperatorNamespaces(operators...)
 			srv.SetSandboxNamespace(c.String("sandbox-namespace"))
 			aud := c.String("kubernetes-audience")
 			if aud != "" || c.Bool("cluster") {

@@ -149,7 +149,8 @@ func TestInstallGuide(t *testing.T) {
 // platformEvalsid plays the platform's evalsid that the guide's EVALSID_URL names: the reference
 // server, run from bin on a loopback port as a process outside the cluster, accepting the
 // cluster's service-account tokens and reading project bindings cluster-wide as the platform's
-// would. It returns its URL and stops with the test.
+// would, and knowing the one namespace the guide installs an operator into. It returns its URL
+// and stops with the test.
 func platformEvalsid(t *testing.T, ctx context.Context, bin string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -158,7 +159,8 @@ func platformEvalsid(t *testing.T, ctx context.Context, bin string) string {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(bin, "evalsid", "--listen="+addr, "--kubernetes-audience=evalsi", "--kubeconfig="+env.Kubeconfig)
+	cmd := exec.Command(bin, "evalsid", "--listen="+addr, "--kubernetes-audience=evalsi", "--kubeconfig="+env.Kubeconfig,
+		"--operator-namespace=team-a")
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {

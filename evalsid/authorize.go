@@ -17,8 +17,10 @@ import (
 // only in the project its namespace acts in (evalsi.ProjectOf: the namespace's binding label, else
 // its name), whatever project its requests name. What it may call depends on which account it is:
 //
-//   - the operator (evalsi.OperatorServiceAccount) writes and reads runs, policies and trace
-//     sources, and is the one caller whose forwarded creator is recorded;
+//   - the operator (evalsi.OperatorServiceAccount, in a namespace where the server knows an
+//     operator runs: SetOperatorNamespaces) writes and reads runs, policies and trace sources,
+//     and is the one caller whose forwarded creator is recorded; an account of that name
+//     elsewhere, which a namespace editor can make, may do what a pool may;
 //   - the queue reader (evalsi.QueueReaderServiceAccount), which KEDA signs in as, reads queue
 //     depths and nothing else; a SandboxClass's queue (no project) only from the sandbox namespace;
 //   - any other service account is a pool's, and reads the runs of its project;
@@ -33,21 +35,23 @@ type role int
 const (
 	roleNone role = iota
 	rolePool
+	roleNamesake
 	roleQueueReader
 	roleOperator
 	rolePlatform
 )
 
 func (r role) String() string {
-	return [...]string{"no role", "a pool", "the queue reader", "the operator", "a platform identity"}[r]
+	return [...]string{"no role", "a pool", "an account named like the operator in a namespace where no operator runs (evalsid's --operator-namespace), which may do what a pool may",
+		"the queue reader", "the operator", "a platform identity"}[r]
 }
 
 // methodRoles are the roles that may call each method.
 var methodRoles = map[string][]role{
 	"CreateRun":         {roleOperator, rolePlatform},
 	"CancelRun":         {roleOperator, rolePlatform},
-	"GetRun":            {roleOperator, rolePlatform, rolePool},
-	"BatchGetRuns":      {roleOperator, rolePlatform, rolePool},
+	"GetRun":            {roleOperator, rolePlatform, rolePool, roleNamesake},
+	"BatchGetRuns":      {roleOperator, rolePlatform, rolePool, roleNamesake},
 	"PutPolicy":         {roleOperator, rolePlatform},
 	"GetPolicy":         {roleOperator, rolePlatform},
 	"DeletePolicy":      {roleOperator, rolePlatform},
@@ -88,6 +92,9 @@ func (s *Server) roleOf(identity string) (role, string) {
 	}
 	switch name {
 	case evalsi.OperatorServiceAccount:
+		if s.operatorNamespaces != nil && !s.operatorNamespaces[ns] {
+			return roleNamesake, ns
+		}
 		return roleOperator, ns
 	case evalsi.QueueReaderServiceAccount:
 		return roleQueueReader, ns

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,8 +113,9 @@ func calls(project, runID string) map[string]func(context.Context, api) error {
 // service-account tokens of the test control plane: a pool, the queue reader and the operator of
 // team-b can neither write nor read anything of project team-a; in its own project each identity
 // may call only the methods of its role; a binding made on the Namespace moves an identity to the
-// bound project (read from a watch); a creator is recorded only from the operator; and a run naming
-// a SandboxClass that does not admit the caller's namespace is refused by evalsid.
+// bound project (read from a watch); a creator is recorded only from the operator, and an account
+// named like the operator in a namespace where none runs is no operator; and a run naming a
+// SandboxClass that does not admit the caller's namespace is refused by evalsid.
 func TestProjectBoundaryAtEvalsid(t *testing.T) {
 	c := shared.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -127,6 +129,8 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 		"team-b":    nil,
 		"team-a-ci": {evalsi.LabelProject: "team-a"},
 		"trusted":   {"sandbox.evals.si/privileged": "allowed"},
+		// Bound to team-a, with no operator: its editors made an account named like one.
+		"team-a-notebooks": {evalsi.LabelProject: "team-a"},
 	}
 	accounts := []string{evalsi.OperatorServiceAccount, evalsi.QueueReaderServiceAccount, "judge-evaluator"}
 	for ns, labels := range namespaces {
@@ -167,6 +171,7 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.SetDirectory(dir)
+	srv.SetOperatorNamespaces("team-a", "team-b", "team-a-ci", "trusted")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -262,6 +267,26 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 		}
 		if after := len(srv.Runs()); after != before {
 			t.Errorf("%d runs after the pool's call, %d before", after, before)
+		}
+	})
+
+	t.Run("an account named like the operator where no operator runs", func(t *testing.T) {
+		namesake := clients["team-a-notebooks/evalsi-operator"]
+		before := len(srv.Runs())
+		_, err := namesake.runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+			Project: "team-a", IdempotencyKey: "notebook-1", Creator: "alice", Spec: runSpec("")}))
+		if code(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "no operator runs") {
+			t.Errorf("creating a run credited to alice: %v, want PermissionDenied saying no operator runs there", err)
+		}
+		if err := calls("team-a", runA)["PutPolicy"](ctx, namesake); code(err) != connect.CodePermissionDenied {
+			t.Errorf("putting a policy: %v, want PermissionDenied", err)
+		}
+		if after := len(srv.Runs()); after != before {
+			t.Errorf("%d runs after its calls, %d before", after, before)
+		}
+		// What any account of its namespace may do, it may.
+		if err := calls("team-a", runA)["GetRun"](ctx, namesake); err != nil {
+			t.Errorf("reading a run of its project: %v", err)
 		}
 	})
 

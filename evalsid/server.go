@@ -46,6 +46,9 @@ type Server struct {
 	dir Directory
 	// platform are identities trusted in every project (a cluster-wide operator).
 	platform map[string]bool
+	// operatorNamespaces, when not nil, are the only namespaces whose evalsi-operator account is
+	// an operator (SetOperatorNamespaces); nil trusts that account in every namespace.
+	operatorNamespaces map[string]bool
 	// sandboxNamespace is where SandboxClass pools run: its queue reader reads their queues.
 	sandboxNamespace string
 
@@ -274,6 +277,20 @@ func (s *Server) TrustPlatform(identity string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.platform[identity] = true
+}
+
+// SetOperatorNamespaces names the namespaces where an evalsi-operator runs: only there is the
+// account evalsi.OperatorServiceAccount an operator (it creates runs, writes policies and
+// forwards creators). Anywhere else an account of that name is what any namespace editor could
+// have made, and may do what a pool may. The evalsid command always sets them; a server never
+// told trusts the account in every namespace.
+func (s *Server) SetOperatorNamespaces(namespaces ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.operatorNamespaces = map[string]bool{}
+	for _, ns := range namespaces {
+		s.operatorNamespaces[ns] = true
+	}
 }
 
 // SetSandboxNamespace names the namespace SandboxClass pools run in; its queue reader may read
