@@ -112,6 +112,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	// the projects' bindings and the SandboxClasses from the cluster, as the platform's does.
 	api := evalsid.New(map[string]string{devToken: devOperatorIdentity}, evalsid.DefaultSchedule)
 	api.TrustPlatform(devOperatorIdentity)
+	api.SetOperatorNamespaces() // as the evalsid command: no namespace runs an operator of its own
 	dir, err := evalsid.WatchCluster(runCtx, c.Config, "")
 	if err != nil {
 		return err
