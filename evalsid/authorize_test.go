@@ -12,9 +12,12 @@ import (
 	"connectrpc.com/connect"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	v1 "evals.si/operator/apiclient/evalsiv1"
@@ -124,13 +127,14 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 	if err := c.InstallCRDs(ctx, "../chart/evalsi-crds/files/crds"); err != nil {
 		t.Fatal(err)
 	}
+	const notebooks = "team-a-notebooks"
 	namespaces := map[string]map[string]string{
 		"team-a":    nil,
 		"team-b":    nil,
 		"team-a-ci": {evalsi.LabelProject: "team-a"},
 		"trusted":   {"sandbox.evals.si/privileged": "allowed"},
-		// Bound to team-a, with no operator: its editors made an account named like one.
-		"team-a-notebooks": {evalsi.LabelProject: "team-a"},
+		// Bound to team-a, with no operator: an editor makes an account named like one (below).
+		notebooks: {evalsi.LabelProject: "team-a"},
 	}
 	accounts := []string{evalsi.OperatorServiceAccount, evalsi.QueueReaderServiceAccount, "judge-evaluator"}
 	for ns, labels := range namespaces {
@@ -138,6 +142,9 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, sa := range accounts {
+			if ns == notebooks {
+				continue
+			}
 			if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -181,6 +188,9 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 	clients := map[string]api{}
 	for ns := range namespaces {
 		for _, sa := range accounts {
+			if ns == notebooks {
+				continue
+			}
 			clients[ns+"/"+sa] = newAPI(url, token(ns, sa))
 		}
 	}
@@ -271,7 +281,33 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 	})
 
 	t.Run("an account named like the operator where no operator runs", func(t *testing.T) {
-		namesake := clients["team-a-notebooks/evalsi-operator"]
+		// A namespace editor (the built-in edit role) makes the account and its token.
+		if _, err := cs.RbacV1().RoleBindings(notebooks).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "carol-edits"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "edit"},
+			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "carol"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		editorCfg := rest.CopyConfig(c.Config)
+		editorCfg.Impersonate = rest.ImpersonationConfig{UserName: "carol", Groups: []string{"system:authenticated"}}
+		carol := kubernetes.NewForConfigOrDie(editorCfg)
+		var minted string
+		clustertest.Eventually(t, ctx, "carol makes an evalsi-operator account and its token", func() error {
+			_, err := carol.CoreV1().ServiceAccounts(notebooks).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: evalsi.OperatorServiceAccount}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return err // RBAC takes a moment to see the binding
+			}
+			tr, err := carol.CoreV1().ServiceAccounts(notebooks).CreateToken(ctx, evalsi.OperatorServiceAccount, &authenticationv1.TokenRequest{
+				Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"evalsi"}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			minted = tr.Status.Token
+			return nil
+		})
+		namesake := newAPI(url, minted)
 		before := len(srv.Runs())
 		_, err := namesake.runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
 			Project: "team-a", IdempotencyKey: "notebook-1", Creator: "alice", Spec: runSpec("")}))
