@@ -110,12 +110,12 @@ func startDevAdmission(ctx, runCtx context.Context, c *cluster.Cluster, in *inst
 }
 
 // devPolicies are the chart's templates of the admission policies built into the API server.
-var devPolicies = []string{"templates/creator.yaml", "templates/policy.yaml", "templates/bindings.yaml"}
+var devPolicies = []string{"templates/creator.yaml", "templates/policy.yaml", "templates/bindings.yaml", "templates/references.yaml"}
 
 // applyDevPolicies renders the admission policies of the checkout's evalsi-crds chart (under
 // root) with helm (built into the cache on first use) and applies them: the creator written and
-// held by the API server, the fence of the operator's service accounts, and the guard of the
-// namespaces' project bindings.
+// held by the API server, the fence of the operator's service accounts, the guard of the
+// namespaces' project bindings, and the references of workloads held to their writer.
 func applyDevPolicies(ctx context.Context, c *cluster.Cluster, in *installer, root string, out io.Writer) error {
 	helm, err := cluster.Helm(ctx, out)
 	if err != nil {
