@@ -31,19 +31,10 @@ func TestReferencesHeldWithoutTheWebhook(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "tina", Namespace: ns}, Rules: []rbacv1.PolicyRule{
+	grant(t, ctx, ns, "tina", []rbacv1.PolicyRule{
 		{APIGroups: []string{"evals.si"}, Resources: []string{"evaluators", "checkpointservers"}, Verbs: []string{"get", "create", "update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"model-key"}, Verbs: []string{"get"}},
-	}}
-	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tina", Namespace: ns},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "tina"},
-		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "tina"}}}
-	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	}, "tina")
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "tina", Groups: []string{"system:authenticated"}}
 	tina := dynamic.NewForConfigOrDie(cfg)
@@ -60,13 +51,12 @@ func TestReferencesHeldWithoutTheWebhook(t *testing.T) {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "CheckpointServer",
 			"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec}}
 	}
-	create := func(obj *unstructured.Unstructured) error {
-		_, err := tina.Resource(evalsi(strings.ToLower(obj.GetKind())+"s")).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err
+	try := func(obj *unstructured.Unstructured) error {
+		return create(ctx, tina, evalsi(strings.ToLower(obj.GetKind())+"s"), ns, obj)
 	}
 	// In force once the policy refuses a probe (it is loaded a moment after it is made).
 	clustertest.Eventually(t, ctx, "the references policy in force", func() error {
-		if err := create(evaluator("probe", secretEnv("db-password"))); err == nil || !strings.Contains(err.Error(), "evalsi-workload-references") {
+		if err := try(evaluator("probe", secretEnv("db-password"))); err == nil || !strings.Contains(err.Error(), "evalsi-workload-references") {
 			return fmt.Errorf("a probe gave %v", err)
 		}
 		return nil
@@ -86,7 +76,7 @@ func TestReferencesHeldWithoutTheWebhook(t *testing.T) {
 		"a Secret in a CheckpointServer's env": {obj: checkpointServer("env", map[string]any{"env": []any{secretEnv("db-password")}}), want: "db-password"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := create(tc.obj)
+			err := try(tc.obj)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %v", err)
