@@ -167,14 +167,14 @@ func (e *Engine) applyWave(ctx context.Context, wave []pendingApply, informers m
 	var wg sync.WaitGroup
 	for i := range wave {
 		a := &wave[i]
-		gvr, served := e.resourceOf(a.want.GetAPIVersion(), a.want.GetKind())
+		gvr, _ := e.resourceOf(a.want.GetAPIVersion(), a.want.GetKind())
 		inf := informers[gvr.Resource]
-		wg.Go(func() {
-			if a.cur == nil && served {
-				if a.err = e.claimName(ctx, gvr, a.want, owner); a.err != nil {
-					return
-				}
+		if a.cur == nil && inf != nil {
+			if a.err = claimName(inf, a.want, owner); a.err != nil {
+				continue
 			}
+		}
+		wg.Go(func() {
 			if a.obj, a.err = e.apply(ctx, a.want, a.cur); a.err == nil && inf != nil {
 				inf.written.remember(a.obj)
 			}

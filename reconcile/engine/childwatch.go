@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"evals.si/operator/evalsi"
 )
 
 // Children are listed and watched decoded straight into Child (childJSON, childproto.go), not
@@ -24,7 +26,24 @@ import (
 // childListWatch lists and watches the children of resource gvr in namespace ("" for all) that
 // match selector, over rc (the engine's REST client), as protobuf where gvr serves it.
 func childListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector string) *cache.ListWatch {
-	return streamListWatch(rc, gvr, namespace, selector, acceptChild,
+	return streamListWatch(rc, gvr, namespace, selector, acceptChild, acceptChild,
+		func(raw []byte) (runtime.Object, error) { return decodeServedChildList(raw) }, childEventReader)
+}
+
+// strangerSelector selects the objects the operator did not label as its own.
+const strangerSelector = evalsi.LabelManagedBy + "!=" + evalsi.ManagedBy
+
+// The media types of objects' metadata alone (PartialObjectMetadata), as protobuf or JSON.
+const (
+	acceptMetadataList = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+	acceptMetadata     = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+)
+
+// strangerListWatch lists and watches the metadata of the objects of resource gvr in namespace
+// that the operator did not make (strangerSelector), decoded into Child: the names a new child
+// must not take (claimName).
+func strangerListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace string) *cache.ListWatch {
+	return streamListWatch(rc, gvr, namespace, strangerSelector, acceptMetadataList, acceptMetadata,
 		func(raw []byte) (runtime.Object, error) { return decodeServedChildList(raw) }, childEventReader)
 }
 
@@ -40,12 +59,12 @@ func jsonEvents(decode func(*json.Decoder) (watch.Event, error)) func(io.Reader)
 }
 
 // streamListWatch lists and watches the objects of resource gvr in namespace ("" for all) that
-// match selector ("" for all) over rc, asking for the media types accept ("" for rc's own), each
-// list decoded by decodeList and each watch stream read by events, straight from what the API
-// server sent.
-func streamListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector, accept string,
+// match selector ("" for all) over rc, asking for the media types listAccept and watchAccept
+// ("" for rc's own), each list decoded by decodeList and each watch stream read by events,
+// straight from what the API server sent.
+func streamListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector, listAccept, watchAccept string,
 	decodeList func([]byte) (runtime.Object, error), events func(io.Reader) eventReader) *cache.ListWatch {
-	request := func(options metav1.ListOptions) *rest.Request {
+	request := func(options metav1.ListOptions, accept string) *rest.Request {
 		if selector != "" {
 			options.LabelSelector = selector
 		}
@@ -57,7 +76,7 @@ func streamListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespa
 	}
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
-			raw, err := rawResult(request(options).Do(ctx))
+			raw, err := rawResult(request(options, listAccept).Do(ctx))
 			if err != nil {
 				return nil, err
 			}
@@ -65,7 +84,7 @@ func streamListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespa
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
 			options.Watch = true
-			body, err := request(options).Stream(ctx)
+			body, err := request(options, watchAccept).Stream(ctx)
 			if err != nil {
 				return nil, err
 			}

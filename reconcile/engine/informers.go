@@ -34,10 +34,24 @@ type informer struct {
 	written *recentWrites
 	// children holds a child informer's objects by controller owner (nil for owners).
 	children *childrenByOwner
+	// strangers, of a child informer, holds the metadata of the objects of its resource and
+	// namespace that the operator did not make: the names its new children must not take.
+	strangers cache.SharedIndexInformer
 }
 
 // synced reports whether the informer has listed its objects and its handler has had them all.
-func (i *informer) synced() bool { return i.handled.HasSynced() }
+func (i *informer) synced() bool {
+	return i.handled.HasSynced() && (i.strangers == nil || i.strangers.HasSynced())
+}
+
+// stranger returns the object the operator did not make that is called name in namespace, or nil.
+func (i *informer) stranger(namespace, name string) *Child {
+	o, exists, err := i.strangers.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil || !exists {
+		return nil
+	}
+	return o.(*Child)
+}
 
 // owner returns a copy of the owner of key: the informer's, or the operator's newer write of it;
 // nil when the informer does not have it (deleted, whatever status was last written).
@@ -100,6 +114,8 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
 	if child {
 		i.children = newChildrenByOwner()
+		i.strangers = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(strangerListWatch(e.rest, gvr, namespace)), &Child{},
+			cache.SharedIndexInformerOptions{ObjectDescription: gvr.String() + " not the operator's"})
 	}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
 	// which tells a reconcile nothing new) before it is routed: echoes enqueue nothing. It keeps
@@ -151,6 +167,9 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	i.handled = handled
 	e.informers[key] = i
 	go inf.RunWithContext(stopContext(ctx, i.stop))
+	if i.strangers != nil {
+		go i.strangers.RunWithContext(stopContext(ctx, i.stop))
+	}
 	return i
 }
 

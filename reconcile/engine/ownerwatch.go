@@ -20,7 +20,7 @@ import (
 // ownerListWatch lists and watches the objects of kind k's resource gvr in namespace ("" for
 // all) over rc (the engine's REST client), as JSON (custom resources serve nothing else).
 func ownerListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace string, k *Kind) *cache.ListWatch {
-	return streamListWatch(rc, gvr, namespace, "", "",
+	return streamListWatch(rc, gvr, namespace, "", "", "",
 		func(raw []byte) (runtime.Object, error) { return decodeOwnerList(raw, k) },
 		jsonEvents(func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, k) }))
 }
