@@ -86,10 +86,16 @@ func (s *Server) SetPhase(id string, phase v1.Phase) error {
 func (s *Server) KnownSuites(names ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.suites = map[string]bool{}
+	s.suites = setOf(names)
+}
+
+// setOf is the set of names: empty, not nil, when there are none.
+func setOf(names []string) map[string]bool {
+	set := make(map[string]bool, len(names))
 	for _, n := range names {
-		s.suites[n] = true
+		set[n] = true
 	}
+	return set
 }
 
 // Runs returns every run, as of now.

@@ -287,10 +287,7 @@ func (s *Server) TrustPlatform(identity string) {
 func (s *Server) SetOperatorNamespaces(namespaces ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.operatorNamespaces = map[string]bool{}
-	for _, ns := range namespaces {
-		s.operatorNamespaces[ns] = true
-	}
+	s.operatorNamespaces = setOf(namespaces)
 }
 
 // SetSandboxNamespace names the namespace SandboxClass pools run in; its queue reader may read
