@@ -117,25 +117,29 @@ func (rs runService) CreateRun(ctx context.Context, req *connect.Request[v1.Crea
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	s := rs.s
+	key := m.Project + "/" + m.IdempotencyKey
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.suites != nil && m.Spec.Suite != "" && !s.suites[m.Spec.Suite] {
+		s.mu.Unlock()
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec.suite: unknown suite %q", m.Spec.Suite))
 	}
-	now := time.Now()
-	key := m.Project + "/" + m.IdempotencyKey
-	if id, ok := s.byKey[key]; ok && m.IdempotencyKey != "" {
-		r := s.runs[id]
-		if !proto.Equal(r.msg.Spec, m.Spec) {
-			return nil, connect.NewError(connect.CodeFailedPrecondition,
-				fmt.Errorf("idempotency key %s was used for run %s with another spec", m.IdempotencyKey, id))
-		}
-		return connect.NewResponse(&v1.CreateRunResponse{Run: s.current(r, now)}), nil
+	resp, replayed, err := s.replayRun(key, m)
+	s.mu.Unlock()
+	if replayed {
+		return resp, err
 	}
+	// Outside the server's lock: a class the cache lacks is read from the API server, which must
+	// not hold every other caller's call.
 	c := callerOf(ctx)
 	if err := s.mayUseClass(c, m.Namespace, m.Spec.SandboxClass); err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if resp, replayed, err := s.replayRun(key, m); replayed { // made by a call meanwhile
+		return resp, err
+	}
+	now := time.Now()
 	if s.runsOf[m.Project] >= MaxObjectsPerProject {
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("project %s has %d runs, the most this server keeps", m.Project, MaxObjectsPerProject))
 	}
@@ -153,6 +157,22 @@ func (rs runService) CreateRun(ctx context.Context, req *connect.Request[v1.Crea
 		s.byKey[key] = id
 	}
 	return connect.NewResponse(&v1.CreateRunResponse{Run: s.current(r, now)}), nil
+}
+
+// replayRun answers a create whose idempotency key already made a run (key is project/key): that
+// run, or FailedPrecondition for another spec. replayed is false when the key made none. The
+// caller holds s.mu.
+func (s *Server) replayRun(key string, m *v1.CreateRunRequest) (resp *connect.Response[v1.CreateRunResponse], replayed bool, err error) {
+	id, ok := s.byKey[key]
+	if !ok || m.IdempotencyKey == "" {
+		return nil, false, nil
+	}
+	r := s.runs[id]
+	if !proto.Equal(r.msg.Spec, m.Spec) {
+		return nil, true, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("idempotency key %s was used for run %s with another spec", m.IdempotencyKey, id))
+	}
+	return connect.NewResponse(&v1.CreateRunResponse{Run: s.current(r, time.Now())}), true, nil
 }
 
 // validateRunSpec is the server's check of a run request.
