@@ -51,7 +51,8 @@ func (d *DryRun) check(ctx context.Context, obj *unstructured.Unstructured) (ref
 		switch {
 		case err == nil:
 		case apierrors.IsInvalid(err):
-			return fmt.Sprintf("the API server would refuse its %s %s: %v", child.GetKind(), child.GetName(), err), nil
+			return fmt.Sprintf("the API server would refuse its %s %s: %v%s", child.GetKind(), child.GetName(), err,
+				d.nameHeld(ctx, gvr, child, obj.GetKind())), nil
 		case apierrors.IsNotFound(err) && child.GetKind() == "ScaledObject":
 			// KEDA is not installed: the operator runs fixed replicas instead.
 		default:
@@ -60,6 +61,22 @@ func (d *DryRun) check(ctx context.Context, obj *unstructured.Unstructured) (ref
 		}
 	}
 	return "", warnings
+}
+
+// nameHeld says, after the apply of child was refused, whether that is because an object of its
+// name exists: a team's own Deployment named like an Evaluator's makes the apply fail on its
+// immutable selector, which by itself does not say that the name is taken. The webhook may not
+// read those objects, so it asks with a dry-run create, which only an existing name refuses as
+// AlreadyExists. It returns "" when no object holds the name or the create cannot say.
+func (d *DryRun) nameHeld(ctx context.Context, gvr schema.GroupVersionResource, child *unstructured.Unstructured, ownerKind string) string {
+	_, err := d.Client.Resource(gvr).Namespace(child.GetNamespace()).Create(ctx, child, metav1.CreateOptions{
+		FieldManager: evalsi.FieldManager, DryRun: []string{metav1.DryRunAll}})
+	if !apierrors.IsAlreadyExists(err) {
+		return ""
+	}
+	return fmt.Sprintf(" (a %s named %s already exists in %s, and the operator takes over only objects it made: "+
+		"rename or remove that %s, or give this %s another name)",
+		child.GetKind(), child.GetName(), child.GetNamespace(), child.GetKind(), ownerKind)
 }
 
 // dryRunApply dry-runs the apply of child as the operator makes it, asking for the given

@@ -130,6 +130,32 @@ func TestAdmissionDryRunsChildren(t *testing.T) {
 			t.Errorf("an Evaluator whose Deployment the API server takes: %v", err)
 		}
 	})
+	t.Run("name-taken", func(t *testing.T) {
+		// A team's own Deployment named like the Evaluator's: the apply fails on its selector,
+		// and the refusal says that the name is taken rather than only "field is immutable".
+		team := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apps/v1", "kind": "Deployment",
+			"metadata": map[string]any{"name": "held-evaluator", "namespace": ns},
+			"spec": map[string]any{
+				"selector": map[string]any{"matchLabels": map[string]any{"app": "team-database"}},
+				"template": map[string]any{
+					"metadata": map[string]any{"labels": map[string]any{"app": "team-database"}},
+					"spec":     map[string]any{"containers": []any{map[string]any{"name": "db", "image": "registry.example/approved/db:1"}}},
+				},
+			},
+		}}
+		if _, err := env.Dynamic().Resource(evalsi.ChildResources["Deployment"]).Namespace(ns).Create(ctx, team, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		wh := startWebhook(t, ctx, time.Hour, func(c *Config) {
+			c.DryRun = &DryRun{Client: env.Dynamic(), Render: opts, Timeout: 2 * time.Second}
+		})
+		defer wh.stop()
+		err := create(ctx, env.Dynamic(), evaluator("held", "registry.example/approved/judge:1"))
+		if err == nil || !strings.Contains(err.Error(), "a Deployment named held-evaluator already exists in "+ns) {
+			t.Errorf("an Evaluator whose Deployment's name a team's Deployment holds: %v, want a refusal saying the name is taken", err)
+		}
+	})
 	t.Run("cannot-say", func(t *testing.T) {
 		nobody := rest.CopyConfig(env.Config)
 		nobody.Impersonate = rest.ImpersonationConfig{UserName: "nobody"}
