@@ -367,6 +367,7 @@ func TestProjectBindingIsGuarded(t *testing.T) {
 		"rebinding a namespace":                   patch(`{"metadata":{"labels":{"evals.si/project":"team-a"}}}`),
 		"removing a binding":                      patch(`{"metadata":{"labels":{"evals.si/project":null}}}`),
 		"admitting a namespace to a SandboxClass": patch(`{"metadata":{"labels":{"sandbox.evals.si/bubblewrap":"allowed"}}}`),
+		"opening a key to a namespace's runs":     patch(`{"metadata":{"labels":{"run-key.evals.si/OPENAI_API_KEY":"allowed"}}}`),
 	} {
 		if err == nil || !strings.Contains(err.Error(), denied) {
 			t.Errorf("%s: %v, want a denial by evalsi-project-bindings", what, err)

@@ -102,3 +102,90 @@ func TestReferencesHeldWithoutTheWebhook(t *testing.T) {
 		t.Errorf("tina changing the image of an Evaluator that reads db-password: %v, want a refusal naming it", err)
 	}
 }
+
+// TestRunKeysHeldByTheAPIServer installs evalsi-crds with the webhook disabled and has rita, who
+// may write EvalRuns but not read Secrets, name keys for a run's target: the workers would send
+// a named key to the target, so each keyed target is refused, naming the key, until a project
+// binder opens that key to the namespace's runs with its label; a run without a key is admitted,
+// and so is a keyed one by sam, who may get the namespace's Secrets.
+func TestRunKeysHeldByTheAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	installCRDsChart(t)
+	cs := env.Clientset()
+	ns := "run-keys-test"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	runs := rbacv1.PolicyRule{APIGroups: []string{"evals.si"}, Resources: []string{"evalruns"}, Verbs: []string{"get", "create"}}
+	grant(t, ctx, ns, "run-writer", []rbacv1.PolicyRule{runs}, "rita")
+	grant(t, ctx, ns, "secret-reader", []rbacv1.PolicyRule{runs, {APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}, "sam")
+	as := func(user string) dynamic.Interface {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+		return dynamic.NewForConfigOrDie(cfg)
+	}
+	run := func(target map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
+			"metadata": map[string]any{"generateName": "keyed-", "namespace": ns}, "spec": map[string]any{"suite": "smoke", "target": target}}}
+	}
+	endpoint := func(key string) map[string]any {
+		e := map[string]any{"url": "https://collector.example/v1", "model": "m"}
+		if key != "" {
+			e["apiKeyEnv"] = key
+		}
+		return map[string]any{"endpoint": e}
+	}
+	checkpoint := map[string]any{"checkpointServer": "step-4000", "apiKeyEnv": "VLLM_API_KEY"}
+	try := func(user string, target map[string]any) error {
+		return create(ctx, as(user), evalsi("evalruns"), ns, run(target))
+	}
+	clustertest.Eventually(t, ctx, "the run keys policy in force", func() error {
+		if err := try("rita", endpoint("OPENAI_API_KEY")); err == nil || !strings.Contains(err.Error(), "evalsi-run-keys") {
+			return fmt.Errorf("a probe gave %v", err)
+		}
+		return nil
+	})
+	check := func(t *testing.T, cases map[string]struct {
+		user   string
+		target map[string]any
+		want   string // "" admits
+	}) {
+		for name, tc := range cases {
+			err := try(tc.user, tc.target)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("%s: refused: %v", name, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("%s: %v, want a refusal containing %q", name, err, tc.want)
+			}
+		}
+	}
+	check(t, map[string]struct {
+		user   string
+		target map[string]any
+		want   string
+	}{
+		"an endpoint without a key":           {user: "rita", target: endpoint("")},
+		"a key sent to rita's endpoint":       {user: "rita", target: endpoint("OPENAI_API_KEY"), want: "names the key OPENAI_API_KEY, which the evaluation workers would send to the target; rita may not get the Secrets of " + ns},
+		"a key sent to a CheckpointServer":    {user: "rita", target: checkpoint, want: "run-key.evals.si/VLLM_API_KEY=allowed"},
+		"a key named by who may read Secrets": {user: "sam", target: endpoint("OPENAI_API_KEY")},
+		"a CheckpointServer key named by sam": {user: "sam", target: checkpoint},
+	})
+
+	// A project binder (the cluster administrator here) opens one key to the namespace's runs.
+	open := []byte(`{"metadata":{"labels":{"run-key.evals.si/OPENAI_API_KEY":"allowed"}}}`)
+	if _, err := cs.CoreV1().Namespaces().Patch(ctx, ns, "application/merge-patch+json", open, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "the opened key admitted", func() error { return try("rita", endpoint("OPENAI_API_KEY")) })
+	check(t, map[string]struct {
+		user   string
+		target map[string]any
+		want   string
+	}{
+		"the opened key":            {user: "rita", target: endpoint("OPENAI_API_KEY")},
+		"a key that was not opened": {user: "rita", target: endpoint("ANTHROPIC_API_KEY"), want: "ANTHROPIC_API_KEY"},
+		"the CheckpointServer's":    {user: "rita", target: checkpoint, want: "VLLM_API_KEY"},
+	})
+}
