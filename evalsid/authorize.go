@@ -102,19 +102,24 @@ func (s *Server) roleOf(identity string) (role, string) {
 	return rolePool, ns
 }
 
-// projectOf returns the project namespace acts in: from the directory when the server has one,
-// else the project named like the namespace.
-func (s *Server) projectOf(namespace string) (string, error) {
-	if s.dir == nil {
+// projectOf returns the project namespace acts in: from dir when the server has one, else the
+// project named like the namespace.
+func projectOf(dir Directory, namespace string) (string, error) {
+	if dir == nil {
 		return namespace, nil
 	}
-	return s.dir.Project(namespace)
+	return dir.Project(namespace)
 }
 
 // authorize decides whether identity may call method with msg: PermissionDenied for a method its
 // role may not call or a project it does not act in, Unavailable while the bindings are not known.
+// It holds the server's lock only to read its configuration: the directory may read a namespace
+// its cache lacks from the API server, which must not hold every other caller's call.
 func (s *Server) authorize(identity, method string, msg any) (caller, error) {
+	s.mu.Lock()
 	r, ns := s.roleOf(identity)
+	sandboxNamespace, dir := s.sandboxNamespace, s.dir
+	s.mu.Unlock()
 	c := caller{identity: identity, role: r, namespace: ns}
 	if !slices.Contains(methodRoles[method], r) {
 		return c, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is %s, which may not call %s", identity, r, method))
@@ -128,13 +133,13 @@ func (s *Server) authorize(identity, method string, msg any) (caller, error) {
 	}
 	if q, ok := msg.(*v1.GetQueueDepthRequest); ok && q.Kind == v1.PoolKind_POOL_KIND_SANDBOX {
 		// A SandboxClass's pool serves every project; its queue is read from where it runs.
-		if s.sandboxNamespace == "" || ns != s.sandboxNamespace {
+		if sandboxNamespace == "" || ns != sandboxNamespace {
 			return c, connect.NewError(connect.CodePermissionDenied,
 				fmt.Errorf("%s may not read the queues of SandboxClass pools: only the queue reader of the sandbox namespace may", identity))
 		}
 		return c, nil
 	}
-	project, err := s.projectOf(ns)
+	project, err := projectOf(dir, ns)
 	if errors.Is(err, ErrNotKnownYet) {
 		return c, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the project of namespace %s: %w", ns, err))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -32,16 +33,24 @@ var errNoNamespace = errors.New("no such namespace")
 // server, but for a SandboxClass the cache lacks (readClass). Its credentials need get, list and
 // watch on namespaces (or only on the one namespace it serves) and on sandboxclasses.
 type Cluster struct {
-	namespaces *tenancy.Namespaces
+	namespaces namespaceLabels
 	classes    cache.SharedIndexInformer
 	// readClass reads a SandboxClass from the API server.
 	readClass func(ctx context.Context, name string) (*unstructured.Unstructured, error)
+	// readNamespace reads a Namespace from the API server.
+	readNamespace func(ctx context.Context, name string) (*corev1.Namespace, error)
 	// only, when set, is the one namespace whose callers the server serves.
 	only string
 }
 
-// classReadTimeout bounds the read of a SandboxClass the cache lacks.
-const classReadTimeout = 5 * time.Second
+// namespaceLabels is the cache of Namespaces' labels (tenancy.Namespaces).
+type namespaceLabels interface {
+	Labels(namespace string) (map[string]string, bool)
+	HasSynced() bool
+}
+
+// missReadTimeout bounds the read of a SandboxClass or Namespace the cache lacks.
+const missReadTimeout = 5 * time.Second
 
 // WatchCluster starts the watches of the cluster cfg reaches, until ctx ends. With only set,
 // it reads only that Namespace, and callers from other namespaces act in no project: an evalsid
@@ -61,7 +70,11 @@ func WatchCluster(ctx context.Context, cfg *rest.Config, only string) (*Cluster,
 	readClass := func(ctx context.Context, name string) (*unstructured.Unstructured, error) {
 		return dyn.Resource(evalsi.SandboxClasses).Get(ctx, name, metav1.GetOptions{})
 	}
-	return &Cluster{namespaces: tenancy.WatchNamespaces(ctx, kube, only), classes: classes, readClass: readClass, only: only}, nil
+	readNamespace := func(ctx context.Context, name string) (*corev1.Namespace, error) {
+		return kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	}
+	return &Cluster{namespaces: tenancy.WatchNamespaces(ctx, kube, only), classes: classes,
+		readClass: readClass, readNamespace: readNamespace, only: only}, nil
 }
 
 // Project returns the project namespace acts in.
@@ -72,11 +85,31 @@ func (c *Cluster) Project(namespace string) (string, error) {
 	if !c.namespaces.HasSynced() {
 		return "", ErrNotKnownYet
 	}
-	p, ok := c.namespaces.Project(namespace)
-	if !ok {
-		return "", fmt.Errorf("namespace %s: %w", namespace, errNoNamespace)
+	labels, err := c.labels(namespace)
+	if err != nil {
+		return "", err
 	}
-	return p, nil
+	return evalsi.ProjectOf(namespace, labels), nil
+}
+
+// labels returns namespace's labels: from the cache, else from the API server, since the watch
+// may not have brought a namespace made a moment ago, whose pools and operator call at once. The
+// read tells such a namespace from one that does not exist (a token outliving its namespace:
+// errNoNamespace); when it fails, the caller is told to try again.
+func (c *Cluster) labels(namespace string) (map[string]string, error) {
+	if labels, ok := c.namespaces.Labels(namespace); ok {
+		return labels, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), missReadTimeout)
+	defer cancel()
+	ns, err := c.readNamespace(ctx, namespace)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("namespace %s: %w", namespace, errNoNamespace)
+	case err != nil:
+		return nil, fmt.Errorf("reading Namespace %s: %v: %w", namespace, err, ErrNotKnownYet)
+	}
+	return ns.Labels, nil
 }
 
 // MayUseClass reports whether namespace may use the SandboxClass class.
@@ -93,7 +126,7 @@ func (c *Cluster) MayUseClass(namespace, class string) (bool, error) {
 		// The watch may not have brought a class made a moment ago (the operator, which saw it,
 		// calls at once): the API server says whether it exists, so that a run is refused for
 		// good only for a class that does not.
-		ctx, cancel := context.WithTimeout(context.Background(), classReadTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), missReadTimeout)
 		defer cancel()
 		sc, err = c.readClass(ctx, class)
 		switch {
@@ -103,9 +136,9 @@ func (c *Cluster) MayUseClass(namespace, class string) (bool, error) {
 			return false, fmt.Errorf("reading SandboxClass %s: %v: %w", class, err, ErrNotKnownYet)
 		}
 	}
-	labels, ok := c.namespaces.Labels(namespace)
-	if !ok {
-		return false, fmt.Errorf("namespace %s: %w", namespace, errNoNamespace)
+	labels, err := c.labels(namespace)
+	if err != nil {
+		return false, err
 	}
 	return render.NamespaceMayUse(sc, labels)
 }

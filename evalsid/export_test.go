@@ -10,3 +10,12 @@ func MissNewClasses(c *Cluster) { c.classes = missingClasses{c.classes} }
 type missingClasses struct{ cache.SharedIndexInformer }
 
 func (missingClasses) GetStore() cache.Store { return cache.NewStore(cache.MetaNamespaceKeyFunc) }
+
+// MissNewNamespaces makes c's cache of Namespaces miss every namespace, as a watch does that has
+// not yet brought a namespace made a moment ago.
+func MissNewNamespaces(c *Cluster) { c.namespaces = missingNamespaces{c.namespaces} }
+
+// missingNamespaces is a synced cache that holds no namespace.
+type missingNamespaces struct{ namespaceLabels }
+
+func (missingNamespaces) Labels(string) (map[string]string, bool) { return nil, false }

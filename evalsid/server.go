@@ -245,9 +245,7 @@ func (s *Server) call(ctx context.Context, method string, req connect.AnyRequest
 	if !known {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a valid bearer token is required"))
 	}
-	s.mu.Lock()
 	c, err := s.authorize(identity, method, req.Any())
-	s.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}

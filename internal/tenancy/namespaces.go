@@ -17,8 +17,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-
-	"evals.si/operator/evalsi"
 )
 
 // PollInterval is how often the one Namespace of a namespaced reader is read again.
@@ -30,7 +28,8 @@ type Namespaces struct {
 	labels map[string]map[string]string // by namespace
 	// synced says that the first read is complete; nothing is known before.
 	synced bool
-	// listeners are told of each namespace whose labels change after the first read.
+	// listeners are told of each namespace that appears, or whose labels change, after the first
+	// read.
 	listeners []func(namespace string)
 }
 
@@ -99,7 +98,7 @@ func (n *Namespaces) poll(ctx context.Context, kube kubernetes.Interface, name s
 	case apierrors.IsNotFound(err):
 		n.remove(name)
 	case err == nil:
-		n.set(name, ns.Labels, true)
+		n.set(name, ns.Labels, n.HasSynced())
 	default:
 		return // another error keeps what was read last (at first: nothing, so nothing is known)
 	}
@@ -109,12 +108,14 @@ func (n *Namespaces) poll(ctx context.Context, kube kubernetes.Interface, name s
 }
 
 // set records namespace's labels; synced says whether the first read is complete, so that
-// listeners hear only of changes after it.
+// listeners hear only of changes after it. A namespace that appears after it is a change too:
+// its objects may have been judged before it was known (the watches of Namespaces and of the
+// objects in them deliver in no common order), as acting in the project named like it.
 func (n *Namespaces) set(namespace string, labels map[string]string, synced bool) {
 	n.mu.Lock()
 	old, seen := n.labels[namespace]
 	n.labels[namespace] = labels
-	changed := seen && !maps.Equal(old, labels)
+	changed := !seen || !maps.Equal(old, labels)
 	listeners := append([]func(string){}, n.listeners...)
 	n.mu.Unlock()
 	if !changed || !synced {
@@ -138,8 +139,8 @@ func (n *Namespaces) HasSynced() bool {
 	return n.synced
 }
 
-// OnLabelsChanged calls fn with the name of each Namespace whose labels change (a project binding
-// made or moved, a label a SandboxClass selects by).
+// OnLabelsChanged calls fn with the name of each Namespace that appears or whose labels change
+// (a project binding made or moved, a label a SandboxClass selects by).
 func (n *Namespaces) OnLabelsChanged(fn func(namespace string)) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -156,14 +157,4 @@ func (n *Namespaces) Labels(namespace string) (map[string]string, bool) {
 	}
 	l, ok := n.labels[namespace]
 	return l, ok
-}
-
-// Project returns the project namespace acts in (evalsi.ProjectOf), and false when the namespace
-// is not known.
-func (n *Namespaces) Project(namespace string) (string, bool) {
-	labels, ok := n.Labels(namespace)
-	if !ok {
-		return "", false
-	}
-	return evalsi.ProjectOf(namespace, labels), true
 }

@@ -2,7 +2,9 @@ package tenancy
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -67,16 +69,21 @@ func TestNamespacesFollowBindings(t *testing.T) {
 		}
 		return nil
 	})
-	if p, ok := all.Project("team-a"); !ok || p != "team-a" {
+	// project is the project a reader says namespace acts in, and whether it knows namespace.
+	project := func(n *Namespaces, namespace string) (string, bool) {
+		labels, ok := n.Labels(namespace)
+		return evalsi.ProjectOf(namespace, labels), ok
+	}
+	if p, ok := project(all, "team-a"); !ok || p != "team-a" {
 		t.Errorf("team-a acts in %q (known %v), want team-a", p, ok)
 	}
-	if p, ok := one.Project("team-b"); !ok || p != "team-b" {
+	if p, ok := project(one, "team-b"); !ok || p != "team-b" {
 		t.Errorf("the namespaced reader: team-b acts in %q (known %v), want team-b", p, ok)
 	}
-	if _, ok := one.Project("team-a"); ok {
+	if _, ok := project(one, "team-a"); ok {
 		t.Error("the namespaced reader knows team-a")
 	}
-	if _, ok := all.Project("no-such-namespace"); ok {
+	if _, ok := project(all, "no-such-namespace"); ok {
 		t.Error("a namespace that does not exist is known")
 	}
 
@@ -88,10 +95,26 @@ func TestNamespacesFollowBindings(t *testing.T) {
 		mu.Lock()
 		told := len(changed) > 0 && changed[len(changed)-1] == "team-b"
 		mu.Unlock()
-		p1, _ := all.Project("team-b")
-		p2, _ := one.Project("team-b")
+		p1, _ := project(all, "team-b")
+		p2, _ := project(one, "team-b")
 		if !told || p1 != "team-a" || p2 != "team-a" {
 			return context.DeadlineExceeded
+		}
+		return nil
+	})
+
+	// A namespace made after the first read is told of too: objects in it may have been judged
+	// before the watch brought it.
+	bound := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a-notebooks", Labels: map[string]string{evalsi.LabelProject: "team-a"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, bound, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "a new namespace told of", func() error {
+		mu.Lock()
+		told := slices.Contains(changed, "team-a-notebooks")
+		mu.Unlock()
+		if p, _ := project(all, "team-a-notebooks"); !told || p != "team-a" {
+			return fmt.Errorf("told %v, project %q", told, p)
 		}
 		return nil
 	})

@@ -291,7 +291,7 @@ func (e *Engine) enqueueNamespace(namespace string) {
 		controllers = append(controllers, c)
 	}
 	e.mu.Unlock()
-	e.log.Info("namespace labels changed (project binding, sandbox class access); reconciling its objects", "namespace", namespace)
+	e.log.Info("namespace appeared or its labels changed (project binding, sandbox class access); reconciling its objects", "namespace", namespace)
 	for _, c := range controllers {
 		c.enqueueNamespace(namespace)
 	}
