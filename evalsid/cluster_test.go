@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/evalsid"
@@ -26,19 +27,7 @@ func TestNewClassIsNotRefusedForGood(t *testing.T) {
 	c := shared.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := c.InstallCRDs(ctx, "../chart/evalsi-crds/files/crds"); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := evalsid.WatchCluster(ctx, c.Config, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clustertest.Eventually(t, ctx, "the cluster read", func() error {
-		if !dir.HasSynced() {
-			return errors.New("not yet")
-		}
-		return nil
-	})
+	dir := watchedCluster(t, ctx, c)
 	evalsid.MissNewClasses(dir)
 	for name, spec := range map[string]map[string]any{
 		"fresh":        {"rung": "landlock"},
@@ -71,19 +60,7 @@ func TestNewNamespaceActsInItsProject(t *testing.T) {
 	c := shared.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := c.InstallCRDs(ctx, "../chart/evalsi-crds/files/crds"); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := evalsid.WatchCluster(ctx, c.Config, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clustertest.Eventually(t, ctx, "the cluster read", func() error {
-		if !dir.HasSynced() {
-			return errors.New("not yet")
-		}
-		return nil
-	})
+	dir := watchedCluster(t, ctx, c)
 	evalsid.MissNewNamespaces(dir)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fresh-notebooks",
 		Labels: map[string]string{evalsi.LabelProject: "fresh", "sandbox.evals.si/fresh": "yes"}}}
@@ -109,4 +86,24 @@ func TestNewNamespaceActsInItsProject(t *testing.T) {
 	if p, err := dir.Project("no-such-namespace"); err == nil || errors.Is(err, evalsid.ErrNotKnownYet) {
 		t.Errorf("a namespace the API server does not have: %q, %v; want refused for good", p, err)
 	}
+}
+
+// watchedCluster installs the CRDs on c and returns evalsid's directory of it, once it has read
+// the cluster.
+func watchedCluster(t *testing.T, ctx context.Context, c *cluster.Cluster) *evalsid.Cluster {
+	t.Helper()
+	if err := c.InstallCRDs(ctx, "../chart/evalsi-crds/files/crds"); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := evalsid.WatchCluster(ctx, c.Config, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "the cluster read", func() error {
+		if !dir.HasSynced() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	return dir
 }
