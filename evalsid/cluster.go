@@ -30,8 +30,9 @@ var errNoNamespace = errors.New("no such namespace")
 
 // Cluster is the Directory of a Kubernetes cluster: Namespaces (their project bindings and
 // labels) and SandboxClasses, each cached from a watch, so that a call costs no read of the API
-// server, but for a SandboxClass the cache lacks (readClass). Its credentials need get, list and
-// watch on namespaces (or only on the one namespace it serves) and on sandboxclasses.
+// server, but for a SandboxClass or Namespace the cache lacks (readClass, readNamespace). Its
+// credentials need get, list and watch on namespaces (or only on the one namespace it serves)
+// and on sandboxclasses.
 type Cluster struct {
 	namespaces namespaceLabels
 	classes    cache.SharedIndexInformer
