@@ -171,6 +171,9 @@ func TestRunKeysHeldByTheAPIServer(t *testing.T) {
 		"a key sent to a CheckpointServer":    {user: "rita", target: checkpoint, want: "run-key.evals.si/VLLM_API_KEY=allowed"},
 		"a key named by who may read Secrets": {user: "sam", target: endpoint("OPENAI_API_KEY")},
 		"a CheckpointServer key named by sam": {user: "sam", target: checkpoint},
+		// A malformed target names no key: the policy leaves it to validation (the webhook's
+		// schema, the operator's InvalidSpec) rather than failing on it.
+		"an endpoint that is not an object": {user: "rita", target: map[string]any{"endpoint": "https://collector.example/v1"}},
 	})
 
 	// A project binder (the cluster administrator here) opens one key to the namespace's runs.
