@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,7 +44,19 @@ type Cluster struct {
 	readNamespace func(ctx context.Context, name string) (*corev1.Namespace, error)
 	// only, when set, is the one namespace whose callers the server serves.
 	only string
+
+	absentMu sync.Mutex
+	// absent holds, until each time, the namespaces the API server said do not exist, so that a
+	// token outliving its namespace costs a read every absentFor rather than one per call.
+	absent map[string]time.Time
 }
+
+// absentFor is how long a namespace the API server said does not exist is believed absent.
+const absentFor = 10 * time.Second
+
+// absentKept bounds absent: past it, entries whose time has passed are dropped, and if none
+// has, all of them.
+const absentKept = 1024
 
 // namespaceLabels is the cache of Namespaces' labels (tenancy.Namespaces).
 type namespaceLabels interface {
@@ -101,16 +115,44 @@ func (c *Cluster) labels(namespace string) (map[string]string, error) {
 	if labels, ok := c.namespaces.Labels(namespace); ok {
 		return labels, nil
 	}
+	if c.believedAbsent(namespace, time.Now()) {
+		return nil, fmt.Errorf("namespace %s: %w", namespace, errNoNamespace)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), missReadTimeout)
 	defer cancel()
 	ns, err := c.readNamespace(ctx, namespace)
 	switch {
 	case apierrors.IsNotFound(err):
+		c.markAbsent(namespace, time.Now())
 		return nil, fmt.Errorf("namespace %s: %w", namespace, errNoNamespace)
 	case err != nil:
 		return nil, fmt.Errorf("reading Namespace %s: %v: %w", namespace, err, ErrNotKnownYet)
 	}
 	return ns.Labels, nil
+}
+
+// believedAbsent reports whether the API server said, less than absentFor before now, that
+// namespace does not exist.
+func (c *Cluster) believedAbsent(namespace string, now time.Time) bool {
+	c.absentMu.Lock()
+	defer c.absentMu.Unlock()
+	return now.Before(c.absent[namespace])
+}
+
+// markAbsent records that the API server said at now that namespace does not exist.
+func (c *Cluster) markAbsent(namespace string, now time.Time) {
+	c.absentMu.Lock()
+	defer c.absentMu.Unlock()
+	if c.absent == nil {
+		c.absent = map[string]time.Time{}
+	}
+	if len(c.absent) >= absentKept {
+		maps.DeleteFunc(c.absent, func(_ string, until time.Time) bool { return !now.Before(until) })
+		if len(c.absent) >= absentKept {
+			clear(c.absent)
+		}
+	}
+	c.absent[namespace] = now.Add(absentFor)
 }
 
 // MayUseClass reports whether namespace may use the SandboxClass class.

@@ -55,7 +55,8 @@ func TestNewClassIsNotRefusedForGood(t *testing.T) {
 // TestNewNamespaceActsInItsProject: a namespace that evalsid's watch has not brought yet (made a
 // moment before its pools and operator call) is read from the API server, so its callers act in
 // the project it is bound to at once rather than being refused; a namespace the API server does
-// not have either is refused for good (a token outliving its namespace), not retried.
+// not have either is refused for good (a token outliving its namespace), not retried, and is
+// not read again at each call.
 func TestNewNamespaceActsInItsProject(t *testing.T) {
 	c := shared.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -83,8 +84,14 @@ func TestNewNamespaceActsInItsProject(t *testing.T) {
 		}
 		return nil
 	})
-	if p, err := dir.Project("no-such-namespace"); err == nil || errors.Is(err, evalsid.ErrNotKnownYet) {
-		t.Errorf("a namespace the API server does not have: %q, %v; want refused for good", p, err)
+	reads := evalsid.CountNamespaceReads(dir)
+	for range 3 {
+		if p, err := dir.Project("no-such-namespace"); err == nil || errors.Is(err, evalsid.ErrNotKnownYet) {
+			t.Errorf("a namespace the API server does not have: %q, %v; want refused for good", p, err)
+		}
+	}
+	if n := reads.Load(); n != 1 {
+		t.Errorf("three calls from a namespace that does not exist read it %d times, want once", n)
 	}
 }
 

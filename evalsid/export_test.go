@@ -1,6 +1,12 @@
 package evalsid
 
-import "k8s.io/client-go/tools/cache"
+import (
+	"context"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
 
 // MissNewClasses makes c's cache of SandboxClasses miss every class, as a watch does that has
 // not yet brought a class made a moment ago.
@@ -19,3 +25,14 @@ func MissNewNamespaces(c *Cluster) { c.namespaces = missingNamespaces{c.namespac
 type missingNamespaces struct{ namespaceLabels }
 
 func (missingNamespaces) Labels(string) (map[string]string, bool) { return nil, false }
+
+// CountNamespaceReads counts the Namespaces c reads from the API server from now on.
+func CountNamespaceReads(c *Cluster) *atomic.Int32 {
+	var n atomic.Int32
+	read := c.readNamespace
+	c.readNamespace = func(ctx context.Context, name string) (*corev1.Namespace, error) {
+		n.Add(1)
+		return read(ctx, name)
+	}
+	return &n
+}
