@@ -448,3 +448,31 @@ func TestNamespaceRestriction(t *testing.T) {
 		t.Error("an engine restricted to another namespace wrote the status")
 	}
 }
+
+// TestRefusedPodsAreSaid runs pools in a namespace that enforces the restricted Pod Security
+// level: an Evaluator's pods meet it and roll out; a CheckpointServer's vLLM pods run as the
+// image's user (root), which the API server refuses, and its Ready condition says so with the
+// API server's words, where the Deployment's replica counts alone would only say 0 of 1.
+func TestRefusedPodsAreSaid(t *testing.T) {
+	ctx := testContext(t)
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"generateName": "restricted-", "labels": map[string]any{"pod-security.kubernetes.io/enforce": "restricted"}}}}
+	got, err := client(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "").Create(ctx, ns, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := got.GetName()
+	startEngine(t, Config{Namespace: name})
+	create(t, ctx, evalsi.Evaluators, name, "Evaluator", "judge", map[string]any{"replicas": int64(1)})
+	create(t, ctx, evalsi.CheckpointServers, name, "CheckpointServer", "rooted", map[string]any{"model": "adapter-step-900"})
+	waitReady(t, ctx, evalsi.Evaluators, name, "judge", "True", "Available")
+	clustertest.Eventually(t, ctx, "the refusal said", func() error {
+		obj := getObj(t, ctx, evalsi.CheckpointServers, name, "rooted")
+		status, reason, msg := readyCondition(obj)
+		if status != "False" || reason != evalsi.ReasonRollingOut ||
+			!strings.Contains(msg, "Deployment rooted-vllm cannot create its pods") || !strings.Contains(msg, `violates PodSecurity "restricted`) {
+			return fmt.Errorf("Ready=%s %s: %s", status, reason, msg)
+		}
+		return nil
+	})
+}

@@ -85,7 +85,24 @@ type rolloutCounts struct {
 	ReadyReplicas      int64 `json:"readyReplicas"`
 	UpdatedReplicas    int64 `json:"updatedReplicas"`
 	AvailableReplicas  int64 `json:"availableReplicas"`
+	// PodsRefused is the message of the Deployment's ReplicaFailure condition while it is True:
+	// the API server refuses its pods (a quota, the namespace's PodSecurity level, a LimitRange),
+	// which no count says.
+	PodsRefused string `json:"-"`
 }
+
+// deploymentStatusJSON is a Deployment's status as JSON, as far as a Child reads it.
+type deploymentStatusJSON struct {
+	rolloutCounts
+	Conditions []struct {
+		Type    string `json:"type"`
+		Status  string `json:"status"`
+		Message string `json:"message"`
+	} `json:"conditions"`
+}
+
+// replicaFailure is the Deployment condition type that says its pods cannot be created.
+const replicaFailure = "ReplicaFailure"
 
 // ownerPlaceholder stands for the controller owner's UID in an interned field set.
 const ownerPlaceholder = "<controller-owner-uid>"
@@ -180,8 +197,15 @@ func (j *childJSON) cached() (*Child, error) {
 	if len(j.Status) == 0 {
 		return c, nil
 	}
-	if err := json.Unmarshal(j.Status, &c.deployment.status); err != nil {
+	var st deploymentStatusJSON
+	if err := json.Unmarshal(j.Status, &st); err != nil {
 		return nil, fmt.Errorf("decoding the status of Deployment %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	c.deployment.status = st.rolloutCounts
+	for _, cond := range st.Conditions {
+		if cond.Type == replicaFailure && cond.Status == "True" {
+			c.deployment.status.PodsRefused = cond.Message
+		}
 	}
 	return c, nil
 }

@@ -235,9 +235,9 @@ func decodeChildMessage(apiVersion, kind string, msg []byte) (*Child, error) {
 	return j.cached()
 }
 
-// decodeRolloutCounts decodes the counts of a DeploymentStatus.
+// decodeRolloutCounts decodes the counts of a DeploymentStatus, and its ReplicaFailure.
 func decodeRolloutCounts(msg []byte, out *rolloutCounts) error {
-	return eachField(msg, func(num protowire.Number, v uint64, _ []byte) error {
+	return eachField(msg, func(num protowire.Number, v uint64, b []byte) error {
 		switch num {
 		case 1:
 			out.ObservedGeneration = int64(v)
@@ -247,11 +247,34 @@ func decodeRolloutCounts(msg []byte, out *rolloutCounts) error {
 			out.UpdatedReplicas = int64(int32(v))
 		case 4:
 			out.AvailableReplicas = int64(int32(v))
+		case 6:
+			return decodeReplicaFailure(b, out)
 		case 7:
 			out.ReadyReplicas = int64(int32(v))
 		}
 		return nil
 	})
+}
+
+// decodeReplicaFailure decodes a DeploymentCondition (type 1, status 2, message 5) into
+// out.PodsRefused when it is a True ReplicaFailure.
+func decodeReplicaFailure(msg []byte, out *rolloutCounts) error {
+	var typ, status, message string
+	err := eachField(msg, func(num protowire.Number, _ uint64, b []byte) error {
+		switch num {
+		case 1:
+			typ = string(b)
+		case 2:
+			status = string(b)
+		case 5:
+			message = string(b)
+		}
+		return nil
+	})
+	if err == nil && typ == replicaFailure && status == "True" {
+		out.PodsRefused = message
+	}
+	return err
 }
 
 // decodeObjectMeta decodes the fields of an ObjectMeta a Child keeps into j.Metadata. Of the

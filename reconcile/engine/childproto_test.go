@@ -54,7 +54,7 @@ func deploymentProtobuf(t testing.TB) []byte {
 }
 
 // A child read from protobuf is the Child read from its JSON: identity, owner, spec hash, the
-// operator's field set, replicas and rollout counts.
+// operator's field set, replicas, rollout counts and the refusal of its pods.
 func TestProtobufChildIsTheJSONChild(t *testing.T) {
 	fromJSON, err := decodeChild([]byte(deploymentJSON))
 	if err != nil {
@@ -67,7 +67,8 @@ func TestProtobufChildIsTheJSONChild(t *testing.T) {
 	if diff := cmp.Diff(fromJSON, fromProtobuf, sameChild); diff != "" {
 		t.Errorf("protobuf against JSON (-json +protobuf):\n%s", diff)
 	}
-	if fromProtobuf.deployment == nil || fromProtobuf.deployment.status.ReadyReplicas != 2 || fromProtobuf.specHash != "h1" {
+	if fromProtobuf.deployment == nil || fromProtobuf.deployment.status.ReadyReplicas != 2 || fromProtobuf.specHash != "h1" ||
+		fromProtobuf.deployment.status.PodsRefused != `pods "pool-7c9d" is forbidden: exceeded quota: compute` {
 		t.Errorf("the Deployment lost what a Child keeps: %+v", fromProtobuf)
 	}
 }

@@ -23,7 +23,8 @@ const deploymentJSON = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{
 "managedFields":[{"manager":"evalsi-operator","operation":"Apply","apiVersion":"apps/v1","fieldsV1":{"f:metadata":{"f:ownerReferences":{"k:{\"uid\":\"o1\"}":{}}},"f:spec":{"f:replicas":{}}}},
 {"manager":"kube-controller-manager","operation":"Update","subresource":"status","fieldsV1":{"f:status":{"f:replicas":{}}}}]},
 "spec":{"replicas":3,"template":{"spec":{"containers":[{"name":"c","image":"i"}]}}},
-"status":{"observedGeneration":2,"replicas":3,"readyReplicas":2,"updatedReplicas":3,"availableReplicas":2,"conditions":[{"type":"Available","status":"True"}]}}`
+"status":{"observedGeneration":2,"replicas":3,"readyReplicas":2,"updatedReplicas":3,"availableReplicas":2,"conditions":[{"type":"Available","status":"True"},
+{"type":"ReplicaFailure","status":"True","reason":"FailedCreate","message":"pods \"pool-7c9d\" is forbidden: exceeded quota: compute"}]}}`
 
 func TestChildWatchDecodesEachEvent(t *testing.T) {
 	stream := `{"type":"ADDED","object":` + deploymentJSON + "}\n" +
@@ -62,7 +63,8 @@ func TestChildWatchDecodesEachEvent(t *testing.T) {
 	if diff := cmp.Diff(wantMeta, metadataOf(t, added)); diff != "" {
 		t.Errorf("metadata (-want +got):\n%s", diff)
 	}
-	want := &deployment{replicas: &replicas, status: rolloutCounts{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3, AvailableReplicas: 2}}
+	want := &deployment{replicas: &replicas, status: rolloutCounts{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3, AvailableReplicas: 2,
+		PodsRefused: `pods "pool-7c9d" is forbidden: exceeded quota: compute`}}
 	if diff := cmp.Diff(want, added.deployment, cmp.AllowUnexported(deployment{})); diff != "" || added.specHash != "h1" {
 		t.Errorf("Deployment (-want +got):\n%s, spec hash %q", diff, added.specHash)
 	}

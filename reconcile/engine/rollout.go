@@ -12,7 +12,8 @@ type Rollout struct {
 
 // RolloutOf reads a Deployment's rollout from its status: done when the Deployment controller has
 // seen the current generation, every desired replica runs the current template, no old pod is
-// left and the updated ones are available. A nil Deployment is not rolled out.
+// left and the updated ones are available. A nil Deployment is not rolled out. While it is not
+// done and the API server refuses its pods, the message says why.
 func RolloutOf(d *Child) Rollout {
 	if d == nil {
 		return Rollout{Message: "waiting for the Deployment to be created"}
@@ -38,6 +39,9 @@ func RolloutOf(d *Child) Rollout {
 		r.Message = fmt.Sprintf("Deployment %s: %d of %d replicas are available", d.Name, available, updated)
 	default:
 		r.Done = true
+	}
+	if !r.Done && st.PodsRefused != "" {
+		r.Message = fmt.Sprintf("Deployment %s cannot create its pods: %s", d.Name, st.PodsRefused)
 	}
 	return r
 }
