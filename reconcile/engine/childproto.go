@@ -257,22 +257,23 @@ func decodeRolloutCounts(msg []byte, out *rolloutCounts) error {
 }
 
 // decodeReplicaFailure decodes a DeploymentCondition (type 1, status 2, message 5) into
-// out.PodsRefused when it is a True ReplicaFailure.
+// out.PodsRefused when it is a True ReplicaFailure; the others (every Deployment has some) cost
+// no allocation.
 func decodeReplicaFailure(msg []byte, out *rolloutCounts) error {
-	var typ, status, message string
+	var typ, status, message []byte
 	err := eachField(msg, func(num protowire.Number, _ uint64, b []byte) error {
 		switch num {
 		case 1:
-			typ = string(b)
+			typ = b
 		case 2:
-			status = string(b)
+			status = b
 		case 5:
-			message = string(b)
+			message = b
 		}
 		return nil
 	})
-	if err == nil && typ == replicaFailure && status == "True" {
-		out.PodsRefused = message
+	if err == nil && string(typ) == replicaFailure && string(status) == "True" {
+		out.PodsRefused = string(message)
 	}
 	return err
 }
