@@ -57,14 +57,16 @@ func (n *Namespaces) Watch(ctx context.Context, kube kubernetes.Interface, only 
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 30*time.Minute)
 	inf := factory.Core().V1().Namespaces().Informer()
-	set := func(o any) {
+	set := func(o any, synced bool) {
 		if ns, ok := o.(*corev1.Namespace); ok {
-			n.set(ns.Name, ns.Labels, inf.HasSynced())
+			n.set(ns.Name, ns.Labels, synced)
 		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { set(o) },
-		UpdateFunc: func(_, o any) { set(o) },
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		// An Add of the first list is no change, even when the informer has synced before this
+		// handler reaches it (handlers run behind the store).
+		AddFunc:    func(o any, initial bool) { set(o, !initial) },
+		UpdateFunc: func(_, o any) { set(o, inf.HasSynced()) },
 		DeleteFunc: func(o any) {
 			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 				o = d.Obj

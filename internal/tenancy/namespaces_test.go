@@ -118,4 +118,12 @@ func TestNamespacesFollowBindings(t *testing.T) {
 		}
 		return nil
 	})
+	// The namespaces of the first read (team-a, default, kube-system, ...) are no change.
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ns := range changed {
+		if ns != "team-b" && ns != "team-a-notebooks" {
+			t.Errorf("told of %s, which was there before the first read and did not change", ns)
+		}
+	}
 }
