@@ -62,11 +62,13 @@ func (n *Namespaces) Watch(ctx context.Context, kube kubernetes.Interface, only 
 			n.set(ns.Name, ns.Labels, synced)
 		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		// An Add of the first list is no change, even when the informer has synced before this
-		// handler reaches it (handlers run behind the store).
+	// The handler runs behind the informer's store, so the first read is done when the handler
+	// has seen the first list (reg.HasSynced), not when the store has (inf.HasSynced): else a
+	// namespace of that list could be unknown, then told of as new.
+	var reg cache.ResourceEventHandlerRegistration
+	reg, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(o any, initial bool) { set(o, !initial) },
-		UpdateFunc: func(_, o any) { set(o, inf.HasSynced()) },
+		UpdateFunc: func(_, o any) { set(o, reg.HasSynced()) },
 		DeleteFunc: func(o any) {
 			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 				o = d.Obj
@@ -78,7 +80,7 @@ func (n *Namespaces) Watch(ctx context.Context, kube kubernetes.Interface, only 
 	})
 	factory.Start(ctx.Done())
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 			n.mu.Lock()
 			n.synced = true
 			n.mu.Unlock()
