@@ -1,6 +1,9 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Rollout is how far a Deployment has rolled out its current spec.
 type Rollout struct {
@@ -41,7 +44,20 @@ func RolloutOf(d *Child) Rollout {
 		r.Done = true
 	}
 	if !r.Done && st.PodsRefused != "" {
-		r.Message = fmt.Sprintf("Deployment %s cannot create its pods: %s", d.Name, st.PodsRefused)
+		r.Message = fmt.Sprintf("Deployment %s cannot create its pods: %s", d.Name, withoutPodName(st.PodsRefused))
 	}
 	return r
+}
+
+// withoutPodName is the API server's refusal of a pod without the pod's name, which the
+// ReplicaSet draws anew at each try: the condition's message stays the same while the cause does.
+func withoutPodName(refusal string) string {
+	const forbidden = `" is forbidden: `
+	if !strings.HasPrefix(refusal, `pods "`) {
+		return refusal
+	}
+	if i := strings.Index(refusal, forbidden); i > 0 {
+		return refusal[i+len(forbidden):]
+	}
+	return refusal
 }

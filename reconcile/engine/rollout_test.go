@@ -17,7 +17,7 @@ func TestRolloutOf(t *testing.T) {
 		done bool
 		want string // in the message, when set
 	}{
-		"pods refused":                          {d: deploymentWith(2, new(int64(1)), refused), want: `Deployment d cannot create its pods: pods "d-7c9d" is forbidden: violates PodSecurity`},
+		"pods refused":                          {d: deploymentWith(2, new(int64(1)), refused), want: `Deployment d cannot create its pods: violates PodSecurity "restricted:latest"`},
 		"no deployment yet":                     {d: nil, done: false},
 		"new spec not yet observed":             {d: deploymentWith(2, new(int64(1)), rolloutCounts{ObservedGeneration: 1, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}), done: false},
 		"old revision's replica still serving":  {d: deploymentWith(2, new(int64(1)), rolloutCounts{ObservedGeneration: 2, Replicas: 1, UpdatedReplicas: 0, ReadyReplicas: 1, AvailableReplicas: 1}), done: false},
