@@ -75,15 +75,7 @@ func TestReferencesHeldWithoutTheWebhook(t *testing.T) {
 		"an API key Secret she may get":        {obj: checkpointServer("keyed-ok", map[string]any{"apiKeySecret": map[string]any{"name": "model-key"}})},
 		"a Secret in a CheckpointServer's env": {obj: checkpointServer("env", map[string]any{"env": []any{secretEnv("db-password")}}), want: "db-password"},
 	} {
-		t.Run(name, func(t *testing.T) {
-			err := try(tc.obj)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("refused: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Errorf("%v, want a refusal containing %q", err, tc.want)
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkAdmission(t, try(tc.obj), tc.want) })
 	}
 
 	// An Evaluator an administrator made with db-password: tina may label it, not change its spec.
@@ -146,26 +138,18 @@ func TestRunKeysHeldByTheAPIServer(t *testing.T) {
 		}
 		return nil
 	})
-	check := func(t *testing.T, cases map[string]struct {
-		user   string
-		target map[string]any
-		want   string // "" admits
-	}) {
-		for name, tc := range cases {
-			err := try(tc.user, tc.target)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("%s: refused: %v", name, err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Errorf("%s: %v, want a refusal containing %q", name, err, tc.want)
-			}
-		}
-	}
-	check(t, map[string]struct {
+	// keyedRun is a run rita or sam creates, and the refusal it gets ("" admits).
+	type keyedRun struct {
 		user   string
 		target map[string]any
 		want   string
-	}{
+	}
+	check := func(cases map[string]keyedRun) {
+		for name, tc := range cases {
+			t.Run(name, func(t *testing.T) { checkAdmission(t, try(tc.user, tc.target), tc.want) })
+		}
+	}
+	check(map[string]keyedRun{
 		"an endpoint without a key":           {user: "rita", target: endpoint("")},
 		"a key sent to rita's endpoint":       {user: "rita", target: endpoint("OPENAI_API_KEY"), want: "names the key OPENAI_API_KEY, which the evaluation workers would send to the target; rita may not get the Secrets of " + ns},
 		"a key sent to a CheckpointServer":    {user: "rita", target: checkpoint, want: "run-key.evals.si/VLLM_API_KEY=allowed"},
@@ -182,13 +166,21 @@ func TestRunKeysHeldByTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, ctx, "the opened key admitted", func() error { return try("rita", endpoint("OPENAI_API_KEY")) })
-	check(t, map[string]struct {
-		user   string
-		target map[string]any
-		want   string
-	}{
+	check(map[string]keyedRun{
 		"the opened key":            {user: "rita", target: endpoint("OPENAI_API_KEY")},
 		"a key that was not opened": {user: "rita", target: endpoint("ANTHROPIC_API_KEY"), want: "ANTHROPIC_API_KEY"},
 		"the CheckpointServer's":    {user: "rita", target: checkpoint, want: "VLLM_API_KEY"},
 	})
+}
+
+// checkAdmission fails t unless err is what a create should get: none when want is "", else a
+// refusal containing want.
+func checkAdmission(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("refused: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Errorf("%v, want a refusal containing %q", err, want)
+	}
 }

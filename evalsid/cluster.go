@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -44,18 +43,15 @@ type Cluster struct {
 	readNamespace func(ctx context.Context, name string) (*corev1.Namespace, error)
 	// only, when set, is the one namespace whose callers the server serves.
 	only string
-
-	absentMu sync.Mutex
-	// absent holds, until each time, the namespaces the API server said do not exist, so that a
-	// token outliving its namespace costs a read every absentFor rather than one per call.
-	absent map[string]time.Time
+	// absent holds the namespaces the API server said do not exist, each for absentFor, so that
+	// a token outliving its namespace costs a read every absentFor rather than one per call.
+	absent *utilcache.LRUExpireCache
 }
 
 // absentFor is how long a namespace the API server said does not exist is believed absent.
 const absentFor = 10 * time.Second
 
-// absentKept bounds absent: past it, entries whose time has passed are dropped, and if none
-// has, all of them.
+// absentKept bounds absent (the least recently used go first).
 const absentKept = 1024
 
 // namespaceLabels is the cache of Namespaces' labels (tenancy.Namespaces).
@@ -89,7 +85,7 @@ func WatchCluster(ctx context.Context, cfg *rest.Config, only string) (*Cluster,
 		return kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 	}
 	return &Cluster{namespaces: tenancy.WatchNamespaces(ctx, kube, only), classes: classes,
-		readClass: readClass, readNamespace: readNamespace, only: only}, nil
+		readClass: readClass, readNamespace: readNamespace, only: only, absent: utilcache.NewLRUExpireCache(absentKept)}, nil
 }
 
 // Project returns the project namespace acts in.
@@ -115,7 +111,7 @@ func (c *Cluster) labels(namespace string) (map[string]string, error) {
 	if labels, ok := c.namespaces.Labels(namespace); ok {
 		return labels, nil
 	}
-	if c.believedAbsent(namespace, time.Now()) {
+	if _, gone := c.absent.Get(namespace); gone {
 		return nil, fmt.Errorf("namespace %s: %w", namespace, errNoNamespace)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), missReadTimeout)
@@ -123,36 +119,12 @@ func (c *Cluster) labels(namespace string) (map[string]string, error) {
 	ns, err := c.readNamespace(ctx, namespace)
 	switch {
 	case apierrors.IsNotFound(err):
-		c.markAbsent(namespace, time.Now())
+		c.absent.Add(namespace, true, absentFor)
 		return nil, fmt.Errorf("namespace %s: %w", namespace, errNoNamespace)
 	case err != nil:
 		return nil, fmt.Errorf("reading Namespace %s: %v: %w", namespace, err, ErrNotKnownYet)
 	}
 	return ns.Labels, nil
-}
-
-// believedAbsent reports whether the API server said, less than absentFor before now, that
-// namespace does not exist.
-func (c *Cluster) believedAbsent(namespace string, now time.Time) bool {
-	c.absentMu.Lock()
-	defer c.absentMu.Unlock()
-	return now.Before(c.absent[namespace])
-}
-
-// markAbsent records that the API server said at now that namespace does not exist.
-func (c *Cluster) markAbsent(namespace string, now time.Time) {
-	c.absentMu.Lock()
-	defer c.absentMu.Unlock()
-	if c.absent == nil {
-		c.absent = map[string]time.Time{}
-	}
-	if len(c.absent) >= absentKept {
-		maps.DeleteFunc(c.absent, func(_ string, until time.Time) bool { return !now.Before(until) })
-		if len(c.absent) >= absentKept {
-			clear(c.absent)
-		}
-	}
-	c.absent[namespace] = now.Add(absentFor)
 }
 
 // MayUseClass reports whether namespace may use the SandboxClass class.

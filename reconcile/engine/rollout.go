@@ -52,12 +52,8 @@ func RolloutOf(d *Child) Rollout {
 // withoutPodName is the API server's refusal of a pod without the pod's name, which the
 // ReplicaSet draws anew at each try: the condition's message stays the same while the cause does.
 func withoutPodName(refusal string) string {
-	const forbidden = `" is forbidden: `
-	if !strings.HasPrefix(refusal, `pods "`) {
-		return refusal
-	}
-	if i := strings.Index(refusal, forbidden); i > 0 {
-		return refusal[i+len(forbidden):]
+	if _, reason, ok := strings.Cut(refusal, `" is forbidden: `); ok && strings.HasPrefix(refusal, `pods "`) {
+		return reason
 	}
 	return refusal
 }
