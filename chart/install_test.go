@@ -309,9 +309,7 @@ func TestAggregatedRoles(t *testing.T) {
 	installCRDsChart(t)
 	cs := env.Clientset()
 	ns := "team-roles"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	activeNamespace(t, ctx, ns, nil)
 	for user, role := range map[string]string{"alice": "edit", "bob": "view"} {
 		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},

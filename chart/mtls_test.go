@@ -30,9 +30,7 @@ func TestMutualTLSWithSecrets(t *testing.T) {
 	installCRDsChart(t)
 	cs := env.Clientset()
 	ns := "team-m"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	activeNamespace(t, ctx, ns, nil)
 
 	ca, caKey, err := pki.NewCA("team-m-ca", time.Hour)
 	if err != nil {

@@ -11,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	"evals.si/operator/cluster/clustertest"
 )
@@ -26,18 +24,13 @@ func TestReferencesHeldWithoutTheWebhook(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	installCRDsChart(t)
-	cs := env.Clientset()
 	ns := "references-test"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	activeNamespace(t, ctx, ns, nil)
 	grant(t, ctx, ns, "tina", []rbacv1.PolicyRule{
 		{APIGroups: []string{"evals.si"}, Resources: []string{"evaluators", "checkpointservers"}, Verbs: []string{"get", "create", "update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"model-key"}, Verbs: []string{"get"}},
 	}, "tina")
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "tina", Groups: []string{"system:authenticated"}}
-	tina := dynamic.NewForConfigOrDie(cfg)
+	tina := impersonate("tina")
 
 	secretEnv := func(secret string) map[string]any {
 		return map[string]any{"name": "KEY", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": secret, "key": "api-key"}}}
@@ -106,17 +99,10 @@ func TestRunKeysHeldByTheAPIServer(t *testing.T) {
 	installCRDsChart(t)
 	cs := env.Clientset()
 	ns := "run-keys-test"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	activeNamespace(t, ctx, ns, nil)
 	runs := rbacv1.PolicyRule{APIGroups: []string{"evals.si"}, Resources: []string{"evalruns"}, Verbs: []string{"get", "create"}}
 	grant(t, ctx, ns, "run-writer", []rbacv1.PolicyRule{runs}, "rita")
 	grant(t, ctx, ns, "secret-reader", []rbacv1.PolicyRule{runs, {APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}, "sam")
-	as := func(user string) dynamic.Interface {
-		cfg := rest.CopyConfig(env.Config)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
-		return dynamic.NewForConfigOrDie(cfg)
-	}
 	run := func(target map[string]any) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
 			"metadata": map[string]any{"generateName": "keyed-", "namespace": ns}, "spec": map[string]any{"suite": "smoke", "target": target}}}
@@ -130,7 +116,7 @@ func TestRunKeysHeldByTheAPIServer(t *testing.T) {
 	}
 	checkpoint := map[string]any{"checkpointServer": "step-4000", "apiKeyEnv": "VLLM_API_KEY"}
 	try := func(user string, target map[string]any) error {
-		return create(ctx, as(user), evalsi("evalruns"), ns, run(target))
+		return create(ctx, impersonate(user), evalsi("evalruns"), ns, run(target))
 	}
 	clustertest.Eventually(t, ctx, "the run keys policy in force", func() error {
 		if err := try("rita", endpoint("OPENAI_API_KEY")); err == nil || !strings.Contains(err.Error(), "evalsi-run-keys") {
