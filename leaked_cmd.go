@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -60,27 +61,38 @@ Example:
 			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "NAMESPACE\tNAME\tAGE\tWHY")
 			now := time.Now()
+			// Every server is judged: one whose owner cannot be read is listed as such, and the
+			// command fails after the list, not at the first.
+			var unread int
 			for i := range list.Items {
 				s := &list.Items[i]
+				age := now.Sub(s.GetCreationTimestamp().Time).Round(time.Second)
 				gone, err := owners.gone(c.Context, s)
 				if err != nil {
-					return err
+					unread++
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.GetNamespace(), s.GetName(), age, "unknown: "+err.Error())
+					continue
 				}
 				if why := leakReason(s, gone, now, c.Duration("older-than")); why != "" {
-					age := now.Sub(s.GetCreationTimestamp().Time).Round(time.Second)
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.GetNamespace(), s.GetName(), age, why)
 				}
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if unread > 0 {
+				return fmt.Errorf("the owners of %d CheckpointServers could not be read (listed as unknown)", unread)
+			}
+			return nil
 		},
 	}
 }
 
-// leakReason says why a watcher's server is leaked, or "" when it is not: gone lists its owners
-// that no longer exist.
-func leakReason(s *unstructured.Unstructured, gone []metav1.OwnerReference, now time.Time, olderThan time.Duration) string {
+// leakReason says why a watcher's server is leaked, or "" when it is not: gone says, of each
+// owner reference that names nothing live, why (ownerLookup.gone).
+func leakReason(s *unstructured.Unstructured, gone []string, now time.Time, olderThan time.Duration) string {
 	if len(gone) > 0 {
-		return fmt.Sprintf("its owner %s %s is gone", gone[0].Kind, gone[0].Name)
+		return strings.Join(gone, "; ")
 	}
 	if len(s.GetOwnerReferences()) > 0 {
 		return ""
@@ -97,18 +109,25 @@ type ownerLookup struct {
 	mapper *restmapper.DeferredDiscoveryRESTMapper
 }
 
-// gone returns the owner references of obj whose objects no longer exist (or exist with another
-// uid: a new object of the same name).
-func (o ownerLookup) gone(ctx context.Context, obj *unstructured.Unstructured) ([]metav1.OwnerReference, error) {
-	var out []metav1.OwnerReference
+// gone says, of each owner reference of obj that names nothing live, why: the owner no longer
+// exists (or exists with another uid: a new object of the same name), or the reference names a
+// kind the API server does not serve, or an apiVersion that is not one, so that it never will.
+// It fails only when an owner could not be read.
+func (o ownerLookup) gone(ctx context.Context, obj *unstructured.Unstructured) ([]string, error) {
+	var out []string
 	for _, ref := range obj.GetOwnerReferences() {
 		gv, err := schema.ParseGroupVersion(ref.APIVersion)
 		if err != nil {
-			return nil, fmt.Errorf("%s/%s: owner apiVersion %q: %w", obj.GetNamespace(), obj.GetName(), ref.APIVersion, err)
+			out = append(out, fmt.Sprintf("its owner reference's apiVersion %q is not one", ref.APIVersion))
+			continue
 		}
 		m, err := o.mapper.RESTMapping(gv.WithKind(ref.Kind).GroupKind(), gv.Version)
+		if meta.IsNoMatchError(err) {
+			out = append(out, fmt.Sprintf("its owner %s %s is of a kind the API server does not serve (%s)", ref.Kind, ref.Name, ref.APIVersion))
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("%s/%s: owner kind %s: %w", obj.GetNamespace(), obj.GetName(), ref.Kind, err)
+			return nil, fmt.Errorf("mapping the owner kind %s: %w", ref.Kind, err)
 		}
 		// Owners of namespaced objects are in the same namespace (or cluster-scoped).
 		ns := obj.GetNamespace()
@@ -117,12 +136,10 @@ func (o ownerLookup) gone(ctx context.Context, obj *unstructured.Unstructured) (
 		}
 		live, err := o.dyn.Resource(m.Resource).Namespace(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		switch {
-		case apierrors.IsNotFound(err):
-			out = append(out, ref)
+		case apierrors.IsNotFound(err), err == nil && live.GetUID() != ref.UID:
+			out = append(out, fmt.Sprintf("its owner %s %s is gone", ref.Kind, ref.Name))
 		case err != nil:
-			return nil, fmt.Errorf("reading the owner %s %s of %s/%s: %w", ref.Kind, ref.Name, obj.GetNamespace(), obj.GetName(), err)
-		case live.GetUID() != ref.UID:
-			out = append(out, ref)
+			return nil, fmt.Errorf("reading the owner %s %s: %w", ref.Kind, ref.Name, err)
 		}
 	}
 	return out, nil

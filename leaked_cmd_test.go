@@ -19,11 +19,13 @@ func TestLeakReason(t *testing.T) {
 	pod := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "watcher", UID: "u"}
 	for name, tc := range map[string]struct {
 		server *unstructured.Unstructured
-		gone   []metav1.OwnerReference
+		gone   []string
 		want   string
 	}{
 		"owned by a live pod, however old": {server(72*time.Hour, pod), nil, ""},
-		"its owner is gone":                {server(time.Minute, pod), []metav1.OwnerReference{pod}, "its owner Pod watcher is gone"},
+		"its owner is gone":                {server(time.Minute, pod), []string{"its owner Pod watcher is gone"}, "its owner Pod watcher is gone"},
+		"two bad references, both said": {server(time.Minute, pod, pod), []string{"its owner Pod watcher is gone", "its owner Job x is of a kind the API server does not serve (batch/v9)"},
+			"its owner Pod watcher is gone; its owner Job x is of a kind the API server does not serve (batch/v9)"},
 		"no owner, younger than the limit": {server(time.Hour, nil...), nil, ""},
 		"no owner, as old as the limit":    {server(6*time.Hour, nil...), nil, "no owner, and older than 6h0m0s"},
 		"no owner, older than the limit":   {server(7*time.Hour, nil...), nil, "no owner, and older than 6h0m0s"},

@@ -13,9 +13,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"evals.si/operator/internal/command"
+	"evals.si/operator/isolation"
 )
 
 func main() {
+	isolation.RunChild() // the probe's user-namespace check starts this binary again as a child
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := execute(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
 	stop()
@@ -56,6 +58,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			webhookCommand(),
 			releaseFinalizersCommand(),
 			leakedServersCommand(),
+			probeCommand(),
 			versionCommand(),
 		},
 		// An unknown command is a usage error, not a help topic.

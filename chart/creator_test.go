@@ -316,6 +316,13 @@ func TestTenantProvisionerIsFenced(t *testing.T) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
+	// It holds no Secret reads: not the operator's TLS Secret in a tenant namespace, not the
+	// webhook's CA key in the platform's.
+	for _, at := range [][2]string{{"team-x", "evalsi-operator-tls"}, {"evalsi-system", "evalsi-webhook-ca"}} {
+		if _, err := p.CoreV1().Secrets(at[0]).Get(ctx, at[1], metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the provisioner reading Secret %s/%s: %v, want Forbidden", at[0], at[1], err)
+		}
+	}
 }
 
 // TestProjectBindingIsGuarded impersonates a GitOps tool that RBAC lets create and label
@@ -329,7 +336,7 @@ func TestProjectBindingIsGuarded(t *testing.T) {
 	installCRDsChart(t)
 	admin := env.Clientset()
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "gitops-namespaces"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create", "update", "patch"}}}}
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces", "namespaces/status", "namespaces/finalize"}, Verbs: []string{"get", "create", "update", "patch"}}}}
 	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -351,6 +358,21 @@ func TestProjectBindingIsGuarded(t *testing.T) {
 		_, err := gitops.CoreV1().Namespaces().Patch(ctx, "bound-b", types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}
+	// Through a subresource: the status and finalize updates keep the labels they send.
+	sub := func(subresource string) error {
+		ns, err := gitops.CoreV1().Namespaces().Get(ctx, "bound-b", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ns.Labels["evals.si/project"] = "team-a"
+		opts := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
+		if subresource == "status" {
+			_, err = gitops.CoreV1().Namespaces().UpdateStatus(ctx, ns, opts)
+		} else {
+			_, err = gitops.CoreV1().Namespaces().Finalize(ctx, ns, opts)
+		}
+		return err
+	}
 	const denied = "only the project binders"
 	clustertest.Eventually(t, ctx, "the binding policy in force", func() error {
 		if err := patch(`{"metadata":{"labels":{"evals.si/project":"team-a"}}}`); err == nil || !strings.Contains(err.Error(), denied) {
@@ -366,6 +388,8 @@ func TestProjectBindingIsGuarded(t *testing.T) {
 		"removing a binding":                      patch(`{"metadata":{"labels":{"evals.si/project":null}}}`),
 		"admitting a namespace to a SandboxClass": patch(`{"metadata":{"labels":{"sandbox.evals.si/bubblewrap":"allowed"}}}`),
 		"opening a key to a namespace's runs":     patch(`{"metadata":{"labels":{"run-key.evals.si/OPENAI_API_KEY":"allowed"}}}`),
+		"rebinding through namespaces/status":     sub("status"),
+		"rebinding through namespaces/finalize":   sub("finalize"),
 	} {
 		if err == nil || !strings.Contains(err.Error(), denied) {
 			t.Errorf("%s: %v, want a denial by evalsi-project-bindings", what, err)

@@ -141,6 +141,7 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		{APIGroups: []string{"", "apps", "batch"}, Resources: []string{"pods", "pods/ephemeralcontainers", "replicationcontrollers", "deployments", "jobs", "cronjobs", "secrets", "services"},
 			Verbs: []string{"get", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"create"}},
 	}
 	for _, n := range []string{ns, sandbox} {
 		activeNamespace(t, ctx, n, nil)
@@ -217,6 +218,34 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 	}
 	sandboxPool := map[string]any{"app.kubernetes.io/managed-by": "evalsi", "app.kubernetes.io/name": "sandboxclass"}
 	const unlabelled = "creates, updates and deletes only objects labelled app.kubernetes.io/managed-by: evalsi"
+	const volumesAllowed = "mount only emptyDir, persistentVolumeClaim and projected service-account token volumes"
+	volume := func(name string, source map[string]any) *unstructured.Unstructured {
+		return deploy("vol-"+name, func(p, _ map[string]any) {
+			source["name"] = name
+			p["volumes"] = append(p["volumes"].([]any), source)
+		})
+	}
+	securityContext := func(name string, pod bool, fields map[string]any) *unstructured.Unstructured {
+		return deploy(name, func(p, c map[string]any) {
+			sc := c["securityContext"].(map[string]any)
+			if pod {
+				sc = p["securityContext"].(map[string]any)
+			}
+			for k, v := range fields {
+				sc[k] = v
+			}
+		})
+	}
+	unconfinedByAnnotation := deploy("apparmor-annotation", nil)
+	unconfinedByAnnotation.Object["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["annotations"] =
+		map[string]any{"container.apparmor.security.beta.kubernetes.io/c": "unconfined"}
+	networkPolicy := func(name string, selects map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+			"metadata": map[string]any{"name": name, "labels": map[string]any{"app.kubernetes.io/managed-by": "evalsi",
+				"app.kubernetes.io/name": "evaluator", "app.kubernetes.io/instance": "judge"}},
+			"spec": map[string]any{"podSelector": map[string]any{"matchLabels": selects}, "policyTypes": []any{"Ingress"}}}}
+	}
+	networkPoliciesGVR := schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}
 	for _, c := range []struct {
 		what string
 		err  error
@@ -237,11 +266,11 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		{"host PID in the sandbox namespace", try(sbd, deploymentsGVR, sandbox, deploy("hostpid", func(p, _ map[string]any) { p["hostPID"] = true })), "no host network, PID or IPC namespace"},
 		{"host path", try(op, deploymentsGVR, ns, deploy("hostpath", func(p, _ map[string]any) {
 			p["volumes"] = []any{map[string]any{"name": "root", "hostPath": map[string]any{"path": "/"}}}
-		})), "mount no host path"},
+		})), volumesAllowed},
 		{"host path in the sandbox namespace", try(sbd, deploymentsGVR, sandbox, workload("Deployment", "hostpath", sandboxPool, restrictedPod(func(p, c map[string]any) {
 			bubblewrap(p, c)
 			p["volumes"] = []any{map[string]any{"name": "root", "hostPath": map[string]any{"path": "/"}}}
-		}))), "mount no host path"},
+		}))), volumesAllowed},
 		{"host port", try(op, deploymentsGVR, ns, deploy("hostport", func(_, c map[string]any) {
 			c["ports"] = []any{map[string]any{"containerPort": int64(80), "hostPort": int64(80)}}
 		})), "use no host port"},
@@ -259,7 +288,23 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		{"a CronJob as the operator", try(op, cronJobsGVR, ns, workload("CronJob", "cron", managedByEvals, restrictedPod(func(p, _ map[string]any) { p["serviceAccountName"] = "evalsi-operator" }))), "never run as one of the platform's service accounts"},
 		{"a ReplicationController with a host path", try(op, rcsGVR, ns, workload("ReplicationController", "rc", managedByEvals, restrictedPod(func(p, _ map[string]any) {
 			p["volumes"] = []any{map[string]any{"name": "root", "hostPath": map[string]any{"path": "/"}}}
-		}))), "mount no host path"},
+		}))), volumesAllowed},
+		{"the namespace's default account", try(op, deploymentsGVR, ns, deploy("as-default", func(p, _ map[string]any) { p["serviceAccountName"] = "default" })), "never the namespace's default account"},
+		{"no account named", try(op, deploymentsGVR, ns, deploy("no-sa", func(p, _ map[string]any) { delete(p, "serviceAccountName") })), "never the namespace's default account"},
+		{"an NFS volume", try(op, deploymentsGVR, ns, volume("nfs", map[string]any{"nfs": map[string]any{"server": "10.0.0.1", "path": "/"}})), volumesAllowed},
+		{"an iSCSI volume", try(op, deploymentsGVR, ns, volume("iscsi", map[string]any{"iscsi": map[string]any{"targetPortal": "10.0.0.1:3260", "iqn": "iqn.2001-04.com.example:storage", "lun": int64(0)}})), volumesAllowed},
+		{"a CSI volume", try(op, deploymentsGVR, ns, volume("csi", map[string]any{"csi": map[string]any{"driver": "secrets-store.csi.k8s.io"}})), volumesAllowed},
+		{"an image volume", try(op, deploymentsGVR, ns, volume("image", map[string]any{"image": map[string]any{"reference": "evil/tools:1"}})), volumesAllowed},
+		{"a Secret volume", try(op, deploymentsGVR, ns, volume("secret", map[string]any{"secret": map[string]any{"secretName": "db"}})), volumesAllowed},
+		{"a Secret in a projected volume", try(op, deploymentsGVR, ns, volume("projected", map[string]any{"projected": map[string]any{"sources": []any{map[string]any{"secret": map[string]any{"name": "db"}}}}})), volumesAllowed},
+		{"AppArmor unconfined (pod)", try(op, deploymentsGVR, ns, securityContext("apparmor-pod", true, map[string]any{"appArmorProfile": map[string]any{"type": "Unconfined"}})), "never run AppArmor unconfined"},
+		{"AppArmor unconfined (container)", try(op, deploymentsGVR, ns, securityContext("apparmor-c", false, map[string]any{"appArmorProfile": map[string]any{"type": "Unconfined"}})), "never run AppArmor unconfined"},
+		{"AppArmor unconfined (annotation)", try(op, deploymentsGVR, ns, unconfinedByAnnotation), "never run AppArmor unconfined"},
+		{"SELinux spc_t", try(op, deploymentsGVR, ns, securityContext("selinux-type", false, map[string]any{"seLinuxOptions": map[string]any{"type": "spc_t"}})), "set no SELinux user or role"},
+		{"SELinux user", try(op, deploymentsGVR, ns, securityContext("selinux-user", true, map[string]any{"seLinuxOptions": map[string]any{"user": "system_u"}})), "set no SELinux user or role"},
+		{"a NetworkPolicy selecting every pod", try(op, networkPoliciesGVR, ns, networkPolicy("everyone", map[string]any{})), "select only their owner's pods"},
+		{"a NetworkPolicy selecting another owner's pods", try(op, networkPoliciesGVR, ns, networkPolicy("other", map[string]any{
+			"app.kubernetes.io/name": "evaluator", "app.kubernetes.io/instance": "someone-else"})), "select only their owner's pods"},
 		{"a privileged ephemeral container", debug, "runs no privileged container"},
 		{"a token request", token, "requests no service-account tokens"},
 		{"service-account token Secret", try(op, secretsGVR, ns, tokenSecret), "makes no service-account token Secrets"},
@@ -280,8 +325,15 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		pod["hostUsers"] = false
 	}
 	for what, err := range map[string]error{
-		"the operator's restricted Deployment":            try(op, deploymentsGVR, ns, deploy("good", nil)),
-		"a CheckpointServer's Deployment (default SA)":    try(op, deploymentsGVR, ns, deploy("vllm", func(p, _ map[string]any) { delete(p, "serviceAccountName"); delete(p, "volumes") })),
+		"the operator's restricted Deployment": try(op, deploymentsGVR, ns, deploy("good", nil)),
+		"a CheckpointServer's Deployment": try(op, deploymentsGVR, ns, deploy("vllm", func(p, _ map[string]any) {
+			p["serviceAccountName"] = "vllm"
+			p["volumes"] = []any{
+				map[string]any{"name": "dshm", "emptyDir": map[string]any{"medium": "Memory"}},
+				map[string]any{"name": "checkpoints", "persistentVolumeClaim": map[string]any{"claimName": "ckpt", "readOnly": true}}}
+		})),
+		"a pool's NetworkPolicy":                          try(op, networkPoliciesGVR, ns, networkPolicy("judge", map[string]any{"app.kubernetes.io/name": "evaluator", "app.kubernetes.io/instance": "judge"})),
+		"SELinux container_t":                             try(op, deploymentsGVR, ns, securityContext("selinux-ok", false, map[string]any{"seLinuxOptions": map[string]any{"type": "container_t"}})),
 		"a restricted Job":                                try(op, jobsGVR, ns, workload("Job", "good-job", managedByEvals, restrictedPod(nil))),
 		"a privileged bubblewrap pool in the sandbox":     try(sbd, deploymentsGVR, sandbox, workload("Deployment", "bwrap", sandboxPool, restrictedPod(bubblewrap))),
 		"a user-namespace bubblewrap pool in the sandbox": try(sbd, deploymentsGVR, sandbox, workload("Deployment", "bwrap-userns", sandboxPool, restrictedPod(userns))),

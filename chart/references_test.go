@@ -29,8 +29,14 @@ func TestReferencesHeldWithoutTheWebhook(t *testing.T) {
 	grant(t, ctx, ns, "tina", []rbacv1.PolicyRule{
 		{APIGroups: []string{"evals.si"}, Resources: []string{"evaluators", "checkpointservers"}, Verbs: []string{"get", "create", "update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"model-key"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}},
 	}, "tina")
 	tina := impersonate("tina")
+	// cora may write Evaluators and CheckpointServers but not create pods (evalsi-tenant-access).
+	grant(t, ctx, ns, "cora", []rbacv1.PolicyRule{
+		{APIGroups: []string{"evals.si"}, Resources: []string{"evaluators", "checkpointservers"}, Verbs: []string{"get", "create", "update", "patch"}},
+	}, "cora")
+	cora := impersonate("cora")
 
 	secretEnv := func(secret string) map[string]any {
 		return map[string]any{"name": "KEY", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": secret, "key": "api-key"}}}
@@ -69,6 +75,20 @@ func TestReferencesHeldWithoutTheWebhook(t *testing.T) {
 		"a Secret in a CheckpointServer's env": {obj: checkpointServer("env", map[string]any{"env": []any{secretEnv("db-password")}}), want: "db-password"},
 	} {
 		t.Run(name, func(t *testing.T) { checkAdmission(t, try(tc.obj), tc.want) })
+	}
+	imaged := evaluator("imaged")
+	imaged.Object["spec"].(map[string]any)["image"] = "cora/tool:1"
+	for name, tc := range map[string]struct {
+		obj  *unstructured.Unstructured
+		want string // "" admits
+	}{
+		"cora's CheckpointServer":                {obj: checkpointServer("cora-vllm", map[string]any{}), want: "a CheckpointServer runs an image and arguments of its writer's choosing, which is creating a pod: cora may not create pods in " + ns},
+		"cora's Evaluator with an image":         {obj: imaged, want: "spec.image runs an image of its writer's choosing, which is creating a pod: cora may not create pods in " + ns},
+		"cora's Evaluator of the platform image": {obj: evaluator("cora-plain")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			checkAdmission(t, create(ctx, cora, evalsi(strings.ToLower(tc.obj.GetKind())+"s"), ns, tc.obj), tc.want)
+		})
 	}
 
 	// An Evaluator an administrator made with db-password: tina may label it, not change its spec.

@@ -78,6 +78,10 @@ const QueueReaderServiceAccount = "evalsi-queue-reader"
 // their creator.
 const OperatorServiceAccount = "evalsi-operator"
 
+// OperatorBinary is this repository's binary, on PATH in the operator image and every image
+// built FROM it (the platform and plugin images).
+const OperatorBinary = "evalsi-operator"
+
 // FieldManager is the one field manager of every write the operator makes (and of the webhook's
 // dry runs of what it would apply), so that server-side apply knows the fields as the operator's.
 const FieldManager = "evalsi-operator"
@@ -196,6 +200,9 @@ const (
 	// ConditionComplete and ConditionFailed say how an EvalRun's run ended, as a Job's do.
 	ConditionComplete = "Complete"
 	ConditionFailed   = "Failed"
+	// ConditionIsolated says, on a SandboxClass, whether its pool's pods meet the rung's
+	// isolation floor, by what their probe found.
+	ConditionIsolated = "Isolated"
 )
 
 // Reasons of conditions.
@@ -221,6 +228,9 @@ const (
 	ReasonUnauthenticated          = "Unauthenticated"
 	ReasonPermissionDenied         = "PermissionDenied"
 	ReasonAPIError                 = "APIError"
+	ReasonFloorMet                 = "FloorMet"
+	ReasonFloorNotMet              = "FloorNotMet"
+	ReasonProbing                  = "Probing"
 )
 
 // Phases of an EvalRun's run; a terminal phase is also the reason of its conditions.

@@ -145,4 +145,15 @@ spec:
 	if out := leaked("0s"); !strings.Contains(out, "step-1200") || !strings.Contains(out, "no owner") {
 		t.Errorf("a server without an owner not listed as leaked:\n%s", out)
 	}
+	// One whose owner reference names a kind nobody serves is listed, and the listing goes on
+	// past it: servers are listed by name, so step-1150 comes before step-1200.
+	kubectl("apiVersion: evals.si/v1alpha1\nkind: CheckpointServer\nmetadata:\n  name: step-1150\n  labels: {app.kubernetes.io/managed-by: evalsi}\n"+
+		"  ownerReferences:\n    - {apiVersion: example.com/v1, kind: Gadget, name: g, uid: 0b0e5c1d-0000-4000-8000-000000000001}\nspec: {model: m}\n", "apply", "-f", "-")
+	out := leaked("1h")
+	if !strings.Contains(out, "its owner Gadget g is of a kind the API server does not serve (example.com/v1)") {
+		t.Errorf("a server owned by an unserved kind not listed as leaked:\n%s", out)
+	}
+	if out := leaked("0s"); !strings.Contains(out, "step-1200") {
+		t.Errorf("the listing stopped at the server with a bad owner reference:\n%s", out)
+	}
 }

@@ -25,6 +25,11 @@ type CheckpointServerSpec struct {
 	ExtraArgs       []string      `json:"extraArgs,omitempty"`
 	Replicas        *int32        `json:"replicas,omitempty"`
 	Port            int32         `json:"port,omitempty"`
+	// Egress is where the server may connect besides cluster DNS (NetworkPolicy egress rules).
+	// Unset, a server that downloads its model (a model id, not a path under /checkpoints)
+	// reaches public addresses on 443, where model hubs serve; one that loads from its claim
+	// reaches nothing.
+	Egress []EgressRule `json:"egress,omitempty"`
 	Scheduling
 }
 
@@ -149,7 +154,29 @@ func (spec CheckpointServerSpec) check() error {
 		}
 	}
 	spec.Scheduling.check(specPointer, &ps)
+	checkEgress(specPointer.at("egress"), spec.Egress, &ps)
 	return ps.err()
+}
+
+// downloads reports whether the server fetches weights from a model hub at start: its model
+// (or LoRA base model) is a model id rather than a path under /checkpoints, and the spec does
+// not set HF_HUB_OFFLINE=1.
+func (spec CheckpointServerSpec) downloads() bool {
+	for _, e := range spec.Env {
+		if e.Name == "HF_HUB_OFFLINE" && e.Value == "1" {
+			return false
+		}
+	}
+	models := []string{spec.Model}
+	if spec.Lora != nil {
+		models = []string{spec.Lora.BaseModel}
+	}
+	for _, m := range models {
+		if !strings.HasPrefix(m, checkpointMount+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // checkExtraArgs applies the rules of vLLM's extra arguments, as a Kubernetes args list writes
@@ -196,7 +223,9 @@ func ownedFlag(arg string) (flag, use string) {
 	return "", ""
 }
 
-// CheckpointServer renders a CheckpointServer into a vLLM Deployment and its Service.
+// CheckpointServer renders a CheckpointServer into a vLLM Deployment and its Service, the
+// service account its pods run as (no token mounted) and the NetworkPolicy that fences them
+// (checkpointPolicy).
 //
 // vLLM images run as root and write caches under the root filesystem, so the pod keeps the
 // image's user and a writable root filesystem (looser than the operator's own pods); privilege
@@ -327,6 +356,7 @@ func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstruct
 		"securityContext":              map[string]any{"seccompProfile": map[string]any{"type": "RuntimeDefault"}},
 		"containers":                   []any{container},
 		"volumes":                      volumes,
+		"serviceAccountName":           name,
 		"automountServiceAccountToken": false,
 	}
 	spec.Scheduling.apply(pod)
@@ -344,5 +374,9 @@ func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstruct
 			"name": "http", "port": int64(port), "targetPort": "http", "protocol": "TCP",
 		}},
 	}})
-	return []*unstructured.Unstructured{deploy, svc}, served, nil
+	return []*unstructured.Unstructured{
+		o.serviceAccount(name, obj.GetNamespace(), "model-server"),
+		deploy, svc,
+		o.checkpointPolicy(name, obj.GetNamespace(), port, spec),
+	}, served, nil
 }

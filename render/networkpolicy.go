@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"evals.si/operator/evalsi"
 )
 
 // Pools run code the platform does not review: an evaluator's plugins, and in sandboxes the code
@@ -106,10 +108,14 @@ func checkEgress(p pointer, rules []EgressRule, ps *problems) {
 }
 
 // metadataRanges are where clouds serve instance metadata and credentials, which no pool may
-// reach, whatever its spec.egress opens: IPv4 link-local addresses (169.254.169.254 on every major
-// cloud; AWS's container and Pod Identity credentials at 169.254.170.2 and 169.254.170.23), and
-// the IPv6 addresses of AWS's metadata, its Pod Identity agent, and Google Cloud's metadata.
-var metadataRanges = parseCIDRs("169.254.0.0/16", "fd00:ec2::254/128", "fd00:ec2::23/128", "fd20:ce::254/128")
+// reach, whatever its spec.egress opens: IPv4 link-local addresses (169.254.169.254 on AWS,
+// Google Cloud, Azure, Oracle, DigitalOcean and Huawei; Tencent's 169.254.0.23; AWS's container
+// and Pod Identity credentials at 169.254.170.2 and 169.254.170.23), Azure's WireServer
+// (168.63.129.16, which hands out a VM's extensions and their settings), Alibaba Cloud's metadata
+// (100.100.100.200), and the IPv6 addresses of AWS's metadata, its Pod Identity agent, and Google
+// Cloud's metadata.
+var metadataRanges = parseCIDRs("169.254.0.0/16", "168.63.129.16/32", "100.100.100.200/32",
+	"fd00:ec2::254/128", "fd00:ec2::23/128", "fd20:ce::254/128")
 
 // parseCIDRs parses CIDRs written in this file.
 func parseCIDRs(cidrs ...string) []*net.IPNet {
@@ -190,7 +196,8 @@ func renderEgress(rules []EgressRule) []map[string]any {
 // privateRanges are the address ranges a pool may not reach by the default rule for an evalsid
 // outside the cluster: private networks (where a cluster's API server, nodes and Services live),
 // shared and link-local addresses (a cloud's metadata endpoint is 169.254.169.254) and loopback.
-var privateRanges = []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"}
+// Azure's WireServer is a public address, so it is named too.
+var privateRanges = []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8", "168.63.129.16/32"}
 
 // dnsEgress lets pods resolve names with the cluster's DNS (kube-system's kube-dns pods, which
 // CoreDNS keeps the label of).
@@ -248,10 +255,7 @@ func apiEgress(opts Options) map[string]any {
 			"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": labels[1]}},
 		}}}
 	}
-	return map[string]any{
-		"to":    []any{map[string]any{"ipBlock": map[string]any{"cidr": "0.0.0.0/0", "except": privateRanges}}},
-		"ports": ports,
-	}
+	return publicEgress(n)
 }
 
 // networkPolicy renders the NetworkPolicy of a pool named name: no ingress, egress to DNS, evalsid
@@ -269,4 +273,51 @@ func (o Owner) networkPolicy(name, namespace, component string, extra []EgressRu
 		"policyTypes": []any{"Ingress", "Egress"},
 		"egress":      egress,
 	}})
+}
+
+// CheckpointClientLabel marks a pod of a CheckpointServer's namespace, besides its Evaluator
+// pools, that may call the server: evals.si/checkpoint-client=<CheckpointServer name>.
+const CheckpointClientLabel = evalsi.Group + "/checkpoint-client"
+
+// checkpointPolicy renders the NetworkPolicy of a CheckpointServer's pods. In: on the server's
+// port only, from the Evaluator pools of its namespace (which work the runs that target it) and
+// the namespace's pods labelled CheckpointClientLabel with its name; nothing from another
+// namespace. Out: cluster DNS, and the spec's egress rules, else, for a server that downloads its
+// model, public addresses on 443 (a NetworkPolicy cannot name a hub by its host name), never
+// private, shared, link-local or loopback ranges.
+func (o Owner) checkpointPolicy(name, namespace string, port int32, spec CheckpointServerSpec) *unstructured.Unstructured {
+	egress := []any{dnsEgress()}
+	switch {
+	case len(spec.Egress) > 0:
+		for _, rule := range renderEgress(spec.Egress) {
+			egress = append(egress, rule)
+		}
+	case spec.downloads():
+		egress = append(egress, publicEgress(443))
+	}
+	ingress := map[string]any{
+		"from": []any{
+			map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{
+				evalsi.LabelManagedBy: evalsi.ManagedBy,
+				evalsi.LabelName:      "evaluator",
+			}}},
+			map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{CheckpointClientLabel: o.Name}}},
+		},
+		"ports": []any{map[string]any{"protocol": "TCP", "port": int64(port)}},
+	}
+	return o.object("networking.k8s.io/v1", "NetworkPolicy", name, namespace, "model-server", map[string]any{"spec": map[string]any{
+		"podSelector": map[string]any{"matchLabels": o.selector()},
+		"policyTypes": []any{"Ingress", "Egress"},
+		"ingress":     []any{ingress},
+		"egress":      egress,
+	}})
+}
+
+// publicEgress lets pods reach any public address on port: every address but the private,
+// shared, link-local, loopback and metadata ones.
+func publicEgress(port int64) map[string]any {
+	return map[string]any{
+		"to":    []any{map[string]any{"ipBlock": map[string]any{"cidr": "0.0.0.0/0", "except": privateRanges}}},
+		"ports": []any{map[string]any{"protocol": "TCP", "port": port}},
+	}
 }

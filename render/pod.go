@@ -1,6 +1,10 @@
 package render
 
-import "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/evalsi"
+)
 
 // The programs pool pods run, by name on the platform image's PATH (docs/image.md): the
 // platform's worker programs, which the platform image adds to this repository's image. The
@@ -11,6 +15,9 @@ const (
 	EvaluatorCommand = "evaluator"
 	// SandboxdCommand runs a SandboxClass's pool: `sandboxd --rung=<rung> --class=<name>`.
 	SandboxdCommand = "sandboxd"
+	// OperatorCommand is this repository's binary, in every platform and plugin image: sandbox
+	// pools run its `probe` first.
+	OperatorCommand = evalsi.OperatorBinary
 )
 
 // Scheduling is where a pool's pods may run, passed through to the pod spec as written.

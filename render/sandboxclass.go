@@ -96,14 +96,25 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 		}, nil),
 	}
 	setIf(container, "resources", spec.Resources.render())
+	_, probeSecurity := sandboxSecurity(spec)
+	probe := map[string]any{
+		"name":                     IsolationProbeContainer,
+		"image":                    image,
+		"command":                  []any{OperatorCommand, "probe"},
+		"args":                     toAnySlice(probeArgs(spec)),
+		"securityContext":          probeSecurity,
+		"terminationMessagePolicy": "File",
+	}
 	pod := map[string]any{
 		"securityContext": podSecurity,
+		"initContainers":  []any{probe},
 		"containers":      []any{container},
 	}
 	if spec.Rung == RungLandlock {
 		tmp, mount := tmpVolume()
 		pod["volumes"] = []any{tmp}
 		container["volumeMounts"] = []any{mount}
+		probe["volumeMounts"] = []any{mount}
 	}
 	if spec.UserNamespaces {
 		pod["hostUsers"] = false
@@ -115,6 +126,22 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 	objs := o.pool(&pool, "sandbox", spec.Replicas, spec.Autoscaling, opts,
 		queueURL(opts.APIURL, "", evalsiv1.PoolKind_POOL_KIND_SANDBOX, obj.GetName()), name, true, pod, spec.Egress)
 	return objs, pool, nil
+}
+
+// IsolationProbeContainer is the init container of every sandbox pool pod that runs
+// `evalsi-operator probe` under the pool's own security context: it fails the pod when the
+// class's floor is not met, and its termination message says what confines the pod
+// (isolation.Result), which the operator reads into the class's status.
+const IsolationProbeContainer = "isolation-probe"
+
+// probeArgs are the probe's arguments for a class: its rung and whether its pods run in user
+// namespaces. The probe's own defaults name the metadata address that must not answer.
+func probeArgs(spec SandboxClassSpec) []string {
+	args := []string{"--rung=" + spec.Rung}
+	if spec.UserNamespaces {
+		args = append(args, "--user-namespaces")
+	}
+	return args
 }
 
 // sandboxSecurity returns the pod and container security contexts of a rung:

@@ -8,8 +8,10 @@ package workloads
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -70,7 +72,7 @@ func SandboxClasses(opts Options) *engine.Kind {
 func CheckpointServers(opts Options) *engine.Kind {
 	return &engine.Kind{
 		Controller: "checkpointserver", Name: "CheckpointServer", Resource: evalsi.CheckpointServers, Namespaced: true,
-		Children:   []schema.GroupVersionResource{evalsi.Deployments, evalsi.Services},
+		Children:   []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.Services, evalsi.NetworkPolicies},
 		Reconciler: checkpointServers{opts: opts},
 		// EvalRuns of every shard read and wait on their target server.
 		Shared: true,
@@ -123,8 +125,32 @@ func (p pools) Reconcile(ctx context.Context, r *engine.Request) (engine.Outcome
 		return engine.Outcome{}, err
 	}
 	deploy := live.Get("Deployment", res.Pool.Namespace, res.Pool.Deployment)
-	return engine.Outcome{Status: poolStatus(res.Pool, p.sandbox, engine.RolloutOf(deploy))}, nil
+	rollout := engine.RolloutOf(deploy)
+	st := poolStatus(res.Pool, p.sandbox, rollout)
+	if !p.sandbox || res.Pool.Deployment == "" {
+		return engine.Outcome{Status: st}, nil
+	}
+	// A sandbox pool's pods say what confines them (their isolation probe's termination
+	// message). The operator watches no pods: it reads them at each reconcile, and looks again
+	// while the rollout is not done, since a probe that fails after the Deployment's status last
+	// changed changes nothing the operator watches.
+	pods, err := c.Kube().CoreV1().Pods(res.Pool.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: evalsi.LabelName + "=sandboxclass," + evalsi.LabelInstance + "=" + obj.GetName(),
+	})
+	if err != nil {
+		return engine.Outcome{}, fmt.Errorf("listing the pool's pods for their isolation probes: %w", err)
+	}
+	withIsolation(st, stringAt(obj, "spec", "rung"), probeOutcomes(pods.Items))
+	out := engine.Outcome{Status: st}
+	if !rollout.Done {
+		out.RequeueAfter = isolationRecheck
+	}
+	return out, nil
 }
+
+// isolationRecheck is how often a SandboxClass whose pool is not rolled out reads its pods'
+// probes again: a class says why its pool does not start within about this long.
+const isolationRecheck = 20 * time.Second
 
 // checkpointServers reconciles CheckpointServers.
 type checkpointServers struct{ opts Options }

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"evals.si/operator/internal/command"
+	"evals.si/operator/isolation"
+)
+
+func probeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "probe",
+		Usage: "find out what isolation is in force for this process, and fail when a sandbox class's floor is not met",
+		Description: `Every sandbox pool pod runs this first, as an init container with the pool's own security
+context: it checks Landlock (the ABI, and that a ruleset really keeps a path from being read),
+user namespaces (the pod's own, and a nested one mapping root), the seccomp mode, no_new_privs,
+the effective capabilities, a read-only root file system, and which addresses answer. It writes
+the result as JSON to the termination message (and stdout), and exits 1 when the rung's floor is
+not met, naming what is missing, so that the pod never runs a trial without it.
+
+Example:
+  evalsi-operator probe --rung=landlock
+  evalsi-operator probe --rung=bubblewrap --user-namespaces --reach=metadata=169.254.169.254:80`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "rung", Required: true, Usage: "the class's rung: pod, bubblewrap or landlock"},
+			&cli.BoolFlag{Name: "user-namespaces", Usage: "the class runs its pods in user namespaces (hostUsers: false)"},
+			&cli.StringSliceFlag{Name: "reach", Value: cli.NewStringSlice(isolation.MetadataTarget + "=169.254.169.254:80"),
+				Usage: "NAME=HOST:PORT to dial; the Kubernetes API (from KUBERNETES_SERVICE_HOST) is added as kubernetes"},
+			&cli.StringSliceFlag{Name: "unreachable", Value: cli.NewStringSlice(isolation.MetadataTarget),
+				Usage: "names of --reach targets that must not answer for the floor to be met"},
+			&cli.DurationFlag{Name: "dial-timeout", Value: 3 * time.Second, Usage: "how long an address may take to answer"},
+			&cli.StringSliceFlag{Name: "without", Usage: "simulate a node without these primitives: landlock, userns"},
+			&cli.StringFlag{Name: "temp-dir", Value: os.TempDir(), Usage: "where the Landlock check writes the two files it reads"},
+			&cli.StringFlag{Name: "termination-log", Value: "/dev/termination-log", Usage: "where the result is written for the pod's status (\"\" for nowhere)"},
+		},
+		Action: func(c *cli.Context) error {
+			rung := c.String("rung")
+			switch rung {
+			case isolation.RungPod, isolation.RungBubblewrap, isolation.RungLandlock:
+			default:
+				return cli.Exit(fmt.Sprintf("--rung=%q: one of pod, bubblewrap, landlock", rung), command.ExitUsage)
+			}
+			var targets []isolation.Target
+			for _, r := range c.StringSlice("reach") {
+				name, addr, ok := strings.Cut(r, "=")
+				if _, _, err := net.SplitHostPort(addr); !ok || name == "" || err != nil {
+					return cli.Exit(fmt.Sprintf("--reach=%q: NAME=HOST:PORT", r), command.ExitUsage)
+				}
+				targets = append(targets, isolation.Target{Name: name, Address: addr})
+			}
+			if host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"); host != "" && port != "" {
+				targets = append(targets, isolation.Target{Name: "kubernetes", Address: net.JoinHostPort(host, port)})
+			}
+			floor := isolation.Floor{Rung: rung, UserNamespaces: c.Bool("user-namespaces"), Unreachable: c.StringSlice("unreachable")}
+			result := floor.Judge(isolation.Probe(c.Context, isolation.Options{
+				Targets: targets, DialTimeout: c.Duration("dial-timeout"),
+				Without: c.StringSlice("without"), TempDir: c.String("temp-dir"),
+			}))
+			out, err := json.Marshal(result)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(c.App.Writer, string(out))
+			if path := c.String("termination-log"); path != "" {
+				// A missing termination log (outside a pod) is no failure: stdout has the result.
+				if err := os.WriteFile(path, out, 0o644); err != nil && !os.IsNotExist(err) {
+					fmt.Fprintln(c.App.ErrWriter, "evalsi-operator probe: writing the termination log:", err)
+				}
+			}
+			if len(result.Missing) > 0 {
+				return cli.Exit("the "+rung+" floor is not met: missing "+strings.Join(result.Missing, ", "), 1)
+			}
+			return nil
+		},
+	}
+}
