@@ -76,7 +76,7 @@ func helmErr(t testing.TB, args ...string) (string, error) {
 }
 
 func valuesArgs(chart, c string) []string {
-	if c == "default" && chart != "evalsi" { // evalsi has no default for api.url
+	if c == "default" && chart == "evalsi-crds" { // evalsi and evalsi-sandboxd have no default evalsid URL
 		return nil
 	}
 	return []string{"-f", filepath.Join("..", "testdata", "chart", "values", chart+"-"+c+".yaml")}
@@ -92,7 +92,9 @@ func TestValuesAreChecked(t *testing.T) {
 	}{
 		"misspelt key":                      {"evalsi", []string{"--set", "operator.replica=3"}, "replica"},
 		"wrong type":                        {"evalsi", []string{"--set-string", "operator.replicas=two"}, "replicas"},
-		"unknown log level":                 {"evalsi-sandboxd", []string{"--set", "operator.logLevel=verbose"}, "logLevel"},
+		"unknown log level":                 {"evalsi-sandboxd", []string{"--set", "operator.logLevel=verbose", "--set", "operator.apiURL=https://evalsid.example"}, "logLevel"},
+		"sandboxd without evalsid's URL":    {"evalsi-sandboxd", nil, "operator.apiURL: give the URL of the platform's evalsid, over https"},
+		"sandboxd over plain HTTP":          {"evalsi-sandboxd", []string{"--set", "operator.apiURL=http://evalsid.evalsi.svc:8080"}, "apiURL"},
 		"lease duration below a second":     {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "operator.leaseDuration=1500ms"}, "leaseDuration"},
 		"cert-manager, no issuer":           {"evalsi-crds", []string{"--set", "webhook.certManager.enabled=true"}, "webhook.certManager.issuerRef.name"},
 		"no api.url":                        {"evalsi", nil, "api.url: give the URL of the platform's evalsid, which runs the evaluations; or, for a trial with simulated results, set referenceEvalsid.enabled=true"},

@@ -3,6 +3,8 @@ package chart_test
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/internal/pki"
 )
 
 // guideBlocks returns the ```sh blocks of the section titled title in docs/install.md, in order,
@@ -159,8 +162,30 @@ func platformEvalsid(t *testing.T, ctx context.Context, bin string) string {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	// Over https, as the guide's sandboxd requires: a certificate of a CA of the test's, which
+	// the played pods (started with the test's environment) trust through SSL_CERT_FILE.
+	dir := t.TempDir()
+	ca, caKey, err := pki.NewCA("platform evalsid CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := pki.NewLeaf(ca, caKey, x509.Certificate{Subject: pkix.Name{CommonName: "evalsid"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := pki.EncodeKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, data := range map[string][]byte{"ca.crt": pki.EncodeCert(ca), "tls.crt": pki.EncodeCert(cert), "tls.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, file), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("SSL_CERT_FILE", filepath.Join(dir, "ca.crt"))
 	cmd := exec.Command(bin, "evalsid", "--listen="+addr, "--kubernetes-audience=evalsi", "--kubeconfig="+env.Kubeconfig,
-		"--operator-namespace=team-a")
+		"--operator-namespace=team-a", "--tls-cert-file="+filepath.Join(dir, "tls.crt"), "--tls-key-file="+filepath.Join(dir, "tls.key"))
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -180,5 +205,5 @@ func platformEvalsid(t *testing.T, ctx context.Context, bin string) string {
 		}
 		return c.Close()
 	})
-	return "http://" + addr
+	return "https://" + addr
 }

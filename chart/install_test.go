@@ -107,7 +107,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	for release, want := range map[string]string{
 		// Two shards: the chart's RBAC names their Leases, which the three replicas below share.
 		helm(t, "install", "evalsi", "evalsi", "-n", "team-a", "--create-namespace", "--set", "api.url=https://evalsid.evalsi-platform.svc", "--set", "operator.shards=2", kc): "kubectl -n team-a rollout status deployment/evalsi-operator",
-		helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc):                                                                                   "the sandbox operator runs in evalsi-sandbox",
+		helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", "--set", "operator.apiURL=https://evalsid.evalsi-platform.svc", kc):                   "the sandbox operator runs in evalsi-sandbox",
 	} {
 		if !strings.Contains(release, "NOTES:") || !strings.Contains(release, want) {
 			t.Errorf("install notes lack %q:\n%s", want, release)
@@ -288,7 +288,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	if err != nil || sandbox.DeletionTimestamp != nil {
 		t.Errorf("the sandbox namespace after uninstalling evalsi-sandboxd: %v, deleting=%v", err, err == nil && sandbox.DeletionTimestamp != nil)
 	}
-	helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc)
+	helm(t, "install", "evalsi-sandboxd", "evalsi-sandboxd", "-n", "evalsi-sandbox", "--set", "operator.apiURL=https://evalsid.evalsi-platform.svc", kc)
 	helm(t, "uninstall", "evalsi-sandboxd", "-n", "evalsi-sandbox", kc)
 	// Uninstalling evalsi-crds keeps the CRDs and so the resources.
 	helm(t, "uninstall", "evalsi-crds", "-n", "evalsi-system", kc)

@@ -70,9 +70,11 @@ func withIsolation(st *engine.Status, rung string, probes []probeOutcome) {
 	var summary string
 	var failed []probeOutcome
 	for _, p := range probes {
-		if p.exitCode == 0 && p.result != nil && len(p.result.Missing) == 0 {
+		// The probe's exit code is the gate (it exits 0 only when the floor is met); a message
+		// is what it found, and a kubelet may have dropped it.
+		if p.exitCode == 0 && (p.result == nil || len(p.result.Missing) == 0) {
 			met++
-			if summary == "" {
+			if summary == "" && p.result != nil {
 				summary = p.result.Summary
 			}
 			continue

@@ -50,3 +50,10 @@ affinity:
 {{- define "evalsi-sandboxd.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}
+
+{{/* apiURL is evalsid's URL: given, and over https, since the pools send it their tokens. */}}
+{{- define "evalsi-sandboxd.apiURL" -}}
+{{- $url := required "operator.apiURL: give the URL of the platform's evalsid, over https (the sandbox pools send it their tokens)" .Values.operator.apiURL }}
+{{- if not (hasPrefix "https://" $url) }}{{ fail (printf "operator.apiURL: %q is not https: the sandbox pools send their tokens to it" $url) }}{{ end }}
+{{- $url }}
+{{- end }}
