@@ -77,3 +77,37 @@ func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+// TestAuthenticatedBeforeDecoded sends a body that is not a message: without a valid token it is
+// refused as Unauthenticated before anything decodes it (decoding first said InvalidArgument,
+// which tells an anonymous caller the server parsed what it sent); with one it is InvalidArgument.
+func TestAuthenticatedBeforeDecoded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := evalsid.New(map[string]string{"tok": "system:serviceaccount:team-a:evalsi-operator"}, evalsid.Schedule{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ctx, l)
+	url := "http://" + l.Addr().String() + "/evalsi.v1.RunService/CreateRun"
+	for token, want := range map[string]int{"": http.StatusUnauthorized, "forged": http.StatusUnauthorized, "tok": http.StatusBadRequest} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{not a message"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("token %q: %d %s, want %d", token, resp.StatusCode, body, want)
+		}
+	}
+}

@@ -130,7 +130,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(evalsiv1connect.NewMonitorServiceHandler(monitorService{s}, opts))
 	mux.Handle(evalsiv1connect.NewQueueServiceHandler(queueService{s}, opts))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	h := limitBody(mux)
+	h := limitBody(s.authenticate(mux))
 	if s.wrap != nil {
 		h = s.wrap(h)
 	}
@@ -227,22 +227,8 @@ func (s *Server) call(ctx context.Context, method string, req connect.AnyRequest
 			return nil, err
 		}
 	}
-	token, ok := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
+	identity, ok := ctx.Value(identityKey{}).(string)
 	if !ok {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a valid bearer token is required"))
-	}
-	s.mu.Lock()
-	identity, known := s.tokens[token]
-	issuer := s.kubernetes
-	s.mu.Unlock()
-	if !known && issuer != nil {
-		var err error
-		if identity, err = issuer.Verify(ctx, token, time.Now()); err != nil {
-			return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("token refused: %w", err))
-		}
-		known = true
-	}
-	if !known {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a valid bearer token is required"))
 	}
 	c, err := s.authorize(identity, method, req.Any())
@@ -250,6 +236,57 @@ func (s *Server) call(ctx context.Context, method string, req connect.AnyRequest
 		return nil, err
 	}
 	return next(withCaller(ctx, c), req)
+}
+
+// identityKey holds, in a request's context, the identity its bearer token authenticated.
+type identityKey struct{}
+
+// authenticate verifies a request's bearer token before anything reads its body: a caller
+// without a valid token gets Unauthenticated, and its message is never decoded. /healthz needs
+// no token.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	errs := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		identity, err := s.identify(r.Context(), r.Header.Get("Authorization"))
+		if err != nil {
+			method := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+			s.mu.Lock()
+			s.calls[method]++
+			s.log.add(Call{Method: method, At: time.Now(), Code: connect.CodeUnauthenticated})
+			s.mu.Unlock()
+			errs.Write(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, identity)))
+	})
+}
+
+// identify returns the identity a bearer token authenticates: one of the server's tokens, or a
+// service-account token its Kubernetes issuer verifies.
+func (s *Server) identify(ctx context.Context, authorization string) (string, error) {
+	token, ok := strings.CutPrefix(authorization, "Bearer ")
+	if !ok {
+		return "", connect.NewError(connect.CodeUnauthenticated, errors.New("a valid bearer token is required"))
+	}
+	s.mu.Lock()
+	identity, known := s.tokens[token]
+	issuer := s.kubernetes
+	s.mu.Unlock()
+	if known {
+		return identity, nil
+	}
+	if issuer == nil {
+		return "", connect.NewError(connect.CodeUnauthenticated, errors.New("a valid bearer token is required"))
+	}
+	identity, err := issuer.Verify(ctx, token, time.Now())
+	if err != nil {
+		return "", connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("token refused: %w", err))
+	}
+	return identity, nil
 }
 
 // TrustKubernetes makes the server accept, besides its tokens, the service-account tokens that
