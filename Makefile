@@ -61,6 +61,7 @@ test: lint generate-check test-assets lint-workflows
 SLOW_TESTS := ./reconcile ./chart ./webhook ./cmd/evalsi-dev/devenv ./cluster ./kedatest
 test-race:
 	go test -race -trimpath -ldflags=-w -count=1 -timeout $(TEST_TIMEOUT) $(SLOW_TESTS) ./...
+	cd netpol && go test -race -trimpath -ldflags=-w -count=1 ./...
 
 # The control plane's binaries and helm, built into the cache with a line of progress each (go test
 # would swallow it); a warm cache makes this a no-op.
@@ -115,12 +116,14 @@ generate-check: generate
 	@test -z "$$(git status --porcelain -- apiclient/evalsiv1)" || { echo "generated files are not committed"; exit 1; }
 
 # gofmt, and go vet built as a release and the tests' operator binaries are (-trimpath, no cgo),
-# so that the packages it compiles are shared with them; the benchmark's peer is its own module.
+# so that the packages it compiles are shared with them; the benchmark's peer and the NetworkPolicy
+# matrix (netpol, with its engine's dependencies) are modules of their own.
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^testdata/')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	CGO_ENABLED=0 go vet -trimpath ./...
 	cd bench/peer && CGO_ENABLED=0 go vet -trimpath ./...
+	cd netpol && CGO_ENABLED=0 go vet -trimpath ./...
 
 # A control plane in the foreground with the CRDs installed; Ctrl-C stops it.
 cluster:

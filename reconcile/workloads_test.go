@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -322,10 +323,18 @@ func TestCheckpointServer(t *testing.T) {
 	if m, _, _ := unstructured.NestedString(got.Object, "status", "servedModelName"); m != "step-900" {
 		t.Errorf("status.servedModelName = %q, want step-900", m)
 	}
-	// The children are what render gives, field for field.
+	// The children are what render gives, field for field: the server runs as a service account
+	// of its own, fenced by a NetworkPolicy.
 	rendered, err := render.Object(got, testOptions)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var kinds []string
+	for _, o := range rendered.Objects {
+		kinds = append(kinds, o.GetKind())
+	}
+	if want := []string{"ServiceAccount", "Deployment", "Service", "NetworkPolicy"}; !cmp.Equal(kinds, want) {
+		t.Errorf("children %v, want %v", kinds, want)
 	}
 	for _, want := range rendered.Objects {
 		live := getObj(t, ctx, evalsi.ChildResources[want.GetKind()], ns, want.GetName())
@@ -358,7 +367,7 @@ func TestCheckpointServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, ctx, "children deleted", func() error {
-		for _, gvr := range []schema.GroupVersionResource{evalsi.Deployments, evalsi.Services} {
+		for _, gvr := range []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.Services, evalsi.NetworkPolicies} {
 			if _, err := client(gvr, ns).Get(ctx, "step-900-vllm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("%s still there (%v)", gvr.Resource, err)
 			}

@@ -113,7 +113,10 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 	signIn(pod, container, sa, opts)
 	spec.Scheduling.apply(pod)
 
+	// The pool evaluates its namespace's CheckpointServers, whose own policies admit it on their
+	// port only.
+	egress := append([]EgressRule{checkpointServersEgress}, spec.Egress...)
 	objs := o.pool(&pool, "evaluator", spec.Replicas, spec.Autoscaling, opts,
-		queueURL(opts.APIURL, project, evalsiv1.PoolKind_POOL_KIND_EVALUATOR, obj.GetName()), sa, spec.ServiceAccountName == "", pod, spec.Egress)
+		queueURL(opts.APIURL, project, evalsiv1.PoolKind_POOL_KIND_EVALUATOR, obj.GetName()), sa, spec.ServiceAccountName == "", pod, egress)
 	return objs, pool, nil
 }

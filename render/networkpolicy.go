@@ -275,6 +275,13 @@ func (o Owner) networkPolicy(name, namespace, component string, extra []EgressRu
 	}})
 }
 
+// checkpointServersEgress lets an Evaluator's pool reach the CheckpointServers of its namespace
+// (their pods; each server's policy admits the pool on its port alone).
+var checkpointServersEgress = EgressRule{To: []NetworkPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+	evalsi.LabelManagedBy: evalsi.ManagedBy,
+	evalsi.LabelName:      "checkpointserver",
+}}}}}
+
 // CheckpointClientLabel marks a pod of a CheckpointServer's namespace, besides its Evaluator
 // pools, that may call the server: evals.si/checkpoint-client=<CheckpointServer name>.
 const CheckpointClientLabel = evalsi.Group + "/checkpoint-client"
