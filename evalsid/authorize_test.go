@@ -3,7 +3,6 @@ package evalsid_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -179,12 +178,7 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 	}
 	srv.SetDirectory(dir)
 	srv.SetOperatorNamespaces("team-a", "team-b", "team-a-ci", "trusted")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ctx, l)
-	url := "http://" + l.Addr().String()
+	url := serveLoopback(t, ctx, srv)
 	clients := map[string]api{}
 	for ns := range namespaces {
 		for _, sa := range accounts {

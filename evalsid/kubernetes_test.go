@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -88,11 +87,7 @@ func TestKubernetesProvider(t *testing.T) {
 	srv.TrustPlatform("static")
 	srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: c.Config.Host, Client: hc, Audience: "evalsi"})
 	srv.SetQueueDepth("pools", v1.PoolKind_POOL_KIND_EVALUATOR, "judge", 7)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ctx, l)
+	base := serveLoopback(t, ctx, srv)
 
 	// The URL KEDA calls, from the operator's rendering of an autoscaled Evaluator.
 	evaluator := &unstructured.Unstructured{Object: map[string]any{
@@ -100,7 +95,7 @@ func TestKubernetesProvider(t *testing.T) {
 		"metadata": map[string]any{"name": "judge", "namespace": ns, "uid": "u"},
 		"spec":     map[string]any{"autoscaling": map[string]any{"maxReplicas": int64(3)}},
 	}}
-	res, err := render.Object(evaluator, render.Options{DefaultImage: "i", APIURL: "http://" + l.Addr().String(), Autoscaling: true})
+	res, err := render.Object(evaluator, render.Options{DefaultImage: "i", APIURL: base, Autoscaling: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +202,7 @@ func TestKubernetesProvider(t *testing.T) {
 
 	// A call with a pool's token is made as the pool's service account, which reads runs of its
 	// project and creates none.
-	runs := evalsiv1connect.NewRunServiceClient(http.DefaultClient, "http://"+l.Addr().String())
+	runs := evalsiv1connect.NewRunServiceClient(http.DefaultClient, base)
 	req := connect.NewRequest(&v1.CreateRunRequest{Project: ns, IdempotencyKey: "k", Spec: &v1.RunSpec{Suite: "smoke",
 		Target: &v1.Target{Endpoint: &v1.EndpointTarget{Url: "http://m:8000/v1", Model: "m"}}}})
 	req.Header().Set("Authorization", "Bearer "+mintFor("judge-evaluator", "evalsi"))

@@ -3,7 +3,6 @@ package evalsid_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -28,12 +27,8 @@ func TestLargeRequestRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv := evalsid.New(map[string]string{"tok": "system:serviceaccount:team-a:evalsi-operator"}, evalsid.Schedule{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ctx, l)
-	url := "http://" + l.Addr().String() + "/evalsi.v1.RunService/CreateRun"
+	base := serveLoopback(t, ctx, srv)
+	url := base + "/evalsi.v1.RunService/CreateRun"
 	const size = 64 << 20
 	// The body is generated, never held by the client: client and server share this process's heap,
 	// and a 64 MiB buffer the transport still writes from would be counted against the server.
@@ -85,12 +80,8 @@ func TestAuthenticatedBeforeDecoded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv := evalsid.New(map[string]string{"tok": "system:serviceaccount:team-a:evalsi-operator"}, evalsid.Schedule{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ctx, l)
-	url := "http://" + l.Addr().String() + "/evalsi.v1.RunService/CreateRun"
+	base := serveLoopback(t, ctx, srv)
+	url := base + "/evalsi.v1.RunService/CreateRun"
 	for token, want := range map[string]int{"": http.StatusUnauthorized, "forged": http.StatusUnauthorized, "tok": http.StatusBadRequest} {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{not a message"))
 		if err != nil {

@@ -2,7 +2,6 @@ package evalsid_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -37,12 +36,8 @@ func TestSlowClassCheckHoldsNoOtherCall(t *testing.T) {
 	srv := evalsid.New(map[string]string{"op": "system:serviceaccount:team-a:evalsi-operator"}, evalsid.Schedule{})
 	dir := &slowClasses{entered: make(chan struct{}), release: make(chan struct{})}
 	srv.SetDirectory(dir)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ctx, l)
-	a := newAPI("http://"+l.Addr().String(), "op")
+	base := serveLoopback(t, ctx, srv)
+	a := newAPI(base, "op")
 
 	created := make(chan error, 1)
 	go func() {
@@ -56,7 +51,7 @@ func TestSlowClassCheckHoldsNoOtherCall(t *testing.T) {
 	}
 	readCtx, cancelRead := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelRead()
-	_, err = a.runs.GetRun(readCtx, connect.NewRequest(&v1.GetRunRequest{Project: "team-a", Id: "run-none"}))
+	_, err := a.runs.GetRun(readCtx, connect.NewRequest(&v1.GetRunRequest{Project: "team-a", Id: "run-none"}))
 	if code(err) != connect.CodeNotFound {
 		t.Errorf("reading a run while a class check waits: %v, want NotFound at once", err)
 	}

@@ -20,12 +20,8 @@ func TestOwnersHoldTheirNames(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv := evalsid.New(map[string]string{"tok": "system:serviceaccount:team-a:evalsi-operator"}, evalsid.Schedule{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ctx, l)
-	monitor := newAPI("http://"+l.Addr().String(), "tok").monitor
+	base := serveLoopback(t, ctx, srv)
+	monitor := newAPI(base, "tok").monitor
 
 	type step struct {
 		name     string
@@ -79,4 +75,15 @@ func TestOwnersHoldTheirNames(t *testing.T) {
 			}
 		}
 	}
+}
+
+// serveLoopback serves srv on a loopback port until ctx ends and returns its base URL.
+func serveLoopback(t *testing.T, ctx context.Context, srv *evalsid.Server) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ctx, l)
+	return "http://" + l.Addr().String()
 }
