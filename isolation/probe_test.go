@@ -141,13 +141,10 @@ func confinedProbe(t *testing.T, opts Options, userNamespace bool) Report {
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = []string{probeChildEnv + "=" + string(o)}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
-	if userNamespace {
-		cmd.SysProcAttr = &syscall.SysProcAttr{
-			Cloneflags:  syscall.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 65536}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 65536}},
-			Credential:  &syscall.Credential{Uid: 65532, Gid: 65532},
-		}
+	if userNamespace { // as hostUsers: false maps a pod: 65536 ids of the node's, from 100000
+		idMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 65536}}
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = idMap, idMap
 	}
 	out := make(chan []byte, 1)
 	errc := make(chan error, 1)

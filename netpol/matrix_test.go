@@ -89,6 +89,10 @@ func TestNetworkPolicyMatrix(t *testing.T) {
 	qwenLabels := add(rendered(t, opts, object("CheckpointServer", "team-a", "qwen", map[string]any{"model": "Qwen/Qwen2.5-0.5B-Instruct"})))
 	stepLabels := add(rendered(t, opts, object("CheckpointServer", "team-a", "step", map[string]any{
 		"model": "/checkpoints/run-1/step-1", "checkpointClaim": "ckpt"})))
+	mirroredLabels := add(rendered(t, opts, object("CheckpointServer", "team-a", "mirrored", map[string]any{
+		"model": "Qwen/Qwen2.5-0.5B-Instruct",
+		"egress": []any{map[string]any{"to": []any{map[string]any{"ipBlock": map[string]any{"cidr": "203.0.113.0/24"}}},
+			"ports": []any{map[string]any{"protocol": "TCP", "port": int64(443)}}}}})))
 	sandboxLabels := add(rendered(t, opts, object("SandboxClass", "", "landlock", map[string]any{"rung": "landlock"})))
 	engine := matcher.BuildNetworkPolicies(false, policies)
 
@@ -97,6 +101,8 @@ func TestNetworkPolicyMatrix(t *testing.T) {
 		"team-b judge":   {"team-b", otherJudgeLabels, "10.244.2.10"},
 		"qwen":           {"team-a", qwenLabels, "10.244.1.20"},
 		"step":           {"team-a", stepLabels, "10.244.1.21"},
+		"mirrored":       {"team-a", mirroredLabels, "10.244.1.22"},
+		"the mirror":     {ip: "203.0.113.7"},
 		"sandbox":        {"evalsi-sandbox", sandboxLabels, "10.244.3.10"},
 		"client of qwen": {"team-a", map[string]string{"evals.si/checkpoint-client": "qwen"}, "10.244.1.30"},
 		"team-a's pod":   {"team-a", map[string]string{"app": "notebook"}, "10.244.1.31"},
@@ -146,17 +152,21 @@ func TestNetworkPolicyMatrix(t *testing.T) {
 		tcp("team-b judge", "qwen", 8000):   false,
 		tcp("sandbox", "qwen", 8000):        false,
 		tcp("client of qwen", "step", 8000): false,
-		// Out: DNS, and for a model id the hub on 443; never private or metadata addresses.
-		tcp("qwen", "kube-dns", 53):      true,
-		tcp("qwen", "a model hub", 443):  true,
-		tcp("qwen", "a model hub", 80):   false,
-		tcp("qwen", "metadata", 80):      false,
-		tcp("qwen", "azure wire", 443):   false,
-		tcp("qwen", "alibaba meta", 443): false,
-		tcp("qwen", "API server", 443):   false,
-		tcp("qwen", "node", 443):         false,
-		tcp("qwen", "team-a's pod", 443): false,
-		tcp("qwen", "evalsid", 8443):     false,
+		// Out: DNS and what its spec names, nothing by default: not the public hub its model id
+		// names, not private or metadata addresses.
+		tcp("qwen", "kube-dns", 53):         true,
+		tcp("qwen", "a model hub", 443):     false,
+		tcp("mirrored", "the mirror", 443):  true,
+		tcp("mirrored", "the mirror", 80):   false,
+		tcp("mirrored", "a model hub", 443): false,
+		tcp("mirrored", "metadata", 80):     false,
+		tcp("qwen", "metadata", 80):         false,
+		tcp("qwen", "azure wire", 443):      false,
+		tcp("qwen", "alibaba meta", 443):    false,
+		tcp("qwen", "API server", 443):      false,
+		tcp("qwen", "node", 443):            false,
+		tcp("qwen", "team-a's pod", 443):    false,
+		tcp("qwen", "evalsid", 8443):        false,
 		// One that loads from its claim reaches nothing but DNS.
 		tcp("step", "kube-dns", 53):     true,
 		tcp("step", "a model hub", 443): false,

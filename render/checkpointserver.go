@@ -25,10 +25,9 @@ type CheckpointServerSpec struct {
 	ExtraArgs       []string      `json:"extraArgs,omitempty"`
 	Replicas        *int32        `json:"replicas,omitempty"`
 	Port            int32         `json:"port,omitempty"`
-	// Egress is where the server may connect besides cluster DNS (NetworkPolicy egress rules).
-	// Unset, a server that downloads its model (a model id, not a path under /checkpoints)
-	// reaches public addresses on 443, where model hubs serve; one that loads from its claim
-	// reaches nothing.
+	// Egress is where the server may connect besides cluster DNS (NetworkPolicy egress rules):
+	// the model mirror or egress proxy a server that downloads its model needs. Unset, it
+	// reaches nothing else.
 	Egress []EgressRule `json:"egress,omitempty"`
 	Scheduling
 }
@@ -156,27 +155,6 @@ func (spec CheckpointServerSpec) check() error {
 	spec.Scheduling.check(specPointer, &ps)
 	checkEgress(specPointer.at("egress"), spec.Egress, &ps)
 	return ps.err()
-}
-
-// downloads reports whether the server fetches weights from a model hub at start: its model
-// (or LoRA base model) is a model id rather than a path under /checkpoints, and the spec does
-// not set HF_HUB_OFFLINE=1.
-func (spec CheckpointServerSpec) downloads() bool {
-	for _, e := range spec.Env {
-		if e.Name == "HF_HUB_OFFLINE" && e.Value == "1" {
-			return false
-		}
-	}
-	models := []string{spec.Model}
-	if spec.Lora != nil {
-		models = []string{spec.Lora.BaseModel}
-	}
-	for _, m := range models {
-		if !strings.HasPrefix(m, checkpointMount+"/") {
-			return true
-		}
-	}
-	return false
 }
 
 // checkExtraArgs applies the rules of vLLM's extra arguments, as a Kubernetes args list writes

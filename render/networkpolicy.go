@@ -255,7 +255,10 @@ func apiEgress(opts Options) map[string]any {
 			"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": labels[1]}},
 		}}}
 	}
-	return publicEgress(n)
+	return map[string]any{
+		"to":    []any{map[string]any{"ipBlock": map[string]any{"cidr": "0.0.0.0/0", "except": privateRanges}}},
+		"ports": ports,
+	}
 }
 
 // networkPolicy renders the NetworkPolicy of a pool named name: no ingress, egress to DNS, evalsid
@@ -289,18 +292,12 @@ const CheckpointClientLabel = evalsi.Group + "/checkpoint-client"
 // checkpointPolicy renders the NetworkPolicy of a CheckpointServer's pods. In: on the server's
 // port only, from the Evaluator pools of its namespace (which work the runs that target it) and
 // the namespace's pods labelled CheckpointClientLabel with its name; nothing from another
-// namespace. Out: cluster DNS, and the spec's egress rules, else, for a server that downloads its
-// model, public addresses on 443 (a NetworkPolicy cannot name a hub by its host name), never
-// private, shared, link-local or loopback ranges.
+// namespace. Out: cluster DNS and the spec's egress rules alone (a NetworkPolicy cannot name a
+// model hub by its host name, and all public addresses is more than a download needs).
 func (o Owner) checkpointPolicy(name, namespace string, port int32, spec CheckpointServerSpec) *unstructured.Unstructured {
 	egress := []any{dnsEgress()}
-	switch {
-	case len(spec.Egress) > 0:
-		for _, rule := range renderEgress(spec.Egress) {
-			egress = append(egress, rule)
-		}
-	case spec.downloads():
-		egress = append(egress, publicEgress(443))
+	for _, rule := range renderEgress(spec.Egress) {
+		egress = append(egress, rule)
 	}
 	ingress := map[string]any{
 		"from": []any{
@@ -318,13 +315,4 @@ func (o Owner) checkpointPolicy(name, namespace string, port int32, spec Checkpo
 		"ingress":     []any{ingress},
 		"egress":      egress,
 	}})
-}
-
-// publicEgress lets pods reach any public address on port: every address but the private,
-// shared, link-local, loopback and metadata ones.
-func publicEgress(port int64) map[string]any {
-	return map[string]any{
-		"to":    []any{map[string]any{"ipBlock": map[string]any{"cidr": "0.0.0.0/0", "except": privateRanges}}},
-		"ports": []any{map[string]any{"protocol": "TCP", "port": port}},
-	}
 }
