@@ -538,7 +538,7 @@ func TestSandboxClassShowsIsolation(t *testing.T) {
 			return err
 		})
 	}
-	isolated := func(status, reason string) *unstructured.Unstructured {
+	isolated := func(status, reason string) {
 		t.Helper()
 		var got *unstructured.Unstructured
 		clustertest.Eventually(t, ctx, "Isolated="+status+"/"+reason, func() error {
@@ -555,15 +555,22 @@ func TestSandboxClassShowsIsolation(t *testing.T) {
 			}
 			return fmt.Errorf("conditions %v", conds)
 		})
-		return got
 	}
 	probed(names[0], 0, confined)
 	probed(names[1], 0, confined)
-	got := isolated("True", evalsi.ReasonFloorMet)
+	isolated("True", evalsi.ReasonFloorMet)
+	// The field counts the pods whose probe ended: "on 1/1 pods" until the second one's is read.
 	want := "landlock ABI 7; seccomp filter; no_new_privs; no capabilities; metadata unreachable on 2/2 pods"
-	if s, _, _ := unstructured.NestedString(got.Object, "status", "isolation"); s != want {
-		t.Errorf("status.isolation = %q, want %q", s, want)
-	}
+	clustertest.Eventually(t, ctx, "status.isolation "+want, func() error {
+		obj, err := client(evalsi.SandboxClasses, "").Get(ctx, "confined", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if s, _, _ := unstructured.NestedString(obj.Object, "status", "isolation"); s != want {
+			return fmt.Errorf("status.isolation = %q", s)
+		}
+		return nil
+	})
 
 	probed(names[1], 1, noLandlock)
 	isolated("False", evalsi.ReasonFloorNotMet)
