@@ -23,7 +23,8 @@ import (
 //     elsewhere, which a namespace editor can make, may do what a pool may;
 //   - the queue reader (evalsi.QueueReaderServiceAccount), which KEDA signs in as, reads queue
 //     depths and nothing else; a SandboxClass's queue (no project) only from the sandbox namespace;
-//   - any other service account is a pool's, and reads the runs of its project;
+//   - any other service account is a pool's, and reads the runs of its own namespace (work is
+//     dispatched per namespace: a run is worked only by the pools of the namespace it was made in);
 //   - an identity the server's operator names as a platform identity (a cluster-wide operator)
 //     acts in every project, as an operator does in one.
 //
@@ -139,6 +140,12 @@ func (s *Server) authorize(identity, method string, msg any) (caller, error) {
 		}
 		return c, nil
 	}
+	if q, ok := msg.(*v1.GetQueueDepthRequest); ok && q.Namespace != ns {
+		// A queue reader reads the queues of its own namespace's pools, no other namespace's
+		// of the same project: work is dispatched per namespace.
+		return c, connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("%s may read the queues of namespace %s, not %q", identity, ns, q.Namespace))
+	}
 	project, err := projectOf(dir, ns)
 	if errors.Is(err, ErrNotKnownYet) {
 		return c, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the project of namespace %s: %w", ns, err))
@@ -162,18 +169,29 @@ func (c caller) creator(forwarded string) string {
 	return c.identity
 }
 
-// mayUseClass checks that a run in the caller's namespace (for a platform identity, the namespace
-// it names) may use the SandboxClass class: PermissionDenied when the class does not admit it.
-// Without a directory (no cluster), classes are not checked.
-func (s *Server) mayUseClass(c caller, namespace, class string) error {
+// runNamespace is the namespace a run the caller creates is made in: the one a platform identity
+// names, else the caller's own, whatever the request says.
+func (c caller) runNamespace(requested string) string {
+	if c.role == rolePlatform {
+		return requested
+	}
+	return c.namespace
+}
+
+// mayRead reports whether the caller may read run: a pool only the runs of its own namespace,
+// the ones it may work; the operator and a platform identity every run of the project they act in.
+func (c caller) mayRead(run *v1.Run) bool {
+	if c.role == rolePool || c.role == roleNamesake {
+		return run.Namespace == c.namespace
+	}
+	return true
+}
+
+// mayUseClass checks that a run in namespace may use the SandboxClass class: PermissionDenied when
+// the class does not admit it. Without a directory (no cluster), classes are not checked.
+func (s *Server) mayUseClass(namespace, class string) error {
 	if class == "" || s.dir == nil {
 		return nil
-	}
-	if c.role != rolePlatform {
-		namespace = c.namespace
-	}
-	if namespace == "" {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("namespace: required to use sandbox class %q", class))
 	}
 	ok, err := s.dir.MayUseClass(namespace, class)
 	switch {

@@ -105,7 +105,7 @@ func calls(project, runID string) map[string]func(context.Context, api) error {
 			return err
 		},
 		"GetQueueDepth": func(ctx context.Context, a api) error {
-			_, err := a.queues.GetQueueDepth(ctx, connect.NewRequest(&v1.GetQueueDepthRequest{Project: project, Kind: v1.PoolKind_POOL_KIND_EVALUATOR, Name: "judge"}))
+			_, err := a.queues.GetQueueDepth(ctx, connect.NewRequest(&v1.GetQueueDepthRequest{Project: project, Namespace: project, Kind: v1.PoolKind_POOL_KIND_EVALUATOR, Name: "judge"}))
 			return err
 		},
 	}
@@ -314,9 +314,47 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 		if after := len(srv.Runs()); after != before {
 			t.Errorf("%d runs after its calls, %d before", after, before)
 		}
-		// What any account of its namespace may do, it may.
-		if err := calls("team-a", runA)["GetRun"](ctx, namesake); err != nil {
-			t.Errorf("reading a run of its project: %v", err)
+		// It reads runs as a pool does: those of its own namespace, and team-a's run is not one.
+		if err := calls("team-a", runA)["GetRun"](ctx, namesake); code(err) != connect.CodeNotFound {
+			t.Errorf("reading a run of another namespace of its project: %v, want NotFound", err)
+		}
+	})
+
+	t.Run("work is dispatched per namespace, not per project", func(t *testing.T) {
+		// team-a-ci acts in project team-a, but team-a's run is worked only by team-a's pools: a
+		// pool of team-a-ci neither reads it nor sees team-a's queues, and a run team-a-ci's
+		// operator makes is team-a-ci's whatever namespace it names.
+		pool, reader := clients["team-a-ci/judge-evaluator"], clients["team-a-ci/"+evalsi.QueueReaderServiceAccount]
+		if _, err := pool.runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: "team-a", Id: runA})); code(err) != connect.CodeNotFound {
+			t.Errorf("team-a-ci's pool reading team-a's run: %v, want NotFound", err)
+		}
+		batch, err := pool.runs.BatchGetRuns(ctx, connect.NewRequest(&v1.BatchGetRunsRequest{Project: "team-a", Ids: []string{runA}}))
+		if err != nil || len(batch.Msg.Runs) != 0 {
+			t.Errorf("team-a-ci's pool reading team-a's run in a batch: %v, %v; want it missing", batch, err)
+		}
+		if _, err := clients["team-a/judge-evaluator"].runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: "team-a", Id: runA})); err != nil {
+			t.Errorf("team-a's pool reading team-a's run: %v", err)
+		}
+		queue := func(namespace string) error {
+			_, err := reader.queues.GetQueueDepth(ctx, connect.NewRequest(&v1.GetQueueDepthRequest{Project: "team-a", Namespace: namespace, Kind: v1.PoolKind_POOL_KIND_EVALUATOR, Name: "judge"}))
+			return err
+		}
+		if err := queue("team-a"); code(err) != connect.CodePermissionDenied {
+			t.Errorf("team-a-ci's queue reader reading team-a's judge queue: %v, want PermissionDenied", err)
+		}
+		if err := queue("team-a-ci"); err != nil {
+			t.Errorf("team-a-ci's queue reader reading its own judge queue: %v", err)
+		}
+		resp, err := clients["team-a-ci/evalsi-operator"].runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+			Project: "team-a", IdempotencyKey: "ci-dispatch", Namespace: "team-a", Spec: runSpec("")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Msg.Run.Namespace; got != "team-a-ci" {
+			t.Errorf("a run team-a-ci's operator made naming namespace team-a is worked in %q, want team-a-ci", got)
+		}
+		if _, err := pool.runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: "team-a", Id: resp.Msg.Run.Id})); err != nil {
+			t.Errorf("team-a-ci's pool reading its own namespace's run: %v", err)
 		}
 	})
 

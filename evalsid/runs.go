@@ -131,7 +131,11 @@ func (rs runService) CreateRun(ctx context.Context, req *connect.Request[v1.Crea
 	// Outside the server's lock: a class the cache lacks is read from the API server, which must
 	// not hold every other caller's call.
 	c := callerOf(ctx)
-	if err := s.mayUseClass(c, m.Namespace, m.Spec.SandboxClass); err != nil {
+	namespace := c.runNamespace(m.Namespace)
+	if namespace == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("namespace: required: the namespace whose pools work the run"))
+	}
+	if err := s.mayUseClass(namespace, m.Spec.SandboxClass); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -146,7 +150,7 @@ func (rs runService) CreateRun(ctx context.Context, req *connect.Request[v1.Crea
 	s.nextID++
 	id := fmt.Sprintf("run-%06d", s.nextID)
 	r := &run{created: now, msg: &v1.Run{
-		Id: id, Project: m.Project, Spec: proto.Clone(m.Spec).(*v1.RunSpec), Phase: v1.Phase_PHASE_PENDING,
+		Id: id, Project: m.Project, Namespace: namespace, Spec: proto.Clone(m.Spec).(*v1.RunSpec), Phase: v1.Phase_PHASE_PENDING,
 		Creator: c.creator(m.Creator), Url: fmt.Sprintf("%s/projects/%s/runs/%s", s.baseURL, m.Project, id),
 		// This server runs no evaluator: every result it reports is made up, and it says so.
 		Simulated: true,
@@ -203,11 +207,11 @@ func hasUserInfo(raw string) bool {
 	return err == nil && u.User != nil
 }
 
-func (rs runService) GetRun(_ context.Context, req *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error) {
+func (rs runService) GetRun(ctx context.Context, req *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error) {
 	s := rs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.find(req.Msg.Project, req.Msg.Id, req.Msg.IdempotencyKey)
+	r, err := s.find(callerOf(ctx), req.Msg.Project, req.Msg.Id, req.Msg.IdempotencyKey)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +221,7 @@ func (rs runService) GetRun(_ context.Context, req *connect.Request[v1.GetRunReq
 // maxBatch is the most ids BatchGetRuns takes in one call.
 const maxBatch = 1000
 
-func (rs runService) BatchGetRuns(_ context.Context, req *connect.Request[v1.BatchGetRunsRequest]) (*connect.Response[v1.BatchGetRunsResponse], error) {
+func (rs runService) BatchGetRuns(ctx context.Context, req *connect.Request[v1.BatchGetRunsRequest]) (*connect.Response[v1.BatchGetRunsResponse], error) {
 	m := req.Msg
 	switch {
 	case m.Project == "":
@@ -228,10 +232,10 @@ func (rs runService) BatchGetRuns(_ context.Context, req *connect.Request[v1.Bat
 	s := rs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now, c := time.Now(), callerOf(ctx)
 	out := &v1.BatchGetRunsResponse{}
 	for _, id := range m.Ids {
-		r, err := s.find(m.Project, id, "")
+		r, err := s.find(c, m.Project, id, "")
 		if err != nil {
 			out.Missing = append(out.Missing, id)
 			continue
@@ -241,11 +245,11 @@ func (rs runService) BatchGetRuns(_ context.Context, req *connect.Request[v1.Bat
 	return connect.NewResponse(out), nil
 }
 
-func (rs runService) CancelRun(_ context.Context, req *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error) {
+func (rs runService) CancelRun(ctx context.Context, req *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error) {
 	s := rs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.find(req.Msg.Project, req.Msg.Id, "")
+	r, err := s.find(callerOf(ctx), req.Msg.Project, req.Msg.Id, "")
 	if err != nil {
 		return nil, err
 	}
@@ -258,13 +262,14 @@ func (rs runService) CancelRun(_ context.Context, req *connect.Request[v1.Cancel
 	return connect.NewResponse(&v1.CancelRunResponse{Run: s.current(r, now)}), nil
 }
 
-// find returns a run of project by id or idempotency key.
-func (s *Server) find(project, id, key string) (*run, error) {
+// find returns a run of project by id or idempotency key, one that c may read: a pool reads only
+// the runs of its own namespace, which are the runs it may work.
+func (s *Server) find(c caller, project, id, key string) (*run, error) {
 	if id == "" && key != "" {
 		id = s.byKey[project+"/"+key]
 	}
 	r, ok := s.runs[id]
-	if !ok || r.msg.Project != project {
+	if !ok || r.msg.Project != project || !c.mayRead(r.msg) {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("project %s has no run %s", project, id+key))
 	}
 	return r, nil

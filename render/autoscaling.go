@@ -154,8 +154,9 @@ var queueDepthField = (&evalsiv1.GetQueueDepthResponse{}).ProtoReflect().Descrip
 
 // queueURL is the URL of evalsid's GetQueueDepth call for one pool in Connect's GET form, as
 // apiclient/proto/evalsi/v1/queue.proto defines it: the request as compact JSON in the query.
-func queueURL(api, project string, kind evalsiv1.PoolKind, name string) string {
-	msg, err := protojson.Marshal(&evalsiv1.GetQueueDepthRequest{Project: project, Kind: kind, Name: name})
+// project and namespace are an Evaluator's, both "" for a SandboxClass's shared pool.
+func queueURL(api, project, namespace string, kind evalsiv1.PoolKind, name string) string {
+	msg, err := protojson.Marshal(&evalsiv1.GetQueueDepthRequest{Project: project, Namespace: namespace, Kind: kind, Name: name})
 	if err != nil {
 		panic(fmt.Sprintf("encoding a queue-depth request: %v", err)) // strings and an enum always encode
 	}

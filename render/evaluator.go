@@ -117,6 +117,6 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 	// port only.
 	egress := append([]EgressRule{checkpointServersEgress}, spec.Egress...)
 	objs := o.pool(&pool, "evaluator", spec.Replicas, spec.Autoscaling, opts,
-		queueURL(opts.APIURL, project, evalsiv1.PoolKind_POOL_KIND_EVALUATOR, obj.GetName()), sa, spec.ServiceAccountName == "", pod, egress)
+		queueURL(opts.APIURL, project, obj.GetNamespace(), evalsiv1.PoolKind_POOL_KIND_EVALUATOR, obj.GetName()), sa, spec.ServiceAccountName == "", pod, egress)
 	return objs, pool, nil
 }

@@ -124,7 +124,7 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 	spec.Scheduling.apply(pod)
 
 	objs := o.pool(&pool, "sandbox", spec.Replicas, spec.Autoscaling, opts,
-		queueURL(opts.APIURL, "", evalsiv1.PoolKind_POOL_KIND_SANDBOX, obj.GetName()), name, true, pod, spec.Egress)
+		queueURL(opts.APIURL, "", "", evalsiv1.PoolKind_POOL_KIND_SANDBOX, obj.GetName()), name, true, pod, spec.Egress)
 	return objs, pool, nil
 }
 

@@ -80,7 +80,11 @@ type GetQueueDepthRequest struct {
 	Project string   `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
 	Kind    PoolKind `protobuf:"varint,2,opt,name=kind,proto3,enum=evalsi.v1.PoolKind" json:"kind,omitempty"`
 	// The Evaluator's or the SandboxClass's name.
-	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// An Evaluator's namespace, required for one: a run's work waits only in the queues of its own
+	// namespace's Evaluators, and a queue reader reads only its own namespace's. Empty for a
+	// SandboxClass.
+	Namespace     string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -136,6 +140,13 @@ func (x *GetQueueDepthRequest) GetName() string {
 	return ""
 }
 
+func (x *GetQueueDepthRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type GetQueueDepthResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Items waiting, set on every response (explicit presence, so JSON carries 0 too).
@@ -185,11 +196,12 @@ var File_evalsi_v1_queue_proto protoreflect.FileDescriptor
 
 const file_evalsi_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x15evalsi/v1/queue.proto\x12\tevalsi.v1\"m\n" +
+	"\x15evalsi/v1/queue.proto\x12\tevalsi.v1\"\x8b\x01\n" +
 	"\x14GetQueueDepthRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12'\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x13.evalsi.v1.PoolKindR\x04kind\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"<\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"<\n" +
 	"\x15GetQueueDepthResponse\x12\x19\n" +
 	"\x05depth\x18\x01 \x01(\rH\x00R\x05depth\x88\x01\x01B\b\n" +
 	"\x06_depth*U\n" +

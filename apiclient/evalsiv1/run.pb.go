@@ -427,7 +427,11 @@ type Run struct {
 	Message string `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
 	// The result was made up, not computed: the reference evalsid runs no evaluator and says so on
 	// every run. A platform evalsid never sets it.
-	Simulated     bool `protobuf:"varint,11,opt,name=simulated,proto3" json:"simulated,omitempty"`
+	Simulated bool `protobuf:"varint,11,opt,name=simulated,proto3" json:"simulated,omitempty"`
+	// The namespace of the resource the run was made for. Its work waits only in the queues of that
+	// namespace's pools, and a pool reads only the runs of its own namespace: a run written in one
+	// namespace is never worked with another namespace's pools, their keys or their egress.
+	Namespace     string `protobuf:"bytes,12,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -539,6 +543,13 @@ func (x *Run) GetSimulated() bool {
 	return false
 }
 
+func (x *Run) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type CreateRunRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -551,9 +562,10 @@ type CreateRunRequest struct {
 	Spec    *RunSpec `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
 	// A display name (namespace/name of the resource).
 	Name string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
-	// The namespace of the resource, for the check that spec.sandbox_class admits it. The server
-	// takes it only from a platform identity (a cluster-wide operator); a namespaced caller's
-	// namespace is the one its identity names.
+	// The namespace of the resource: the check that spec.sandbox_class admits it, and the namespace
+	// whose pools work the run (Run.namespace). The server takes it only from a platform identity
+	// (a cluster-wide operator), which must send it; a namespaced caller's namespace is the one its
+	// identity names.
 	Namespace     string `protobuf:"bytes,6,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1021,7 +1033,7 @@ const file_evalsi_v1_run_proto_rawDesc = "" +
 	"\x06passed\x18\x02 \x01(\x03R\x06passed\x12\x16\n" +
 	"\x06failed\x18\x03 \x01(\x03R\x06failed\x12\x18\n" +
 	"\aerrored\x18\x04 \x01(\x03R\aerrored\x12\x14\n" +
-	"\x05score\x18\x05 \x01(\x01R\x05score\"\x8b\x03\n" +
+	"\x05score\x18\x05 \x01(\x01R\x05score\"\xa9\x03\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12&\n" +
@@ -1035,7 +1047,8 @@ const file_evalsi_v1_run_proto_rawDesc = "" +
 	"\asummary\x18\t \x01(\v2\x12.evalsi.v1.SummaryR\asummary\x12\x18\n" +
 	"\amessage\x18\n" +
 	" \x01(\tR\amessage\x12\x1c\n" +
-	"\tsimulated\x18\v \x01(\bR\tsimulated\"\xc9\x01\n" +
+	"\tsimulated\x18\v \x01(\bR\tsimulated\x12\x1c\n" +
+	"\tnamespace\x18\f \x01(\tR\tnamespace\"\xc9\x01\n" +
 	"\x10CreateRunRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
