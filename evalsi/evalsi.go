@@ -118,14 +118,20 @@ var PlatformServiceAccounts = []string{
 // RBAC) that whoever writes Evaluators should not get by naming it.
 const LabelPoolServiceAccount = Group + "/pool-service-account"
 
-// ProjectOf is the project a namespace acts in, given its labels: the project a cluster
-// administrator bound it to with LabelProject, else the project named like the namespace. The
-// operator, the webhook and evalsid all apply this one rule.
-func ProjectOf(namespace string, labels map[string]string) string {
+// ProjectOf returns the project a namespace acts in, given its labels and whether another
+// Namespace is bound by label to the project named like it (claimed): the project a cluster
+// administrator bound it to with LabelProject; else the project named like the namespace while
+// that project is not claimed; else none (false). Anyone who may create namespaces may make one
+// named like a project: once a project's namespaces are bound by label, a namespace acts in it
+// only by the label too. The operator, the webhook and evalsid all apply this one rule.
+func ProjectOf(namespace string, labels map[string]string, claimed bool) (string, bool) {
 	if p := labels[LabelProject]; p != "" {
-		return p
+		return p, true
 	}
-	return namespace
+	if claimed {
+		return "", false
+	}
+	return namespace, true
 }
 
 // ServiceAccountIdentity is the Kubernetes user name of a service account, as tokens name it.

@@ -128,12 +128,17 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 	}
 	const notebooks = "team-a-notebooks"
 	namespaces := map[string]map[string]string{
-		"team-a":    nil,
+		// team-a's namespaces are bound by label, its namesake too.
+		"team-a":    {evalsi.LabelProject: "team-a"},
 		"team-b":    nil,
 		"team-a-ci": {evalsi.LabelProject: "team-a"},
 		"trusted":   {"sandbox.evals.si/privileged": "allowed"},
 		// Bound to team-a, with no operator: an editor makes an account named like one (below).
 		notebooks: {evalsi.LabelProject: "team-a"},
+		// team-x's one namespace is bound by label; anyone who may create namespaces made one
+		// named like the project, unlabelled.
+		"team-x-prod": {evalsi.LabelProject: "team-x"},
+		"team-x":      nil,
 	}
 	accounts := []string{evalsi.OperatorServiceAccount, evalsi.QueueReaderServiceAccount, "judge-evaluator"}
 	for ns, labels := range namespaces {
@@ -177,7 +182,7 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.SetDirectory(dir)
-	srv.SetOperatorNamespaces("team-a", "team-b", "team-a-ci", "trusted")
+	srv.SetOperatorNamespaces("team-a", "team-b", "team-a-ci", "trusted", "team-x", "team-x-prod")
 	url := serveLoopback(t, ctx, srv)
 	clients := map[string]api{}
 	for ns := range namespaces {
@@ -378,6 +383,18 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 			_, err := op.runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: "team-b", IdempotencyKey: "b-1"}))
 			return err
 		})
+	})
+
+	t.Run("a namespace named like a project whose namespaces are bound by label acts in none", func(t *testing.T) {
+		_, err := clients["team-x/evalsi-operator"].runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+			Project: "team-x", IdempotencyKey: "squat-1", Spec: runSpec("")}))
+		if code(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "acts in no project") {
+			t.Errorf("the squatter's operator creating a run in project team-x: %v, want PermissionDenied saying it acts in no project", err)
+		}
+		if _, err := clients["team-x-prod/evalsi-operator"].runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+			Project: "team-x", IdempotencyKey: "prod-1", Spec: runSpec("")})); err != nil {
+			t.Errorf("team-x-prod, bound to team-x, creating a run there: %v", err)
+		}
 	})
 
 	t.Run("sandbox classes are checked at the server", func(t *testing.T) {

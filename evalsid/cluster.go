@@ -57,6 +57,7 @@ const absentKept = 1024
 // namespaceLabels is the cache of Namespaces' labels (tenancy.Namespaces).
 type namespaceLabels interface {
 	Labels(namespace string) (map[string]string, bool)
+	Claimed(project string) bool
 	HasSynced() bool
 }
 
@@ -100,7 +101,12 @@ func (c *Cluster) Project(namespace string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return evalsi.ProjectOf(namespace, labels), nil
+	project, ok := evalsi.ProjectOf(namespace, labels, c.namespaces.Claimed(namespace))
+	if !ok {
+		return "", fmt.Errorf("namespace %s is not bound to a project, and other namespaces are bound to project %s by the label %s: a namespace named like a project acts in it only while no namespace is bound to it by label",
+			namespace, namespace, evalsi.LabelProject)
+	}
+	return project, nil
 }
 
 // labels returns namespace's labels: from the cache, else from the API server, since the watch

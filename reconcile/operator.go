@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"evals.si/operator/apiclient"
-	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/tenancy"
 	"evals.si/operator/reconcile/apicall"
 	"evals.si/operator/reconcile/engine"
@@ -229,9 +228,9 @@ type projects struct{ namespaces *tenancy.Namespaces }
 
 // Project returns the project obj acts in (render.Project).
 func (p projects) Project(obj *unstructured.Unstructured) (string, error) {
-	bindings := map[string]string{}
-	if labels, ok := p.namespaces.Labels(obj.GetNamespace()); ok && labels[evalsi.LabelProject] != "" {
-		bindings[obj.GetNamespace()] = labels[evalsi.LabelProject]
+	bindings, ok := p.namespaces.Bindings(obj.GetNamespace())
+	if !ok {
+		bindings = map[string]string{}
 	}
 	return render.Project(obj, render.Options{Limits: render.Limits{ProjectBindings: bindings}})
 }

@@ -46,11 +46,8 @@ func Validator(v Validation) Decider {
 		limits := v.Limits
 		limits.ProjectBindings = nil
 		if v.Namespaces != nil {
-			if labels, ok := v.Namespaces.Labels(req.Namespace); ok {
-				limits.ProjectBindings = map[string]string{}
-				if p := labels[evalsi.LabelProject]; p != "" {
-					limits.ProjectBindings[req.Namespace] = p
-				}
+			if bindings, ok := v.Namespaces.Bindings(req.Namespace); ok {
+				limits.ProjectBindings = bindings
 			}
 		}
 		resp := validate(req, limits)

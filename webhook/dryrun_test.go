@@ -2,12 +2,14 @@ package webhook
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -214,6 +216,46 @@ func TestAdmissionRefusesAnotherProject(t *testing.T) {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, ctx, "admitted once the namespace is bound", func() error {
+		return create(ctx, env.Dynamic(), run)
+	})
+}
+
+// TestAdmissionRefusesANamespaceNamedLikeABoundProject has someone who may create namespaces make
+// team-s, named like a project whose one namespace, team-s-prod, is bound to it by label: an
+// EvalRun in team-s is refused as acting in no project, and admitted once the namespace carries
+// the binding label itself.
+func TestAdmissionRefusesANamespaceNamedLikeABoundProject(t *testing.T) {
+	ctx := testContext(t)
+	startWebhook(t, ctx, time.Hour)
+	prod := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-s-prod", Labels: map[string]string{evalsi.LabelProject: "team-s"}}}
+	if _, err := env.Clientset().CoreV1().Namespaces().Create(ctx, prod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := ensureNamespace(t, ctx, "team-s")
+	run := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
+		"metadata": map[string]any{"name": "squatted", "namespace": ns},
+		"spec":     map[string]any{"suite": "smoke", "target": map[string]any{"endpoint": map[string]any{"url": "http://model:8000/v1", "model": "m"}}},
+	}}
+	const want = "/metadata/namespace: namespace team-s acts in no project"
+	clustertest.Eventually(t, ctx, "the EvalRun in team-s refused (once the webhook has read team-s-prod)", func() error {
+		err := create(ctx, env.Dynamic(), run)
+		if err == nil {
+			if err := env.Dynamic().Resource(evalsi.EvalRuns).Namespace(ns).Delete(ctx, "squatted", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			return errors.New("admitted")
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("creating an EvalRun in team-s: %v, want a refusal saying %q", err, want)
+		}
+		return nil
+	})
+	patch := []byte(`{"metadata":{"labels":{"evals.si/project":"team-s"}}}`)
+	if _, err := env.Clientset().CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "admitted once team-s is bound by label", func() error {
 		return create(ctx, env.Dynamic(), run)
 	})
 }

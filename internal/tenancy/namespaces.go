@@ -7,6 +7,7 @@ package tenancy
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"evals.si/operator/evalsi"
 )
 
 // PollInterval is how often the one Namespace of a namespaced reader is read again.
@@ -26,6 +29,8 @@ const PollInterval = 10 * time.Second
 type Namespaces struct {
 	mu     sync.Mutex
 	labels map[string]map[string]string // by namespace
+	// boundTo are the namespaces bound by label to each project.
+	boundTo map[string]map[string]bool
 	// synced says that the first read is complete; nothing is known before.
 	synced bool
 	// listeners are told of each namespace that appears, or whose labels change, after the first
@@ -35,7 +40,7 @@ type Namespaces struct {
 
 // NewNamespaces returns Namespaces that know nothing until Watch has read them.
 func NewNamespaces() *Namespaces {
-	return &Namespaces{labels: map[string]map[string]string{}}
+	return &Namespaces{labels: map[string]map[string]string{}, boundTo: map[string]map[string]bool{}}
 }
 
 // WatchNamespaces is NewNamespaces and Watch.
@@ -119,20 +124,55 @@ func (n *Namespaces) set(namespace string, labels map[string]string, synced bool
 	n.mu.Lock()
 	old, seen := n.labels[namespace]
 	n.labels[namespace] = labels
+	n.unbind(namespace, old[evalsi.LabelProject])
+	n.bind(namespace, labels[evalsi.LabelProject])
 	changed := !seen || !maps.Equal(old, labels)
 	listeners := append([]func(string){}, n.listeners...)
 	n.mu.Unlock()
 	if !changed || !synced {
 		return
 	}
-	for _, fn := range listeners {
-		fn(namespace)
+	// A binding made or moved also changes where the namespaces named like the projects act.
+	for _, name := range affected(namespace, old[evalsi.LabelProject], labels[evalsi.LabelProject]) {
+		for _, fn := range listeners {
+			fn(name)
+		}
+	}
+}
+
+// affected are the namespaces whose project a change of namespace's binding from old to new may
+// change: namespace itself, and those named like either project.
+func affected(namespace, old, new string) []string {
+	out := []string{namespace}
+	for _, p := range []string{old, new} {
+		if p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (n *Namespaces) bind(namespace, project string) {
+	if project == "" {
+		return
+	}
+	if n.boundTo[project] == nil {
+		n.boundTo[project] = map[string]bool{}
+	}
+	n.boundTo[project][namespace] = true
+}
+
+func (n *Namespaces) unbind(namespace, project string) {
+	delete(n.boundTo[project], namespace)
+	if len(n.boundTo[project]) == 0 {
+		delete(n.boundTo, project)
 	}
 }
 
 func (n *Namespaces) remove(namespace string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.unbind(namespace, n.labels[namespace][evalsi.LabelProject])
 	delete(n.labels, namespace)
 }
 
@@ -149,6 +189,42 @@ func (n *Namespaces) OnLabelsChanged(fn func(namespace string)) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.listeners = append(n.listeners, fn)
+}
+
+// Claimed reports whether a Namespace other than the one named project is bound to project by
+// label, so that the namespace named like it acts in no project without the label itself
+// (evalsi.ProjectOf). A namespaced reader, which reads only its own Namespace, sees no other
+// binding: the platform's evalsid, which reads them all, holds the rule for it.
+func (n *Namespaces) Claimed(project string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for ns := range n.boundTo[project] {
+		if ns != project {
+			return true
+		}
+	}
+	return false
+}
+
+// Bindings returns what render.Project needs to know of the bindings to place an object of
+// namespace: the namespace's own binding, and one namespace bound to the project named like it
+// when it has none. False when the namespace is not known.
+func (n *Namespaces) Bindings(namespace string) (map[string]string, bool) {
+	labels, ok := n.Labels(namespace)
+	if !ok {
+		return nil, false
+	}
+	if p := labels[evalsi.LabelProject]; p != "" {
+		return map[string]string{namespace: p}, true
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for ns := range n.boundTo[namespace] {
+		if ns != namespace {
+			return map[string]string{ns: namespace}, true
+		}
+	}
+	return map[string]string{}, true
 }
 
 // Labels returns the labels of namespace, and false when the namespace is not known (not read

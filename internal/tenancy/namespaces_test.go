@@ -69,10 +69,12 @@ func TestNamespacesFollowBindings(t *testing.T) {
 		}
 		return nil
 	})
-	// project is the project a reader says namespace acts in, and whether it knows namespace.
+	// project is the project a reader says namespace acts in ("" for none), and whether it knows
+	// namespace.
 	project := func(n *Namespaces, namespace string) (string, bool) {
 		labels, ok := n.Labels(namespace)
-		return evalsi.ProjectOf(namespace, labels), ok
+		p, _ := evalsi.ProjectOf(namespace, labels, n.Claimed(namespace))
+		return p, ok
 	}
 	if p, ok := project(all, "team-a"); !ok || p != "team-a" {
 		t.Errorf("team-a acts in %q (known %v), want team-a", p, ok)
@@ -93,12 +95,28 @@ func TestNamespacesFollowBindings(t *testing.T) {
 	}
 	clustertest.Eventually(t, ctx, "team-b bound to team-a, from the watch and from the namespaced reader", func() error {
 		mu.Lock()
-		told := len(changed) > 0 && changed[len(changed)-1] == "team-b"
+		told := slices.Contains(changed, "team-b") && slices.Contains(changed, "team-a")
 		mu.Unlock()
 		p1, _ := project(all, "team-b")
 		p2, _ := project(one, "team-b")
 		if !told || p1 != "team-a" || p2 != "team-a" {
-			return context.DeadlineExceeded
+			return fmt.Errorf("told of team-b and team-a: %v; team-b acts in %q, and to the namespaced reader in %q", told, p1, p2)
+		}
+		return nil
+	})
+	// Once team-a's namespaces are bound by label, the namespace named like the project acts in
+	// it only by the label too: else anyone who may create namespaces could make one named like
+	// a project whose namespaces are all bound, and act in it.
+	if p, _ := project(all, "team-a"); p != "" {
+		t.Errorf("team-a, unlabelled while team-b is bound to project team-a, acts in %q, want none", p)
+	}
+	patch = []byte(`{"metadata":{"labels":{"` + evalsi.LabelProject + `":"team-a"}}}`)
+	if _, err := cs.CoreV1().Namespaces().Patch(ctx, "team-a", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "team-a bound to its own project by label", func() error {
+		if p, _ := project(all, "team-a"); p != "team-a" {
+			return fmt.Errorf("team-a acts in %q", p)
 		}
 		return nil
 	})
@@ -122,7 +140,7 @@ func TestNamespacesFollowBindings(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for _, ns := range changed {
-		if ns != "team-b" && ns != "team-a-notebooks" {
+		if ns != "team-b" && ns != "team-a" && ns != "team-a-notebooks" {
 			t.Errorf("told of %s, which was there before the first read and did not change", ns)
 		}
 	}
