@@ -98,6 +98,7 @@ func TestValuesAreChecked(t *testing.T) {
 		"lease duration below a second":     {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "operator.leaseDuration=1500ms"}, "leaseDuration"},
 		"cert-manager, no issuer":           {"evalsi-crds", []string{"--set", "webhook.certManager.enabled=true"}, "webhook.certManager.issuerRef.name"},
 		"no api.url":                        {"evalsi", nil, "api.url: give the URL of the platform's evalsid, which runs the evaluations; or, for a trial with simulated results, set referenceEvalsid.enabled=true"},
+		"an outside evalsid, no CIDRs":      {"evalsi", []string{"--set", "api.url=https://evalsid.evals.example"}, "api.networkPeers: evalsid at https://evalsid.evals.example is outside the cluster"},
 		"api.url and the reference evalsid": {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "referenceEvalsid.enabled=true"}, "api.url and referenceEvalsid.enabled: set one"},
 	} {
 		t.Run(name, func(t *testing.T) {

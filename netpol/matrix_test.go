@@ -97,36 +97,34 @@ func TestNetworkPolicyMatrix(t *testing.T) {
 	engine := matcher.BuildNetworkPolicies(false, policies)
 
 	pods := map[string]endpoint{
-		"judge":          {"team-a", judgeLabels, "10.244.1.10"},
-		"team-b judge":   {"team-b", otherJudgeLabels, "10.244.2.10"},
-		"qwen":           {"team-a", qwenLabels, "10.244.1.20"},
-		"step":           {"team-a", stepLabels, "10.244.1.21"},
-		"mirrored":       {"team-a", mirroredLabels, "10.244.1.22"},
-		"the mirror":     {ip: "203.0.113.7"},
-		"sandbox":        {"evalsi-sandbox", sandboxLabels, "10.244.3.10"},
-		"client of qwen": {"team-a", map[string]string{"evals.si/checkpoint-client": "qwen"}, "10.244.1.30"},
-		"team-a's pod":   {"team-a", map[string]string{"app": "notebook"}, "10.244.1.31"},
-		"evalsid":        {"evalsi-platform", map[string]string{"app.kubernetes.io/name": "evalsid"}, "10.244.4.10"},
-		"kube-dns":       {"kube-system", map[string]string{"k8s-app": "kube-dns"}, "10.244.0.10"},
-		"kube-system's":  {"kube-system", map[string]string{"component": "etcd"}, "10.244.0.11"},
-		"metadata":       {ip: "169.254.169.254"},
-		"azure wire":     {ip: "168.63.129.16"},
-		"alibaba meta":   {ip: "100.100.100.200"},
-		"API server":     {ip: "10.96.0.1"},
-		"node":           {ip: "192.168.1.5"},
-		"a model hub":    {ip: "18.164.174.55"},
+		"judge":               {"team-a", judgeLabels, "10.244.1.10"},
+		"team-b judge":        {"team-b", otherJudgeLabels, "10.244.2.10"},
+		"qwen":                {"team-a", qwenLabels, "10.244.1.20"},
+		"step":                {"team-a", stepLabels, "10.244.1.21"},
+		"mirrored":            {"team-a", mirroredLabels, "10.244.1.22"},
+		"the mirror":          {ip: "203.0.113.7"},
+		"sandbox":             {"evalsi-sandbox", sandboxLabels, "10.244.3.10"},
+		"client of qwen":      {"team-a", map[string]string{"evals.si/checkpoint-client": "qwen"}, "10.244.1.30"},
+		"team-a's pod":        {"team-a", map[string]string{"app": "notebook"}, "10.244.1.31"},
+		"evalsid":             {"evalsi-platform", map[string]string{"app.kubernetes.io/name": "evalsid"}, "10.244.4.10"},
+		"evalsid's neighbour": {"evalsi-platform", map[string]string{"app.kubernetes.io/name": "billing"}, "10.244.4.11"},
+		"kube-dns":            {"kube-system", map[string]string{"k8s-app": "kube-dns"}, "10.244.0.10"},
+		"kube-system's":       {"kube-system", map[string]string{"component": "etcd"}, "10.244.0.11"},
+		"metadata":            {ip: "169.254.169.254"},
+		"azure wire":          {ip: "168.63.129.16"},
+		"alibaba meta":        {ip: "100.100.100.200"},
+		"API server":          {ip: "10.96.0.1"},
+		"node":                {ip: "192.168.1.5"},
+		"a model hub":         {ip: "18.164.174.55"},
 	}
-	type conn struct {
-		from, to string
-		port     int
-		protocol corev1.Protocol
-	}
-	tcp := func(from, to string, port int) conn { return conn{from, to, port, corev1.ProtocolTCP} }
 	allowed := map[conn]bool{
 		// Pools: DNS and evalsid, nothing else; nothing in.
 		tcp("judge", "kube-dns", 53):                  true,
 		{"judge", "kube-dns", 53, corev1.ProtocolUDP}: true,
 		tcp("judge", "evalsid", 8443):                 true,
+		tcp("judge", "evalsid", 9090):                 false,
+		tcp("judge", "evalsid's neighbour", 8443):     false,
+		tcp("sandbox", "evalsid's neighbour", 8443):   false,
 		tcp("judge", "kube-system's", 2379):           false,
 		tcp("judge", "team-a's pod", 8080):            false,
 		tcp("judge", "team-b judge", 8080):            false,
@@ -171,6 +169,21 @@ func TestNetworkPolicyMatrix(t *testing.T) {
 		tcp("step", "kube-dns", 53):     true,
 		tcp("step", "a model hub", 443): false,
 	}
+	check(t, engine, pods, allowed)
+}
+
+// conn is a connection from one endpoint of a matrix to another, on a port.
+type conn struct {
+	from, to string
+	port     int
+	protocol corev1.Protocol
+}
+
+func tcp(from, to string, port int) conn { return conn{from, to, port, corev1.ProtocolTCP} }
+
+// check asks engine about each connection of allowed between pods and reports every wrong answer.
+func check(t *testing.T, engine *matcher.Policy, pods map[string]endpoint, allowed map[conn]bool) {
+	t.Helper()
 	var wrong []string
 	for c, want := range allowed {
 		got := engine.IsTrafficAllowed(&matcher.Traffic{
@@ -183,5 +196,40 @@ func TestNetworkPolicyMatrix(t *testing.T) {
 	}
 	if len(wrong) > 0 {
 		t.Errorf("the rendered NetworkPolicies decide %d connections wrongly:\n%s", len(wrong), strings.Join(wrong, "\n"))
+	}
+}
+
+// TestNetworkPolicyMatrixOutsideEvalsid renders pools for an evalsid outside the cluster, whose
+// addresses the platform names: the pools reach those addresses on evalsid's port and nothing else
+// public, and without the platform's CIDRs the operator refuses to start (never every public
+// address by default).
+func TestNetworkPolicyMatrixOutsideEvalsid(t *testing.T) {
+	opts := render.Options{DefaultImage: "evalsi/platform:1.4.0", SandboxNamespace: "evalsi-sandbox",
+		APIURL: "https://evalsid.evals.example", APIPeers: []any{map[string]any{"ipBlock": map[string]any{"cidr": "203.0.113.8/29"}}}}
+	var policies []*networkingv1.NetworkPolicy
+	judge, judgeLabels := rendered(t, opts, object("Evaluator", "team-a", "judge", map[string]any{}))
+	sandbox, sandboxLabels := rendered(t, opts, object("SandboxClass", "", "landlock", map[string]any{"rung": "landlock"}))
+	policies = append(append(policies, judge...), sandbox...)
+	engine := matcher.BuildNetworkPolicies(false, policies)
+	pods := map[string]endpoint{
+		"judge":       {"team-a", judgeLabels, "10.244.1.10"},
+		"sandbox":     {"evalsi-sandbox", sandboxLabels, "10.244.3.10"},
+		"evalsid":     {ip: "203.0.113.10"},
+		"a model hub": {ip: "18.164.174.55"},
+		"metadata":    {ip: "169.254.169.254"},
+		"team-a's":    {"team-a", map[string]string{"app": "notebook"}, "10.244.1.31"},
+	}
+	check(t, engine, pods, map[conn]bool{
+		tcp("judge", "evalsid", 443):       true,
+		tcp("judge", "evalsid", 22):        false,
+		tcp("judge", "a model hub", 443):   false,
+		tcp("judge", "metadata", 80):       false,
+		tcp("judge", "team-a's", 443):      false,
+		tcp("sandbox", "evalsid", 443):     true,
+		tcp("sandbox", "a model hub", 443): false,
+	})
+	opts.APIPeers = nil
+	if err := render.CheckAPIEgress(opts); err == nil || !strings.Contains(err.Error(), "outside the cluster") {
+		t.Errorf("an outside evalsid without the platform's CIDRs: %v, want a refusal", err)
 	}
 }

@@ -1,6 +1,8 @@
 package render
 
 import (
+	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -193,12 +195,6 @@ func renderEgress(rules []EgressRule) []map[string]any {
 	return out
 }
 
-// privateRanges are the address ranges a pool may not reach by the default rule for an evalsid
-// outside the cluster: private networks (where a cluster's API server, nodes and Services live),
-// shared and link-local addresses (a cloud's metadata endpoint is 169.254.169.254) and loopback.
-// Azure's WireServer is a public address, so it is named too.
-var privateRanges = []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8", "168.63.129.16/32"}
-
 // dnsEgress lets pods resolve names with the cluster's DNS (kube-system's kube-dns pods, which
 // CoreDNS keeps the label of).
 func dnsEgress() map[string]any {
@@ -214,25 +210,63 @@ func dnsEgress() map[string]any {
 	}
 }
 
-// apiEgress is the egress rule that lets pods reach evalsid: the peers the operator was given
-// (Options.APIPeers), else ones read from evalsid's URL:
-//   - an IP address: that address alone, on the URL's port;
-//   - a Service name, <service>.<namespace>.svc[.cluster.local]: the pods of that namespace (a
-//     Service's port is not its pods' port, so no port is set);
-//   - any other host, outside the cluster: any address on the URL's port except private,
-//     shared, link-local and loopback ranges.
-//
-// A short name (evalsid, the Service in the pool's own namespace) needs APIPeers: a policy cannot
-// name a Service, and the namespace's other pods are not evalsid.
+// EvalsidPodLabels are the labels by which pools reach evalsid's pods when its URL names a Service
+// and the platform names no peers (Options.APIPeers): a platform's evalsid pods carry them.
+var EvalsidPodLabels = map[string]any{"app.kubernetes.io/name": "evalsid"}
+
+// apiEgress is the egress rule that lets pods reach evalsid, on its pods' port alone
+// (Options.APIPort, else the URL's): to the peers the platform named (Options.APIPeers), else to
+// what evalsid's URL names:
+//   - an IP address: that address alone;
+//   - a Service, <service>.<namespace>.svc[.cluster.local] or a short name (a Service of the
+//     pool's own namespace): the pods of that namespace labelled EvalsidPodLabels, not every pod
+//     of it;
+//   - any other host, outside the cluster: nothing. A policy cannot name a host, and every
+//     public address is more than a pool needs: the platform names evalsid's addresses as
+//     ipBlock peers (CheckAPIEgress refuses options that leave them out).
 func apiEgress(opts Options) map[string]any {
-	if len(opts.APIPeers) > 0 {
-		return map[string]any{"to": opts.APIPeers}
-	}
-	u, err := url.Parse(opts.APIURL)
-	if err != nil || u.Hostname() == "" {
+	u, port, err := apiAddress(opts)
+	if err != nil {
 		return nil
 	}
+	rule := func(to ...any) map[string]any {
+		return map[string]any{"to": to, "ports": []any{map[string]any{"protocol": "TCP", "port": int64(port)}}}
+	}
+	if len(opts.APIPeers) > 0 {
+		return rule(opts.APIPeers...)
+	}
 	host := u.Hostname()
+	if ip := net.ParseIP(host); ip != nil {
+		bits := "/32"
+		if ip.To4() == nil {
+			bits = "/128"
+		}
+		return rule(map[string]any{"ipBlock": map[string]any{"cidr": ip.String() + bits}})
+	}
+	pods := map[string]any{"podSelector": map[string]any{"matchLabels": maps.Clone(EvalsidPodLabels)}}
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	switch {
+	case len(labels) == 1:
+		return rule(pods)
+	case len(labels) >= 3 && labels[2] == "svc":
+		pods["namespaceSelector"] = map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": labels[1]}}
+		return rule(pods)
+	}
+	return nil
+}
+
+// apiAddress parses evalsid's URL and the port its pods serve on.
+func apiAddress(opts Options) (*url.URL, int32, error) {
+	u, err := url.Parse(opts.APIURL)
+	if err != nil || u.Hostname() == "" {
+		return nil, 0, fmt.Errorf("api URL %q: not an absolute URL", opts.APIURL)
+	}
+	if opts.APIPort < 0 || opts.APIPort > 65535 {
+		return nil, 0, fmt.Errorf("api port %d is not a port", opts.APIPort)
+	}
+	if opts.APIPort != 0 {
+		return u, opts.APIPort, nil
+	}
 	port := u.Port()
 	if port == "" {
 		port = map[string]string{"https": "443"}[u.Scheme]
@@ -240,25 +274,24 @@ func apiEgress(opts Options) map[string]any {
 			port = "80"
 		}
 	}
-	n, _ := strconv.ParseInt(port, 10, 32)
-	ports := []any{map[string]any{"protocol": "TCP", "port": n}}
-	if ip := net.ParseIP(host); ip != nil {
-		bits := "/32"
-		if ip.To4() == nil {
-			bits = "/128"
-		}
-		return map[string]any{"to": []any{map[string]any{"ipBlock": map[string]any{"cidr": ip.String() + bits}}}, "ports": ports}
+	n, err := strconv.ParseInt(port, 10, 32)
+	if err != nil || n <= 0 || n > 65535 {
+		return nil, 0, fmt.Errorf("api URL %q: port %q is not a port", opts.APIURL, port)
 	}
-	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
-	if len(labels) >= 3 && labels[2] == "svc" {
-		return map[string]any{"to": []any{map[string]any{
-			"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": labels[1]}},
-		}}}
+	return u, int32(n), nil
+}
+
+// CheckAPIEgress says why the pools the operator renders could not reach evalsid through their
+// NetworkPolicy with opts: a URL that does not parse, or an evalsid outside the cluster (a host
+// name that is not a Service) whose addresses the platform did not name in APIPeers.
+func CheckAPIEgress(opts Options) error {
+	if _, _, err := apiAddress(opts); err != nil {
+		return err
 	}
-	return map[string]any{
-		"to":    []any{map[string]any{"ipBlock": map[string]any{"cidr": "0.0.0.0/0", "except": privateRanges}}},
-		"ports": ports,
+	if apiEgress(opts) == nil {
+		return fmt.Errorf("evalsid at %s is outside the cluster: name its addresses as NetworkPolicy peers (ipBlock CIDRs: the pools' NetworkPolicies open nothing wider, never every public address)", opts.APIURL)
 	}
+	return nil
 }
 
 // networkPolicy renders the NetworkPolicy of a pool named name: no ingress, egress to DNS, evalsid

@@ -40,11 +40,11 @@ func TestPoolNetworkPoliciesFence(t *testing.T) {
 			"metadata": map[string]any{"name": "landlock", "uid": "u"}, "spec": map[string]any{"rung": "landlock"}}},
 	}
 	for name, api := range map[string]Options{
-		"a Service name":           {APIURL: "http://evalsid.evalsi.svc:8080"},
-		"a fully qualified name":   {APIURL: "https://evalsid.platform.svc.cluster.local"},
-		"an address":               {APIURL: "http://10.200.0.7:8080"},
-		"a host outside":           {APIURL: "https://evals.example.com"},
-		"peers given by the chart": {APIURL: "http://evalsid:8080", APIPeers: []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/component": "evalsid"}}}}},
+		"a Service name":            {APIURL: "http://evalsid.evalsi.svc:8080"},
+		"a fully qualified name":    {APIURL: "https://evalsid.platform.svc.cluster.local"},
+		"an address":                {APIURL: "http://10.200.0.7:8080"},
+		"a host outside, its CIDRs": {APIURL: "https://evals.example.com", APIPeers: []any{map[string]any{"ipBlock": map[string]any{"cidr": "203.0.113.10/32"}}}},
+		"peers given by the chart":  {APIURL: "http://evalsid:8080", APIPeers: []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/component": "evalsid"}}}}},
 	} {
 		for kind, obj := range pools {
 			t.Run(name+"/"+kind, func(t *testing.T) {

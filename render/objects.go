@@ -35,8 +35,12 @@ type Options struct {
 	// APIURL is evalsid's base URL, given to workers and to KEDA's queue-depth trigger.
 	APIURL string
 	// APIPeers are the NetworkPolicy peers (maps as Kubernetes takes them) through which pools
-	// reach evalsid; empty, they are read from APIURL (apiEgress).
+	// reach evalsid; empty, they are read from APIURL (apiEgress), which an evalsid outside the
+	// cluster does not allow (CheckAPIEgress).
 	APIPeers []any
+	// APIPort is the port evalsid's pods serve on, the only one pools may reach them on; 0: the
+	// URL's port.
+	APIPort int32
 	// TokenAudience is the audience of the projected tokens pool pods present to evalsid
 	// (DefaultTokenAudience when empty).
 	TokenAudience string

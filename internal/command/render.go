@@ -19,7 +19,8 @@ var RenderFlags = []cli.Flag{
 	&cli.StringFlag{Name: "api-url", Value: "http://evalsid:8080", Usage: "evalsid's base URL, given to workers and to KEDA's queue-depth trigger"},
 	&cli.StringFlag{Name: "pool-token-audience", Value: render.DefaultTokenAudience, Usage: "audience of the projected service-account tokens pool pods present to evalsid"},
 	MaxPoolReplicasFlag,
-	&cli.StringFlag{Name: "api-network-peers", Usage: "the NetworkPolicy peers through which pools reach evalsid, a JSON list such as [{\"podSelector\":{\"matchLabels\":{\"app\":\"evalsid\"}}}]; default: read from --api-url"},
+	&cli.StringFlag{Name: "api-network-peers", Usage: "the NetworkPolicy peers through which pools reach evalsid, a JSON list such as [{\"ipBlock\":{\"cidr\":\"203.0.113.10/32\"}}]; required for an evalsid outside the cluster; default: evalsid's pods (app.kubernetes.io/name=evalsid) in the namespace of --api-url's Service"},
+	&cli.IntFlag{Name: "api-network-port", Usage: "the port evalsid's pods serve on, the only one pools may reach them on; default: --api-url's port"},
 }
 
 // MaxPoolReplicasFlag is the platform's bound on an Evaluator's replicas, which admission,
@@ -39,7 +40,7 @@ func RenderOptions(c *cli.Context) (render.Options, error) {
 			peers = append(peers, peer)
 		}
 	}
-	return render.Options{
+	opts := render.Options{
 		DefaultImage:     c.String("default-image"),
 		VLLMImage:        c.String("vllm-image"),
 		SandboxNamespace: c.String("sandbox-namespace"),
@@ -47,5 +48,10 @@ func RenderOptions(c *cli.Context) (render.Options, error) {
 		TokenAudience:    c.String("pool-token-audience"),
 		Limits:           render.Limits{MaxPoolReplicas: int32(c.Int("max-pool-replicas"))},
 		APIPeers:         peers,
-	}, nil
+		APIPort:          int32(c.Int("api-network-port")),
+	}
+	if err := render.CheckAPIEgress(opts); err != nil {
+		return render.Options{}, cli.Exit(fmt.Sprintf("--api-url, --api-network-peers: %v", err), ExitUsage)
+	}
+	return opts, nil
 }

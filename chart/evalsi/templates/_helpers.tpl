@@ -107,45 +107,51 @@ in-chart evalsid's pods, else api.networkPeers (empty: the operator reads them f
 {{- end }}
 {{- end }}
 
+{{/* apiPort is the port evalsid's pods serve on: the in-chart evalsid's, else api.networkPort,
+else api.url's port. */}}
+{{- define "evalsi.apiPort" -}}
+{{- $u := urlParse (include "evalsi.apiURL" .) }}
+{{- if and (not .Values.api.url) .Values.referenceEvalsid.enabled }}{{ include "evalsi.evalsidPort" . }}
+{{- else if .Values.api.networkPort }}{{ .Values.api.networkPort }}
+{{- else }}{{ (regexFind ":[0-9]+$" $u.host) | trimPrefix ":" | default (ternary "443" "80" (eq $u.scheme "https")) }}
+{{- end }}
+{{- end }}
+
 {{/* apiEgress is the NetworkPolicy egress rule (YAML) through which a pod reaches evalsid, as the
-operator renders it for its pools (render/networkpolicy.go): the peers of evalsi.apiPeers when there
-are any; else, from api.url, the pods of a Service's namespace (<service>.<namespace>.svc, any
-port: a Service's port is not its pods'), an IP address on the URL's port, or any address outside
-private, shared, link-local and loopback ranges on the URL's port. */}}
+operator renders it for its pools (render/networkpolicy.go), on evalsi.apiPort alone: to the peers
+of evalsi.apiPeers when there are any; else, from api.url, an IP address, or the pods labelled
+app.kubernetes.io/name=evalsid of a Service's namespace (<service>.<namespace>.svc) or of this
+one (a short name). An evalsid outside the cluster needs api.networkPeers. */}}
 {{- define "evalsi.apiEgress" -}}
 {{- $peers := include "evalsi.apiPeers" . | fromJsonArray }}
 {{- $u := urlParse (include "evalsi.apiURL" .) }}
 {{- $host := regexReplaceAll ":[0-9]+$" $u.host "" | trimPrefix "[" | trimSuffix "]" }}
-{{- $port := (regexFind ":[0-9]+$" $u.host) | trimPrefix ":" | default (ternary "443" "80" (eq $u.scheme "https")) }}
 {{- $labels := splitList "." (trimSuffix "." $host) }}
 {{- if $peers }}
 to:
   {{- toYaml $peers | nindent 2 }}
-{{- if .Values.referenceEvalsid.enabled }}
-ports:
-  - {port: {{ include "evalsi.evalsidPort" . }}, protocol: TCP}
-{{- end }}
 {{- else if regexMatch "^[0-9.]+$" $host }}
 to:
   - ipBlock: {cidr: {{ $host }}/32}
-ports:
-  - {port: {{ $port }}, protocol: TCP}
 {{- else if contains ":" $host }}
 to:
   - ipBlock: {cidr: "{{ $host }}/128"}
-ports:
-  - {port: {{ $port }}, protocol: TCP}
+{{- else if eq (len $labels) 1 }}
+to:
+  - podSelector:
+      matchLabels:
+        app.kubernetes.io/name: evalsid
 {{- else if and (ge (len $labels) 3) (eq (index $labels 2) "svc") }}
 to:
   - namespaceSelector:
       matchLabels:
         kubernetes.io/metadata.name: {{ index $labels 1 }}
+    podSelector:
+      matchLabels:
+        app.kubernetes.io/name: evalsid
 {{- else }}
-to:
-  - ipBlock:
-      cidr: 0.0.0.0/0
-      except: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, 169.254.0.0/16, 127.0.0.0/8]
-ports:
-  - {port: {{ $port }}, protocol: TCP}
+{{- fail (printf "api.networkPeers: evalsid at %s is outside the cluster; name its addresses as ipBlock CIDRs (the NetworkPolicies open nothing wider, never every public address)" (include "evalsi.apiURL" .)) }}
 {{- end }}
+ports:
+  - {port: {{ include "evalsi.apiPort" . }}, protocol: TCP}
 {{- end }}
