@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"evals.si/operator/evalsid"
@@ -23,7 +24,7 @@ func evalsidCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8090", Usage: "address to serve on"},
 			&cli.StringFlag{Name: "tokens", Usage: "file of accepted bearer tokens, one \"TOKEN IDENTITY\" per line"},
-			&cli.StringFlag{Name: "kubernetes-audience", Usage: "accept the cluster's service-account tokens for this audience (the kubernetes: provider), verified with the API server's issuer discovery"},
+			&cli.StringFlag{Name: "kubernetes-audience", Usage: "accept the cluster's service-account tokens for this audience (the kubernetes: provider), verified with the API server's issuer discovery, while the service account and the pod each names still exist (read with get on serviceaccounts and pods, each answer kept 30s)"},
 			command.KubeconfigFlag("of the cluster whose tokens are accepted"),
 			&cli.StringFlag{Name: "tls-cert-file", Usage: "serve HTTPS with this certificate"},
 			&cli.StringFlag{Name: "tls-key-file", Usage: "key of --tls-cert-file"},
@@ -79,7 +80,12 @@ func evalsidCommand() *cli.Command {
 					if err != nil {
 						return fmt.Errorf("a client of the API server: %w", err)
 					}
-					srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: rc.Host, Client: hc, Audience: aud})
+					kube, err := kubernetes.NewForConfig(rc)
+					if err != nil {
+						return fmt.Errorf("a client of the API server: %w", err)
+					}
+					srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: rc.Host, Client: hc, Audience: aud,
+						Bound: evalsid.NewLiveObjects(kube, evalsid.BoundObjectsTTL)})
 				}
 			}
 			if c.String("tls-cert-file") == "" {

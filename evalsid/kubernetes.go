@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"evals.si/operator/evalsi"
 )
 
 // KubernetesIssuer is evalsid's "kubernetes:" provider: it accepts service-account tokens of one
@@ -34,6 +36,9 @@ type KubernetesIssuer struct {
 	Client    *http.Client
 	// Audience is the audience a token must name.
 	Audience string
+	// Bound, when set, checks that the service account a token names, and the pod it is bound
+	// to, still exist with the UIDs it names. evalsid's command always sets it.
+	Bound BoundObjects
 
 	mu      sync.Mutex
 	issuer  string
@@ -54,6 +59,19 @@ type claims struct {
 	Audience  audience `json:"aud"`
 	Expiry    int64    `json:"exp"`
 	NotBefore int64    `json:"nbf"`
+	// Kubernetes names what the token is bound to.
+	Kubernetes *struct {
+		Namespace      string     `json:"namespace"`
+		ServiceAccount *objectRef `json:"serviceaccount"`
+		Pod            *objectRef `json:"pod"`
+		Secret         *objectRef `json:"secret"`
+	} `json:"kubernetes.io"`
+}
+
+// objectRef is an object a token names, by name and UID.
+type objectRef struct {
+	Name string `json:"name"`
+	UID  string `json:"uid"`
 }
 
 // audience is a JWT aud: one string or a list.
@@ -114,7 +132,44 @@ func (k *KubernetesIssuer) Verify(ctx context.Context, token string, now time.Ti
 	case !strings.HasPrefix(c.Subject, "system:serviceaccount:"):
 		return "", fmt.Errorf("subject %q is not a service account", c.Subject)
 	}
+	if k.Bound != nil {
+		if err := k.checkBound(ctx, c); err != nil {
+			return "", err
+		}
+	}
 	return c.Subject, nil
+}
+
+// checkBound refuses a token whose service account, or the pod it is bound to, no longer exists
+// as the object it was issued for. A token bound to a Secret is refused: evalsid reads no Secret.
+func (k *KubernetesIssuer) checkBound(ctx context.Context, c claims) error {
+	b := c.Kubernetes
+	if b == nil || b.ServiceAccount == nil || b.ServiceAccount.UID == "" {
+		return errors.New("the token names no service account UID (kubernetes.io claims)")
+	}
+	if c.Subject != evalsi.ServiceAccountIdentity(b.Namespace, b.ServiceAccount.Name) {
+		return fmt.Errorf("subject %q is not the service account the token names", c.Subject)
+	}
+	if b.Secret != nil {
+		return errors.New("tokens bound to a Secret are not accepted")
+	}
+	refs := map[string]*objectRef{"serviceaccounts": b.ServiceAccount}
+	if b.Pod != nil {
+		refs["pods"] = b.Pod
+	}
+	for resource, ref := range refs {
+		if ref.UID == "" {
+			return fmt.Errorf("the token names its %s without a UID", strings.TrimSuffix(resource, "s"))
+		}
+		exists, err := k.Bound.Exists(ctx, resource, b.Namespace, ref.Name, ref.UID)
+		if err != nil {
+			return fmt.Errorf("cannot check that the token's %s still exist: %w", resource, err)
+		}
+		if !exists {
+			return fmt.Errorf("the token's %s %s/%s (uid %s) no longer exists", strings.TrimSuffix(resource, "s"), b.Namespace, ref.Name, ref.UID)
+		}
+	}
+	return nil
 }
 
 // key returns the signing key kid and the issuer, reading them again when kid is unknown (a key

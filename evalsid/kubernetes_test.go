@@ -21,8 +21,10 @@ import (
 	"connectrpc.com/connect"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	v1 "evals.si/operator/apiclient/evalsiv1"
@@ -77,7 +79,18 @@ func TestKubernetesProvider(t *testing.T) {
 		}
 	}
 
-	// evalsid reads the issuer discovery as its own service account, which the default RBAC allows.
+	// evalsid reads the issuer discovery as its own service account, which the default RBAC allows,
+	// and the service accounts and pods that tokens name with the Role the evalsi chart gives it.
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "evalsid"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "pods"}, Verbs: []string{"get"}}}}
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "evalsid"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "evalsid"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "evalsid", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	evalsidCfg, _ := clustertest.TokenKubeconfig(t, ctx, c, ns, "evalsid")
 	hc, err := rest.HTTPClientFor(evalsidCfg)
 	if err != nil {
@@ -85,7 +98,10 @@ func TestKubernetesProvider(t *testing.T) {
 	}
 	srv := evalsid.New(map[string]string{"static-token": "static"}, evalsid.DefaultSchedule)
 	srv.TrustPlatform("static")
-	srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: c.Config.Host, Client: hc, Audience: "evalsi"})
+	// Answers about bound objects are kept 2 s here (30 s in evalsid's command), so that the
+	// refusals below come quickly.
+	srv.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: c.Config.Host, Client: hc, Audience: "evalsi",
+		Bound: evalsid.NewLiveObjects(kubernetes.NewForConfigOrDie(evalsidCfg), 2*time.Second)})
 	srv.SetQueueDepth("pools", v1.PoolKind_POOL_KIND_EVALUATOR, "judge", 7)
 	base := serveLoopback(t, ctx, srv)
 
@@ -210,4 +226,82 @@ func TestKubernetesProvider(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "system:serviceaccount:pools:judge-evaluator") {
 		t.Errorf("a pool creating a run: %v, want PermissionDenied naming the pool's service account", err)
 	}
+}
+
+// TestTokensOfDeletedObjectsRefused holds evalsid's kubernetes: provider to the objects a token
+// names: a token of a service account that was deleted and made again under the same name (a
+// year-long token outliving its account), or of a pod that was deleted, is refused once the last
+// answer about it expires, though its signature, issuer, audience and lifetime are all valid.
+func TestTokensOfDeletedObjectsRefused(t *testing.T) {
+	c := shared.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := c.Clientset()
+	const ns = "bound"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newAccount := func() {
+		t.Helper()
+		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "judge-evaluator"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newAccount()
+	pod, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "judge-0"},
+		Spec: corev1.PodSpec{ServiceAccountName: "judge-evaluator", Containers: []corev1.Container{{Name: "judge", Image: "evalsi/platform:1.4.0"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(bound *authenticationv1.BoundObjectReference) string {
+		t.Helper()
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "judge-evaluator", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"evalsi"}, BoundObjectRef: bound}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	accountToken := mint(nil)
+	podToken := mint(&authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+
+	hc, err := rest.HTTPClientFor(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := &evalsid.KubernetesIssuer{APIServer: c.Config.Host, Client: hc, Audience: "evalsi",
+		Bound: evalsid.NewLiveObjects(cs, 2*time.Second)}
+	verify := func(token string) error {
+		_, err := issuer.Verify(ctx, token, time.Now())
+		return err
+	}
+	for name, token := range map[string]string{"the account's token": accountToken, "the pod's token": podToken} {
+		if err := verify(token); err != nil {
+			t.Fatalf("%s while its objects exist: %v", name, err)
+		}
+	}
+
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, *metav1.NewDeleteOptions(0)); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "the deleted pod's token refused", func() error {
+		if err := verify(podToken); err == nil || !strings.Contains(err.Error(), "pod bound/judge-0") {
+			return fmt.Errorf("the deleted pod's token: %v", err)
+		}
+		return nil
+	})
+	if err := verify(accountToken); err != nil {
+		t.Errorf("the account's token, its pod deleted: %v", err)
+	}
+
+	if err := cs.CoreV1().ServiceAccounts(ns).Delete(ctx, "judge-evaluator", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newAccount()
+	clustertest.Eventually(t, ctx, "the old account's token refused, the new account's accepted", func() error {
+		if err := verify(accountToken); err == nil || !strings.Contains(err.Error(), "serviceaccount bound/judge-evaluator") {
+			return fmt.Errorf("the token of the deleted account: %v", err)
+		}
+		return verify(mint(nil))
+	})
 }
