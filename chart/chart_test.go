@@ -22,7 +22,7 @@ import (
 
 // charts and the values files that matter for each (testdata/chart/values/<chart>-<case>.yaml).
 var charts = map[string][]string{
-	"evalsi-crds":     {"default", "cert-manager", "dry-run", "tenants", "sandboxd"},
+	"evalsi-crds":     {"default", "cert-manager", "dry-run", "tenants", "sandboxd", "rbac-helpers"},
 	"evalsi":          {"default", "reference-evalsid", "external-evalsid", "runs-only", "monitoring", "plain-metrics", "mtls-secrets", "mtls-cert-manager"},
 	"evalsi-sandboxd": {"default", "custom"},
 }

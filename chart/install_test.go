@@ -352,6 +352,64 @@ func TestAggregatedRoles(t *testing.T) {
 	}
 }
 
+// TestKindHelperRoles grants one kind at a time with the helper roles (rbac.helpers.enabled),
+// impersonating the users they are bound to on the real API server: an Evaluator editor writes
+// Evaluators and nothing else; its imaged Evaluator is still refused without the right to create
+// pods; a viewer reads and writes nothing; a CheckpointServer admin may delete collections.
+func TestKindHelperRoles(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	needCluster(t)
+	helm(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
+		"--kubeconfig="+env.Kubeconfig, "--set", "webhook.enabled=false", "--set", "rbac.helpers.enabled=true")
+	t.Cleanup(func() { installCRDsChart(t) })
+	cs := env.Clientset()
+	ns := "team-helpers"
+	activeNamespace(t, ctx, ns, nil)
+	for user, role := range map[string]string{"erin": "evalsi-evaluator-editor", "vic": "evalsi-evalrun-viewer", "ada": "evalsi-checkpointserver-admin"} {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+		if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	evaluator := func(spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
+			"metadata": map[string]any{"name": "judge"}, "spec": spec}}
+	}
+	run := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
+		"metadata": map[string]any{"name": "r"}, "spec": map[string]any{"suite": "smoke",
+			"target": map[string]any{"endpoint": map[string]any{"url": "http://model:8000/v1", "model": "m"}}}}}
+	erin, vic := impersonate("erin"), impersonate("vic")
+	clustertest.Eventually(t, ctx, "erin, an Evaluator editor, creates an Evaluator", func() error {
+		return create(ctx, erin, evalsi("evaluators"), ns, evaluator(map[string]any{}))
+	})
+	for name, tc := range map[string]struct {
+		err  error
+		want string
+	}{
+		"erin creating an EvalRun":                    {create(ctx, erin, evalsi("evalruns"), ns, run), "forbidden"},
+		"erin creating an Evaluator of her image":     {create(ctx, erin, evalsi("evaluators"), ns, evaluator(map[string]any{"image": "registry.example/judge:1"})), "create pods"},
+		"vic, an EvalRun viewer, creating an EvalRun": {create(ctx, vic, evalsi("evalruns"), ns, run), "forbidden"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a refusal saying %q", name, tc.err, tc.want)
+		}
+	}
+	if _, err := vic.Resource(evalsi("evalruns")).Namespace(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("vic listing EvalRuns: %v", err)
+	}
+	if _, err := vic.Resource(evalsi("evaluators")).Namespace(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("vic listing Evaluators: %v, want Forbidden", err)
+	}
+	err := impersonate("ada").Resource(evalsi("checkpointservers")).Namespace(ns).DeleteCollection(ctx,
+		metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("ada, a CheckpointServer admin, deleting every CheckpointServer: %v", err)
+	}
+}
+
 func namespace(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
