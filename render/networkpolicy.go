@@ -212,7 +212,7 @@ func dnsEgress() map[string]any {
 
 // EvalsidPodLabels are the labels by which pools reach evalsid's pods when its URL names a Service
 // and the platform names no peers (Options.APIPeers): a platform's evalsid pods carry them.
-var EvalsidPodLabels = map[string]any{"app.kubernetes.io/name": "evalsid"}
+var EvalsidPodLabels = map[string]any{evalsi.LabelName: "evalsid"}
 
 // apiEgress is the egress rule that lets pods reach evalsid, on its pods' port alone
 // (Options.APIPort, else the URL's): to the peers the platform named (Options.APIPeers), else to

@@ -231,7 +231,10 @@ func TestAdmissionRefusesANamespaceNamedLikeABoundProject(t *testing.T) {
 	if _, err := env.Clientset().CoreV1().Namespaces().Create(ctx, prod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ns := ensureNamespace(t, ctx, "team-s")
+	const ns = "team-s"
+	if _, err := env.Clientset().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	run := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "evals.si/v1alpha1", "kind": "EvalRun",
 		"metadata": map[string]any{"name": "squatted", "namespace": ns},

@@ -166,7 +166,11 @@ func traceSource(name string) *unstructured.Unstructured {
 }
 
 func ensureNamespace(t testing.TB, ctx context.Context, name string) string {
-	_, err := env.Clientset().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	// Bound to the project named like it, as a project binder binds every namespace of a project
+	// once one is bound: another test binds team-b to team-a, which an unlabelled team-a would
+	// then no longer act in.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{evalsi.LabelProject: name}}}
+	_, err := env.Clientset().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
