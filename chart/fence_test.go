@@ -305,6 +305,22 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		{"a NetworkPolicy selecting every pod", try(op, networkPoliciesGVR, ns, networkPolicy("everyone", map[string]any{})), "select only their owner's pods"},
 		{"a NetworkPolicy selecting another owner's pods", try(op, networkPoliciesGVR, ns, networkPolicy("other", map[string]any{
 			"app.kubernetes.io/name": "evaluator", "app.kubernetes.io/instance": "someone-else"})), "select only their owner's pods"},
+		{"tolerating every taint (a control-plane node)", try(op, deploymentsGVR, ns, deploy("tolerate-all", func(p, _ map[string]any) {
+			p["tolerations"] = []any{map[string]any{"operator": "Exists"}}
+		})), "tolerate only the taints the platform lists"},
+		{"tolerating the control plane's taint", try(op, deploymentsGVR, ns, deploy("tolerate-cp", func(p, _ map[string]any) {
+			p["tolerations"] = []any{map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}}
+		})), "tolerate only the taints the platform lists"},
+		{"the GPU taint with any effect", try(op, deploymentsGVR, ns, deploy("tolerate-gpu-any", func(p, _ map[string]any) {
+			p["tolerations"] = []any{map[string]any{"key": "nvidia.com/gpu", "operator": "Exists"}}
+		})), "tolerate only the taints the platform lists"},
+		{"selecting a control-plane node", try(op, deploymentsGVR, ns, deploy("select-cp", func(p, _ map[string]any) {
+			p["nodeSelector"] = map[string]any{"node-role.kubernetes.io/control-plane": ""}
+		})), "select only the node labels the platform lists"},
+		{"requiring a control-plane node by affinity", try(op, deploymentsGVR, ns, deploy("affinity-cp", func(p, _ map[string]any) {
+			p["affinity"] = map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+				"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}}}}}}}
+		})), "require only node labels the platform lists"},
 		{"a privileged ephemeral container", debug, "runs no privileged container"},
 		{"a token request", token, "requests no service-account tokens"},
 		{"service-account token Secret", try(op, secretsGVR, ns, tokenSecret), "makes no service-account token Secrets"},
@@ -332,6 +348,12 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 				map[string]any{"name": "dshm", "emptyDir": map[string]any{"medium": "Memory"}},
 				map[string]any{"name": "checkpoints", "persistentVolumeClaim": map[string]any{"claimName": "ckpt", "readOnly": true}}}
 		})),
+		"the GPU toleration the platform lists": try(op, deploymentsGVR, ns, deploy("tolerate-gpu", func(p, _ map[string]any) {
+			p["tolerations"] = []any{map[string]any{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}}
+		})),
+		"a SandboxClass pool following its class's tolerations": try(sbd, deploymentsGVR, sandbox, workload("Deployment", "tolerant-class", sandboxPool, restrictedPod(func(p, _ map[string]any) {
+			p["tolerations"] = []any{map[string]any{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}}
+		}))),
 		"a pool's NetworkPolicy":                          try(op, networkPoliciesGVR, ns, networkPolicy("judge", map[string]any{"app.kubernetes.io/name": "evaluator", "app.kubernetes.io/instance": "judge"})),
 		"SELinux container_t":                             try(op, deploymentsGVR, ns, securityContext("selinux-ok", false, map[string]any{"seLinuxOptions": map[string]any{"type": "container_t"}})),
 		"a restricted Job":                                try(op, jobsGVR, ns, workload("Job", "good-job", managedByEvals, restrictedPod(nil))),
