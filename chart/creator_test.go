@@ -279,6 +279,17 @@ func TestTenantProvisionerIsFenced(t *testing.T) {
 	deleteOther := p.CoreV1().Namespaces().Delete(ctx, "not-a-tenant", dryDelete)
 	_, bigQuota := p.CoreV1().ResourceQuotas("team-x").Create(ctx, quota(overQuota), dry)
 	_, bigLimits := p.CoreV1().LimitRanges("team-x").Create(ctx, limitRange("32"), dry)
+	scoped := quota(withinQuota)
+	scoped.Spec.ScopeSelector = &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{
+		{ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{"never-used"}}}}
+	_, scopedQuota := p.CoreV1().ResourceQuotas("team-x").Create(ctx, scoped, dry)
+	// Before its quota, the tenant namespace runs no pool, whoever writes it.
+	evaluator := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
+		"metadata": map[string]any{"name": "judge", "namespace": "team-x"}, "spec": map[string]any{}}}
+	_, noQuota := env.Dynamic().Resource(evalsi("evaluators")).Namespace("team-x").Create(ctx, evaluator, dry)
+	if noQuota == nil || !strings.Contains(noQuota.Error(), "evalsi-tenant-quota-required") {
+		t.Errorf("an Evaluator in a tenant namespace without its quota: %v, want a denial by evalsi-tenant-quota-required", noQuota)
+	}
 	for what, err := range map[string]error{
 		"a namespace without a project binding":           noProject,
 		"rebinding a tenant namespace":                    rebindErr,
@@ -296,6 +307,7 @@ func TestTenantProvisionerIsFenced(t *testing.T) {
 		"deleting a namespace that is not a tenant's":     deleteOther,
 		"a quota above tenantProvisioner.quota":           bigQuota,
 		"a LimitRange above tenantProvisioner.limitRange": bigLimits,
+		"a quota with scopes (counting only some pods)":   scopedQuota,
 	} {
 		// The binding policy refuses some of these before the provisioner's own does.
 		if err == nil || !strings.Contains(err.Error(), "tenant provisioner") && !strings.Contains(err.Error(), "only the project binders") {
@@ -316,6 +328,13 @@ func TestTenantProvisionerIsFenced(t *testing.T) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
+	if _, err := p.CoreV1().ResourceQuotas("team-x").Create(ctx, quota(withinQuota), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the provisioner making the tenant's quota: %v", err)
+	}
+	clustertest.Eventually(t, ctx, "an Evaluator admitted once the tenant's quota is in place", func() error {
+		_, err := env.Dynamic().Resource(evalsi("evaluators")).Namespace("team-x").Create(ctx, evaluator, dry)
+		return err
+	})
 	// It holds no Secret reads: not the operator's TLS Secret in a tenant namespace, not the
 	// webhook's CA key in the platform's.
 	for _, at := range [][2]string{{"team-x", "evalsi-operator-tls"}, {"evalsi-system", "evalsi-webhook-ca"}} {
