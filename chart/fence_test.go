@@ -119,6 +119,14 @@ func workload(kind, name string, labels map[string]any, pod map[string]any) *uns
 	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": meta, "spec": spec}}
 }
 
+// poolOf labels w's pods as the pods of the pool of kind (evaluator, checkpointserver,
+// sandboxclass) named instance, as the operator renders them.
+func poolOf(kind, instance string, w *unstructured.Unstructured) *unstructured.Unstructured {
+	labels := w.Object["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["labels"].(map[string]any)
+	labels["app.kubernetes.io/name"], labels["app.kubernetes.io/instance"] = kind, instance
+	return w
+}
+
 // TestFenceHoldsOperatorServiceAccounts impersonates the service accounts of the operator and of
 // the webhook, which RBAC here allows to write and delete every kind that makes pods, so that only
 // the charts' ValidatingAdmissionPolicies stand between them and what the policies forbid: each
@@ -321,6 +329,10 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 			p["affinity"] = map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
 				"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}}}}}}}
 		})), "require only node labels the platform lists"},
+		{"a CheckpointServer's pods as another pool's account", try(op, deploymentsGVR, ns, poolOf("checkpointserver", "qwen", deploy("qwen-vllm", nil))),
+			"runs a checkpointserver's pods only as the service account it makes for it, qwen-vllm"},
+		{"a SandboxClass's pods as a pool's account", try(sbd, deploymentsGVR, sandbox, poolOf("sandboxclass", "landlock", workload("Deployment", "sandbox-landlock", sandboxPool, restrictedPod(nil)))),
+			"runs a sandboxclass's pods only as the service account it makes for it, sandbox-landlock"},
 		{"a privileged ephemeral container", debug, "runs no privileged container"},
 		{"a token request", token, "requests no service-account tokens"},
 		{"service-account token Secret", try(op, secretsGVR, ns, tokenSecret), "makes no service-account token Secrets"},
@@ -348,6 +360,9 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 				map[string]any{"name": "dshm", "emptyDir": map[string]any{"medium": "Memory"}},
 				map[string]any{"name": "checkpoints", "persistentVolumeClaim": map[string]any{"claimName": "ckpt", "readOnly": true}}}
 		})),
+		"a CheckpointServer's pods as its own account": try(op, deploymentsGVR, ns, poolOf("checkpointserver", "qwen", deploy("qwen-own", func(p, _ map[string]any) {
+			p["serviceAccountName"] = "qwen-vllm"
+		}))),
 		"the GPU toleration the platform lists": try(op, deploymentsGVR, ns, deploy("tolerate-gpu", func(p, _ map[string]any) {
 			p["tolerations"] = []any{map[string]any{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}}
 		})),

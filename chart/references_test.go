@@ -78,12 +78,15 @@ func TestReferencesHeldWithoutTheWebhook(t *testing.T) {
 	}
 	imaged := evaluator("imaged")
 	imaged.Object["spec"].(map[string]any)["image"] = "cora/tool:1"
+	accounted := evaluator("accounted")
+	accounted.Object["spec"].(map[string]any)["serviceAccountName"] = "deployer"
 	for name, tc := range map[string]struct {
 		obj  *unstructured.Unstructured
 		want string // "" admits
 	}{
 		"cora's CheckpointServer":                {obj: checkpointServer("cora-vllm", map[string]any{}), want: "a CheckpointServer runs an image and arguments of its writer's choosing, which is creating a pod: cora may not create pods in " + ns},
 		"cora's Evaluator with an image":         {obj: imaged, want: "spec.image runs an image of its writer's choosing, which is creating a pod: cora may not create pods in " + ns},
+		"cora's Evaluator running as an account": {obj: accounted, want: "spec.serviceAccountName runs the pool as a service account of its writer's choosing, which is creating a pod: cora may not create pods in " + ns},
 		"cora's Evaluator of the platform image": {obj: evaluator("cora-plain")},
 	} {
 		t.Run(name, func(t *testing.T) {
