@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -37,6 +38,8 @@ func webhookCommand() *cli.Command {
 			&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API (dry runs: two or three per admitted workload object)"},
 			&cli.IntFlag{Name: "kube-api-burst", Value: 400, Usage: "burst of requests to the Kubernetes API"},
 			&cli.IntFlag{Name: "max-in-flight", Usage: "admission reviews served at once (0: four per CPU); past them a review waits at most half its timeout and is then refused with 429 (evalsi_webhook_shed_total)"},
+			&cli.StringFlag{Name: "client-ca-file", Usage: "answer only callers with a client certificate this CA bundle verifies: the API server's webhook client certificate (its AdmissionConfiguration's kubeConfigFile); without it anyone who reaches the port may send a review"},
+			&cli.StringSliceFlag{Name: "client-name", Usage: "with --client-ca-file, the common names a caller's certificate may carry (repeatable; default: any the CA signed)"},
 			&cli.IntFlag{Name: "max-connections", Usage: "connections served at once (0: 32 per CPU); past them a new connection waits in the kernel's backlog instead of costing a TLS handshake"},
 		}, append(command.RenderFlags, command.LogFlags...)...),
 		Action: func(c *cli.Context) error {
@@ -49,6 +52,19 @@ func webhookCommand() *cli.Command {
 				return err
 			}
 			cfg := webhook.Config{Listener: l, CertDir: c.String("cert-dir"), Log: log, CheckInterval: c.Duration("check-interval"), MaxInFlight: c.Int("max-in-flight"), MaxConnections: c.Int("max-connections")}
+			if path := c.String("client-ca-file"); path != "" {
+				pem, err := os.ReadFile(path)
+				if err != nil {
+					return fmt.Errorf("--client-ca-file: %w", err)
+				}
+				cfg.ClientCAs = x509.NewCertPool()
+				if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
+					return cli.Exit(fmt.Sprintf("--client-ca-file %s: no PEM certificate in it", path), command.ExitUsage)
+				}
+				cfg.ClientNames = c.StringSlice("client-name")
+			} else if len(c.StringSlice("client-name")) > 0 {
+				return cli.Exit("--client-name needs --client-ca-file", command.ExitUsage)
+			}
 			if addr := c.String("health-probe-bind-address"); addr != "" && addr != "0" {
 				if cfg.Health, err = net.Listen("tcp", addr); err != nil {
 					return err

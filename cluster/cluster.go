@@ -221,6 +221,10 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	return fmt.Errorf("no kube-apiserver to start")
 }
 
+// WebhookClientCA is the path of the CA that verifies the client certificate the API server
+// presents to every admission webhook (common name WebhookClientName).
+func (c *Cluster) WebhookClientCA() string { return c.pki.WebhookClientCA }
+
 // ServiceAccountSigningKey is the path of the key the API server signs service-account tokens
 // with (PEM), for tests that forge tokens the cluster could have issued.
 func (c *Cluster) ServiceAccountSigningKey() string { return c.pki.SAKey }
@@ -293,6 +297,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 	if len(c.opts.FeatureGates) > 0 {
 		extra = append(extra, "--feature-gates="+strings.Join(c.opts.FeatureGates, ","))
 	}
+	admission, err := writeAdmissionConfig(c.Dir, c.pki)
+	if err != nil {
+		return err
+	}
+	extra = append(extra, "--admission-control-config-file="+admission)
 	p, err := c.start("kube-apiserver", bin, append([]string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",

@@ -22,7 +22,14 @@ type certFiles struct {
 	ServingCert, ServingKey string
 	AdminCert, AdminKey     string
 	SAKey, SAPub            string
+	// WebhookClientCert and WebhookClientKey are what the API server presents to admission
+	// webhooks (common name WebhookClientName), signed by a CA of their own, WebhookClientCA,
+	// which nothing else uses: a webhook that trusts it trusts the API server alone.
+	WebhookClientCA, WebhookClientCert, WebhookClientKey string
 }
+
+// WebhookClientName is the common name of the API server's client certificate for webhooks.
+const WebhookClientName = "kube-apiserver-webhook-client"
 
 // writePKI creates a fresh CA, a serving certificate for loopback, an admin client certificate in
 // system:masters and a service-account key pair under dir.
@@ -32,6 +39,8 @@ func writePKI(dir string) (certFiles, error) {
 		ServingCert: filepath.Join(dir, "apiserver.crt"), ServingKey: filepath.Join(dir, "apiserver.key"),
 		AdminCert: filepath.Join(dir, "admin.crt"), AdminKey: filepath.Join(dir, "admin.key"),
 		SAKey: filepath.Join(dir, "sa.key"), SAPub: filepath.Join(dir, "sa.pub"),
+		WebhookClientCA:   filepath.Join(dir, "webhook-client-ca.crt"),
+		WebhookClientCert: filepath.Join(dir, "webhook-client.crt"), WebhookClientKey: filepath.Join(dir, "webhook-client.key"),
 	}
 	ca, caKey, err := pki.NewCA("evalsi-test-ca", 24*time.Hour)
 	if err != nil {
@@ -62,6 +71,9 @@ func writePKI(dir string) (certFiles, error) {
 	if err := writeCertKey(p.AdminCert, p.AdminKey, admin, adminKey); err != nil {
 		return p, err
 	}
+	if err := writeWebhookClient(p); err != nil {
+		return p, err
+	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return p, err
@@ -89,4 +101,23 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 		return err
 	}
 	return os.WriteFile(path, data, 0o600)
+}
+
+// writeWebhookClient makes the API server's client certificate for webhooks, under a CA of its own.
+func writeWebhookClient(p certFiles) error {
+	ca, caKey, err := pki.NewCA("evalsi-test-webhook-client-ca", 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(p.WebhookClientCA, pki.EncodeCert(ca), 0o644); err != nil {
+		return err
+	}
+	cert, key, err := pki.NewLeaf(ca, caKey, x509.Certificate{
+		Subject:     pkix.Name{CommonName: WebhookClientName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	return writeCertKey(p.WebhookClientCert, p.WebhookClientKey, cert, key)
 }

@@ -122,7 +122,7 @@ func applyDevPolicies(ctx context.Context, c *cluster.Cluster, in *installer, ro
 		return err
 	}
 	dir := filepath.Join(root, "chart", "evalsi-crds")
-	args := []string{"template", "evalsi-crds", dir, "--kube-version", evalsi.KubernetesMinor + ".0"}
+	args := []string{"template", "evalsi-crds", dir, "--kube-version", evalsi.KubernetesMinor + ".0", "--set", "webhook.enabled=false"}
 	for _, t := range devPolicies {
 		args = append(args, "--show-only", t)
 	}
