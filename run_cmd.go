@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"evals.si/operator/apiclient"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/command"
+	"evals.si/operator/internal/pki"
 	"evals.si/operator/reconcile"
 	"evals.si/operator/reconcile/process"
 )
@@ -31,6 +33,9 @@ func runCommand() *cli.Command {
 		&cli.IntFlag{Name: "shards", Value: 1, Usage: "split the objects into this many shards (by owner UID, at most 64), each reconciled by one replica at a time; replicas share them evenly and take over those of a replica that stops; every replica must be given the same number"},
 		&cli.StringFlag{Name: "metrics-bind-address", Value: ":8080", Usage: "address of /metrics (0 disables)"},
 		&cli.BoolFlag{Name: "metrics-secure", Usage: "serve /metrics over HTTPS to bearer tokens allowed to get /metrics (TokenReview and SubjectAccessReview)"},
+		&cli.StringFlag{Name: "metrics-client-ca-file", Usage: "with --metrics-secure, serve /metrics only to scrapers presenting a client certificate this CA bundle verifies, and ask them for no token (a scraper sends its credential to no one)"},
+		&cli.StringSliceFlag{Name: "metrics-client-name", Usage: "with --metrics-client-ca-file, the common names a scraper's certificate may carry (repeatable; default: any the CA signed)"},
+		&cli.StringFlag{Name: "metrics-token-audience", Usage: "with --metrics-secure and no client CA, the audience a scraper's token must be issued for (default: the API server's own)"},
 		&cli.StringFlag{Name: "metrics-cert-dir", Usage: "with --metrics-secure, serve the tls.crt and tls.key of this directory (read again when they change), whose CA scrapers verify; default: a certificate made at start"},
 		&cli.StringFlag{Name: "pprof-bind-address", Value: "0", Usage: "address of Go's profiles, /debug/pprof/ (0 disables; bind to loopback, they are not authenticated)"},
 		&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (0 disables)"},
@@ -58,6 +63,12 @@ func runCommand() *cli.Command {
 			opts, err := command.RenderOptions(c)
 			if err != nil {
 				return err
+			}
+			var metricsClients *pki.Clients
+			if path := c.String("metrics-client-ca-file"); path != "" {
+				if metricsClients, err = pki.ReadClients(path, c.StringSlice("metrics-client-name")); err != nil {
+					return cli.Exit(fmt.Sprintf("--metrics-client-ca-file: %v", err), command.ExitUsage)
+				}
 			}
 			rc, err := command.KubeConfig(c.String("kubeconfig"))
 			if err != nil {
@@ -110,6 +121,8 @@ func runCommand() *cli.Command {
 					PprofAddr:               c.String("pprof-bind-address"),
 					MetricsSecure:           c.Bool("metrics-secure"),
 					MetricsCertDir:          c.String("metrics-cert-dir"),
+					MetricsClients:          metricsClients,
+					MetricsTokenAudience:    c.String("metrics-token-audience"),
 				},
 			})
 		},

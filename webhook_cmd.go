@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"evals.si/operator/internal/command"
+	"evals.si/operator/internal/pki"
 	"evals.si/operator/webhook"
 )
 
@@ -53,15 +53,9 @@ func webhookCommand() *cli.Command {
 			}
 			cfg := webhook.Config{Listener: l, CertDir: c.String("cert-dir"), Log: log, CheckInterval: c.Duration("check-interval"), MaxInFlight: c.Int("max-in-flight"), MaxConnections: c.Int("max-connections")}
 			if path := c.String("client-ca-file"); path != "" {
-				pem, err := os.ReadFile(path)
-				if err != nil {
-					return fmt.Errorf("--client-ca-file: %w", err)
+				if cfg.Clients, err = pki.ReadClients(path, c.StringSlice("client-name")); err != nil {
+					return cli.Exit(fmt.Sprintf("--client-ca-file: %v", err), command.ExitUsage)
 				}
-				cfg.ClientCAs = x509.NewCertPool()
-				if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
-					return cli.Exit(fmt.Sprintf("--client-ca-file %s: no PEM certificate in it", path), command.ExitUsage)
-				}
-				cfg.ClientNames = c.StringSlice("client-name")
 			} else if len(c.StringSlice("client-name")) > 0 {
 				return cli.Exit("--client-name needs --client-ca-file", command.ExitUsage)
 			}

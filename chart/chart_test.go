@@ -23,7 +23,7 @@ import (
 // charts and the values files that matter for each (testdata/chart/values/<chart>-<case>.yaml).
 var charts = map[string][]string{
 	"evalsi-crds":     {"default", "cert-manager", "dry-run", "tenants", "sandboxd", "rbac-helpers"},
-	"evalsi":          {"default", "reference-evalsid", "external-evalsid", "runs-only", "monitoring", "plain-metrics", "mtls-secrets", "mtls-cert-manager"},
+	"evalsi":          {"default", "reference-evalsid", "external-evalsid", "runs-only", "monitoring", "metrics-client-ca", "plain-metrics", "mtls-secrets", "mtls-cert-manager"},
 	"evalsi-sandboxd": {"default", "custom"},
 }
 
@@ -97,6 +97,7 @@ func TestValuesAreChecked(t *testing.T) {
 		"a webhook answering no one in particular": {"evalsi-crds", nil, "webhook.callers: say who may ask the webhook"},
 		"no api.url":                               {"evalsi", nil, "api.url: give the URL of the platform's evalsid, which runs the evaluations; or, for a trial with simulated results, set referenceEvalsid.enabled=true"},
 		"an outside evalsid, no CIDRs":             {"evalsi", []string{"--set", "api.url=https://evalsid.evals.example"}, "api.networkPeers: evalsid at https://evalsid.evals.example is outside the cluster"},
+		"a scrapers' CA, no client certificate":    {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "prometheus.enabled=true", "--set", "metrics.clientCA.configMap=scrapers"}, "prometheus.clientCertSecret"},
 		"api.url and the reference evalsid":        {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "referenceEvalsid.enabled=true"}, "api.url and referenceEvalsid.enabled: set one"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -37,7 +37,7 @@ func TestOnlyTheAPIServerIsAnswered(t *testing.T) {
 		t.Fatal("no CA in the cluster's webhook client CA file")
 	}
 	w := startWebhook(t, ctx, time.Hour, func(c *Config) {
-		c.ClientCAs, c.ClientNames = apiServer, []string{cluster.WebhookClientName}
+		c.Clients = &pki.Clients{CAs: apiServer, Names: []string{cluster.WebhookClientName}}
 	})
 
 	// A forged review: a SubjectAccessReview's answer is what it would learn.
@@ -78,7 +78,7 @@ func TestOnlyTheAPIServerIsAnswered(t *testing.T) {
 		}
 		t.Cleanup(remove)
 		runWebhook(t, ctx, "another-name", l, health, time.Hour, func(c *Config) {
-			c.ClientCAs, c.ClientNames = apiServer, []string{"someone-else"}
+			c.Clients = &pki.Clients{CAs: apiServer, Names: []string{"someone-else"}}
 		})
 		ns := ensureNamespace(t, ctx, "admission")
 		clustertest.Eventually(t, ctx, "a write failed by the webhook that does not accept the API server's name", func() error {

@@ -3,13 +3,11 @@ package webhook
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -39,13 +37,11 @@ type Config struct {
 	Limits render.Limits
 	// DryRun, when set, dry-runs the children of workload objects at admission.
 	DryRun *DryRun
-	// ClientCAs, when set, makes the webhook answer only callers that present a client
-	// certificate these CAs verify (the API server, configured to send one with an
-	// AdmissionConfiguration's kubeConfigFile), and ClientNames, when set, only those whose
-	// certificate's common name is one of them: nobody else can ask it a question, so a forged
-	// review cannot learn what the webhook's SubjectAccessReviews would tell.
-	ClientCAs   *x509.CertPool
-	ClientNames []string
+	// Clients, when set, are the only callers the webhook answers: the API server, configured to
+	// present a client certificate with an AdmissionConfiguration's kubeConfigFile. Nobody else
+	// can ask it a question, so a forged review cannot learn what the webhook's
+	// SubjectAccessReviews would tell.
+	Clients *pki.Clients
 	// MaxInFlight bounds the reviews served at once, and MaxConnections the connections
 	// (shed.go); four and 32 per CPU when zero.
 	MaxInFlight, MaxConnections int
@@ -89,7 +85,7 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := &http.Server{
 		Handler:           Admission(v, cfg.MaxInFlight, metrics),
 		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         serverTLS(certs, cfg.ClientCAs, cfg.ClientNames),
+		TLSConfig:         cfg.Clients.Require(&tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}),
 		// A non-nil, empty map turns HTTP/2 off.
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
@@ -161,26 +157,4 @@ func keepCertificates(ctx context.Context, ss *selfSignedCerts, interval time.Du
 		case <-time.After(next):
 		}
 	}
-}
-
-// serverTLS is the TLS configuration of the admission server: its certificate from certs and,
-// with clientCAs, a client certificate required of every caller, verified by clientCAs and, with
-// names, carrying one of them as its common name.
-func serverTLS(certs certSource, clientCAs *x509.CertPool, names []string) *tls.Config {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
-	if clientCAs == nil {
-		return cfg
-	}
-	cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, clientCAs
-	if len(names) > 0 {
-		cfg.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
-			for _, chain := range chains {
-				if slices.Contains(names, chain[0].Subject.CommonName) {
-					return nil
-				}
-			}
-			return fmt.Errorf("the client certificate's common name is none of %v", names)
-		}
-	}
-	return cfg
 }

@@ -63,8 +63,15 @@ type Config struct {
 	// PprofAddr serves Go's profiles under /debug/pprof/, for profiling the operator under load;
 	// empty or "0" (the default) is off. Bind it to loopback: profiles are not authenticated.
 	PprofAddr string
-	// MetricsSecure serves /metrics over HTTPS to tokens allowed to get /metrics.
-	MetricsSecure bool
+	// MetricsSecure serves /metrics over HTTPS to tokens allowed to get /metrics, or, with
+	// MetricsClients, to the scrapers' client certificates alone: then a scraper sends no bearer
+	// token, and an endpoint that is not the operator's (a pod serving a certificate read from
+	// the team's Secret) collects no credential.
+	MetricsSecure  bool
+	MetricsClients *pki.Clients
+	// MetricsTokenAudience, when set, is the audience a scraper's token must be issued for (the
+	// TokenReview asks for it): a token meant for the API server or evalsid is refused.
+	MetricsTokenAudience string
 	// MetricsCertDir holds the metrics endpoint's tls.crt and tls.key (a Secret whose CA the
 	// scraper verifies), read again when they change; empty: a certificate made at start, which
 	// no scraper can verify.
@@ -125,7 +132,9 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 	var metricsHandler http.Handler = promhttp.HandlerFor(e.Registry(), promhttp.HandlerOpts{})
 	var metricsTLS *tls.Config
 	if cfg.MetricsSecure {
-		metricsHandler = authorizeMetrics(e.Kube(), metricsHandler)
+		if cfg.MetricsClients == nil {
+			metricsHandler = authorizeMetrics(e.Kube(), cfg.MetricsTokenAudience, metricsHandler)
+		}
 		if cfg.MetricsCertDir != "" {
 			dir := &pki.Dir{Path: cfg.MetricsCertDir}
 			if _, err := dir.GetCertificate(nil); err != nil {
@@ -135,6 +144,7 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 		} else if metricsTLS, err = selfSignedTLS(); err != nil {
 			return fmt.Errorf("making the metrics certificate: %w", err)
 		}
+		metricsTLS = cfg.MetricsClients.Require(metricsTLS)
 	}
 	metrics.Handle("/metrics", metricsHandler)
 	profiles := http.NewServeMux()

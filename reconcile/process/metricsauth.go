@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,9 +28,14 @@ const (
 )
 
 // authorizeMetrics admits a request to next only with a bearer token that the API server
-// authenticates (TokenReview) and allows to get /metrics (SubjectAccessReview): 401 without a
-// valid token, 403 without the permission (the evalsi-metrics-reader ClusterRole grants it).
-func authorizeMetrics(kube kubernetes.Interface, next http.Handler) http.Handler {
+// authenticates (TokenReview, for audience when set) and allows to get /metrics
+// (SubjectAccessReview): 401 without a valid token, 403 without the permission (the
+// evalsi-metrics-reader ClusterRole grants it).
+func authorizeMetrics(kube kubernetes.Interface, audience string, next http.Handler) http.Handler {
+	var audiences []string
+	if audience != "" {
+		audiences = []string{audience}
+	}
 	allowed := cache.NewLRUExpireCache(metricsAuthTokens)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -44,13 +50,13 @@ func authorizeMetrics(kube kubernetes.Interface, next http.Handler) http.Handler
 		}
 		ctx := r.Context()
 		tr, err := kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
-			Spec: authenticationv1.TokenReviewSpec{Token: token},
+			Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: audiences},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			http.Error(w, "cannot review the token", http.StatusInternalServerError)
 			return
 		}
-		if !tr.Status.Authenticated {
+		if !tr.Status.Authenticated || (audience != "" && !slices.Contains(tr.Status.Audiences, audience)) {
 			http.Error(w, "the token is not valid", http.StatusUnauthorized)
 			return
 		}
