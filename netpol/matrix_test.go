@@ -169,7 +169,7 @@ func TestNetworkPolicyMatrix(t *testing.T) {
 		tcp("step", "kube-dns", 53):     true,
 		tcp("step", "a model hub", 443): false,
 	}
-	check(t, engine, pods, allowed)
+	check(t, engine, pods, allowed, nil)
 }
 
 // conn is a connection from one endpoint of a matrix to another, on a port.
@@ -182,13 +182,14 @@ type conn struct {
 func tcp(from, to string, port int) conn { return conn{from, to, port, corev1.ProtocolTCP} }
 
 // check asks engine about each connection of allowed between pods and reports every wrong answer.
-func check(t *testing.T, engine *matcher.Policy, pods map[string]endpoint, allowed map[conn]bool) {
+// named gives, by pod, the names of its container ports, which policies may name.
+func check(t *testing.T, engine *matcher.Policy, pods map[string]endpoint, allowed map[conn]bool, named map[string]map[int]string) {
 	t.Helper()
 	var wrong []string
 	for c, want := range allowed {
 		got := engine.IsTrafficAllowed(&matcher.Traffic{
 			Source: pods[c.from].peer(), Destination: pods[c.to].peer(),
-			ResolvedPort: c.port, Protocol: c.protocol,
+			ResolvedPort: c.port, ResolvedPortName: named[c.to][c.port], Protocol: c.protocol,
 		}).IsAllowed()
 		if got != want {
 			wrong = append(wrong, fmt.Sprintf("%s -> %s %d/%s: allowed %v, want %v", c.from, c.to, c.port, c.protocol, got, want))
@@ -227,7 +228,7 @@ func TestNetworkPolicyMatrixOutsideEvalsid(t *testing.T) {
 		tcp("judge", "team-a's", 443):      false,
 		tcp("sandbox", "evalsid", 443):     true,
 		tcp("sandbox", "a model hub", 443): false,
-	})
+	}, nil)
 	opts.APIPeers = nil
 	if err := render.CheckAPIEgress(opts); err == nil || !strings.Contains(err.Error(), "outside the cluster") {
 		t.Errorf("an outside evalsid without the platform's CIDRs: %v, want a refusal", err)
