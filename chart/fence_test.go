@@ -151,9 +151,16 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"create"}},
 	}
+	// What evalsi-sandboxd holds to grant pod rung launchers theirs (RBAC's escalation check).
+	launcherRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/log", "podtemplates"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"create"}},
+	}
 	for _, n := range []string{ns, sandbox} {
 		activeNamespace(t, ctx, n, nil)
 		grant(t, ctx, n, "writer", writeAll, operator, sandboxd, webhookSA, "platform-admin")
+		grant(t, ctx, n, "launcher-granter", launcherRules, sandboxd)
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "judge-evaluator", Namespace: n}}
 		if _, err := env.Clientset().CoreV1().ServiceAccounts(n).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -254,6 +261,37 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 			"spec": map[string]any{"podSelector": map[string]any{"matchLabels": selects}, "policyTypes": []any{"Ingress"}}}}
 	}
 	networkPoliciesGVR := schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}
+	rolesGVR := schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}
+	roleBindingsGVR := schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
+	// launcherRole is class's launcher's Role, named name, with extra rules.
+	launcherRole := func(class, name string, extra ...any) *unstructured.Unstructured {
+		rules := []any{
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"create", "get", "list", "watch", "delete"}},
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"pods/log"}, "verbs": []any{"get"}},
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"podtemplates"}, "resourceNames": []any{"sandbox-" + class + "-trial"}, "verbs": []any{"get"}},
+		}
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+			"metadata": map[string]any{"name": name, "labels": managedByEvals}, "rules": append(rules, extra...)}}
+	}
+	launcherBinding := func(account string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+			"metadata": map[string]any{"name": "sandbox-x-launcher", "labels": managedByEvals},
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sandbox-x-launcher"},
+			"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": account, "namespace": sandbox}}}}
+	}
+	// The Role a launcher's binding names, made by an administrator (a binding's escalation check
+	// reads it).
+	if _, err := env.Dynamic().Resource(rolesGVR).Namespace(sandbox).Create(ctx, launcherRole("x", "sandbox-x-launcher"), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	launcherPool := func(component string) *unstructured.Unstructured {
+		w := poolOf("sandboxclass", "x", workload("Deployment", "sandbox-x", sandboxPool, restrictedPod(func(p, _ map[string]any) {
+			p["serviceAccountName"] = "sandbox-x"
+			p["automountServiceAccountToken"] = true
+		})))
+		w.Object["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["labels"].(map[string]any)["app.kubernetes.io/component"] = component
+		return w
+	}
 	for _, c := range []struct {
 		what string
 		err  error
@@ -333,6 +371,12 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 			"runs a checkpointserver's pods only as the service account it makes for it, qwen-vllm"},
 		{"a SandboxClass's pods as a pool's account", try(sbd, deploymentsGVR, sandbox, poolOf("sandboxclass", "landlock", workload("Deployment", "sandbox-landlock", sandboxPool, restrictedPod(nil)))),
 			"runs a sandboxclass's pods only as the service account it makes for it, sandbox-landlock"},
+		{"a Role that is no launcher's", try(sbd, rolesGVR, sandbox, launcherRole("x", "reader")), "writes Roles and RoleBindings only for pod rung launchers"},
+		{"a launcher's Role outside the sandbox namespace", try(sbd, rolesGVR, ns, launcherRole("x", "sandbox-x-launcher")), "writes Roles and RoleBindings only for pod rung launchers"},
+		{"a launcher's Role that also reads Secrets", try(sbd, rolesGVR, sandbox, launcherRole("x", "sandbox-x-launcher",
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"get"}})), "a launcher's Role lets it create, watch and delete pods"},
+		{"a launcher's RoleBinding to another account", try(sbd, roleBindingsGVR, sandbox, launcherBinding("evalsi-sandboxd")), "binds its Role to the class's pool account alone"},
+		{"a class pool, not a launcher, with an API token", try(sbd, deploymentsGVR, sandbox, launcherPool("sandbox")), "mount no Kubernetes API token"},
 		{"a privileged ephemeral container", debug, "runs no privileged container"},
 		{"a token request", token, "requests no service-account tokens"},
 		{"service-account token Secret", try(op, secretsGVR, ns, tokenSecret), "makes no service-account token Secrets"},
@@ -366,6 +410,9 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		"the GPU toleration the platform lists": try(op, deploymentsGVR, ns, deploy("tolerate-gpu", func(p, _ map[string]any) {
 			p["tolerations"] = []any{map[string]any{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}}
 		})),
+		"a launcher's Role":             try(sbd, rolesGVR, sandbox, launcherRole("y", "sandbox-y-launcher")),
+		"a launcher's RoleBinding":      try(sbd, roleBindingsGVR, sandbox, launcherBinding("sandbox-x")),
+		"a launcher with its API token": try(sbd, deploymentsGVR, sandbox, launcherPool("launcher")),
 		"a SandboxClass pool following its class's tolerations": try(sbd, deploymentsGVR, sandbox, workload("Deployment", "tolerant-class", sandboxPool, restrictedPod(func(p, _ map[string]any) {
 			p["tolerations"] = []any{map[string]any{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}}
 		}))),

@@ -42,6 +42,9 @@ var (
 	ScaledObjects          = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
 	TriggerAuthentications = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "triggerauthentications"}
 	NetworkPolicies        = schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}
+	Roles                  = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}
+	RoleBindings           = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
+	PodTemplates           = schema.GroupVersionResource{Version: "v1", Resource: "podtemplates"}
 )
 
 // ChildResources maps the kind of a child the operator renders to its resource.
@@ -52,6 +55,9 @@ var ChildResources = map[string]schema.GroupVersionResource{
 	"ScaledObject":          ScaledObjects,
 	"TriggerAuthentication": TriggerAuthentications,
 	"NetworkPolicy":         NetworkPolicies,
+	"Role":                  Roles,
+	"RoleBinding":           RoleBindings,
+	"PodTemplate":           PodTemplates,
 }
 
 // Labels.

@@ -32,6 +32,9 @@ type SandboxClassSpec struct {
 	// Egress opens more than cluster DNS and evalsid to the pool's sandboxes (NetworkPolicy egress
 	// rules): by default the code a trial runs reaches nothing else.
 	Egress []EgressRule `json:"egress,omitempty"`
+	// TrialImages are the images the pod rung's trials may run (the first is the trial shape's);
+	// the API server refuses a trial pod of any other.
+	TrialImages []string `json:"trialImages,omitempty"`
 	Scheduling
 }
 
@@ -43,13 +46,11 @@ func (spec SandboxClassSpec) check() error {
 		checkLabelSelector(specPointer.at("allowedNamespaces"), sel, &ps)
 	}
 	checkEgress(specPointer.at("egress"), spec.Egress, &ps)
-	if spec.Rung == RungPod {
-		for field, set := range map[string]bool{"replicas": spec.Replicas != nil, "autoscaling": spec.Autoscaling != nil} {
-			if set {
-				ps.add(specPointer.at(field), "the pod rung has no pool (each trial gets a pod of its own): remove %s, or choose bubblewrap or landlock", field)
-			}
-		}
-		return ps.err()
+	switch {
+	case spec.Rung == RungPod && len(spec.TrialImages) == 0:
+		ps.add(specPointer.at("trialImages"), "the pod rung runs each trial in a pod of one of these images: name at least one")
+	case spec.Rung != RungPod && len(spec.TrialImages) > 0:
+		ps.add(specPointer.at("trialImages"), "only the pod rung runs trials in images of their own: this class runs them in its pool")
 	}
 	checkReplicas(spec.Replicas, spec.Autoscaling, &ps)
 	spec.Resources.check(specPointer.at("resources"), &ps)
@@ -57,8 +58,9 @@ func (spec SandboxClassSpec) check() error {
 	return ps.err()
 }
 
-// SandboxClass renders a SandboxClass's pool into the sandbox namespace. The `pod` rung has no
-// pool (each trial gets a pod of its own) and renders nothing.
+// SandboxClass renders a SandboxClass's pool into the sandbox namespace. The `pod` rung's pool is
+// its launcher, which makes a pod of its own for each trial from the trial shape rendered beside
+// it (trialpod.go).
 func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Unstructured, Pool, error) {
 	var spec SandboxClassSpec
 	if err := decodeSpec(obj, &spec); err != nil {
@@ -68,9 +70,6 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 		return nil, Pool{}, err
 	}
 	pool := Pool{Namespace: opts.SandboxNamespace}
-	if spec.Rung == RungPod {
-		return nil, pool, nil
-	}
 	if opts.SandboxNamespace == "" {
 		return nil, pool, fmt.Errorf("the operator has no --sandbox-namespace to run SandboxClass pools in")
 	}
@@ -87,7 +86,7 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 		"name":            "sandboxd",
 		"image":           image,
 		"command":         []any{SandboxdCommand},
-		"args":            []any{"--rung=" + spec.Rung, "--class=" + obj.GetName()},
+		"args":            toAnySlice(sandboxdArgs(spec, obj.GetName(), name)),
 		"securityContext": containerSecurity,
 		"env": envList([]EnvVar{
 			{Name: "EVALSI_API_URL", Value: opts.APIURL},
@@ -95,7 +94,9 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 			{Name: TokenFileEnv, Value: TokenFile},
 		}, nil),
 	}
-	setIf(container, "resources", spec.Resources.render())
+	if spec.Rung != RungPod { // the pod rung's resources are its trials'
+		setIf(container, "resources", spec.Resources.render())
+	}
 	_, probeSecurity := sandboxSecurity(spec)
 	probe := map[string]any{
 		"name":                     IsolationProbeContainer,
@@ -110,7 +111,7 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 		"initContainers":  []any{probe},
 		"containers":      []any{container},
 	}
-	if spec.Rung == RungLandlock {
+	if spec.Rung == RungLandlock || spec.Rung == RungPod {
 		tmp, mount := tmpVolume()
 		pod["volumes"] = []any{tmp}
 		container["volumeMounts"] = []any{mount}
@@ -122,10 +123,30 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 	setIf(pod, "runtimeClassName", spec.RuntimeClassName)
 	signIn(pod, container, name, opts)
 	spec.Scheduling.apply(pod)
+	component := "sandbox"
+	if spec.Rung == RungPod {
+		// The launcher makes the trial pods through the API server with its own token.
+		component = "launcher"
+		pod["automountServiceAccountToken"] = true
+	}
 
-	objs := o.pool(&pool, "sandbox", spec.Replicas, spec.Autoscaling, opts,
+	objs := o.pool(&pool, component, spec.Replicas, spec.Autoscaling, opts,
 		queueURL(opts.APIURL, "", "", evalsiv1.PoolKind_POOL_KIND_SANDBOX, obj.GetName()), name, true, pod, spec.Egress)
+	if spec.Rung == RungPod {
+		objs = append(objs, o.launcherAccess(name, opts.SandboxNamespace)...)
+		objs = append(objs, o.trialShape(name, opts.SandboxNamespace, image, spec)...)
+	}
 	return objs, pool, nil
+}
+
+// sandboxdArgs are the arguments of a class's pool (sandboxd, running as the account name): its
+// rung and class, and for the pod rung the trial shape its launcher makes trial pods from.
+func sandboxdArgs(spec SandboxClassSpec, class, name string) []string {
+	args := []string{"--rung=" + spec.Rung, "--class=" + class}
+	if spec.Rung == RungPod {
+		args = append(args, "--trial-template="+name+"-trial")
+	}
+	return args
 }
 
 // IsolationProbeContainer is the init container of every sandbox pool pod that runs
@@ -154,7 +175,9 @@ func probeArgs(spec SandboxClassSpec) []string {
 //     namespace (and only it) admits.
 func sandboxSecurity(spec SandboxClassSpec) (pod, container map[string]any) {
 	switch {
-	case spec.Rung == RungLandlock:
+	case spec.Rung == RungLandlock, spec.Rung == RungPod:
+		// The pod rung's pool is its launcher, which runs no trial: a restricted pod, as are
+		// the trial pods it makes.
 		return restrictedPod(), restrictedContainer()
 	case spec.UserNamespaces:
 		return map[string]any{"seccompProfile": map[string]any{"type": "Unconfined"}},

@@ -183,13 +183,15 @@ func (e *Engine) applyWave(ctx context.Context, wave []pendingApply, informers m
 	wg.Wait()
 }
 
-// applyWaves splits the children to apply into the waves they go out in: ServiceAccounts first,
-// as a pod the Deployment controller creates before its service account exists is refused and
-// retried only after a backoff; then every other child at once.
+// applyWaves splits the children to apply into the waves they go out in: ServiceAccounts and
+// PodTemplates first, as a pod the Deployment controller creates before its service account
+// exists is refused and retried only after a backoff, and a pod rung launcher may make trial pods
+// only once its class's trial shape (a PodTemplate, which the API server holds its pods to) is
+// there; then every other child at once, its Role among them.
 func applyWaves(stale []pendingApply) [][]pendingApply {
 	var accounts, rest []pendingApply
 	for _, a := range stale {
-		if a.want.GetKind() == "ServiceAccount" {
+		if kind := a.want.GetKind(); kind == "ServiceAccount" || kind == "PodTemplate" {
 			accounts = append(accounts, a)
 		} else {
 			rest = append(rest, a)

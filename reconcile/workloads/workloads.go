@@ -7,6 +7,8 @@
 package workloads
 
 import (
+	"slices"
+
 	"context"
 	"fmt"
 	"time"
@@ -34,8 +36,12 @@ type Options struct {
 // change of the class where this operator runs the SandboxClass controller (usesClass).
 const classRecheck = 30 * time.Second
 
-// poolChildren are the resources of an Evaluator's or a SandboxClass's children.
-var poolChildren = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.ScaledObjects, evalsi.TriggerAuthentications, evalsi.NetworkPolicies}
+// poolChildren are the resources of an Evaluator's or a SandboxClass's children; a pod rung
+// SandboxClass also has its launcher's Role and RoleBinding and its trial shape (classChildren).
+var (
+	poolChildren  = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.ScaledObjects, evalsi.TriggerAuthentications, evalsi.NetworkPolicies}
+	classChildren = append(slices.Clone(poolChildren), evalsi.Roles, evalsi.RoleBindings, evalsi.PodTemplates)
+)
 
 // Evaluators is the Evaluator kind.
 func Evaluators(opts Options) *engine.Kind {
@@ -60,7 +66,7 @@ func usesClass(obj *unstructured.Unstructured) []engine.Ref {
 func SandboxClasses(opts Options) *engine.Kind {
 	return &engine.Kind{
 		Controller: "sandboxclass", Name: "SandboxClass", Resource: evalsi.SandboxClasses,
-		Children:       poolChildren,
+		Children:       classChildren,
 		ChildNamespace: opts.Render.SandboxNamespace,
 		Reconciler:     pools{opts: opts, sandbox: true},
 		// Evaluators and EvalRuns of every shard read their class.

@@ -1,0 +1,127 @@
+package chart_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"evals.si/operator/cluster/clustertest"
+	evalsiv "evals.si/operator/evalsi"
+	"evals.si/operator/render"
+)
+
+// TestTrialPodsHeldToTheirShape renders a pod rung SandboxClass as the operator would and applies
+// its launcher's account, Role and trial shape to the real API server, then creates trial pods as
+// the launcher: one that is its shape with another of the class's images and a plain environment
+// value is admitted; one that adds a volume, drops or changes the guest, mounts a token, runs
+// another image, reads a Secret, adds a capability or claims another class is refused.
+func TestTrialPodsHeldToTheirShape(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	installCRDsChart(t)
+	const sandbox = "evalsi-sandbox"
+	activeNamespace(t, ctx, sandbox, nil)
+	class := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "SandboxClass",
+		"metadata": map[string]any{"name": "trials", "uid": "00000000-0000-4000-8000-000000000001"},
+		"spec":     map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim", "node:22-slim"}},
+	}}
+	res, err := render.Object(class, render.Options{DefaultImage: "evalsi/platform:1.4.0", SandboxNamespace: sandbox,
+		APIURL: "https://evalsid.evalsi-platform.svc:8443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := env.Dynamic()
+	for _, o := range res.Objects {
+		switch o.GetKind() {
+		case "ServiceAccount", "Role", "RoleBinding", "PodTemplate":
+			o.SetOwnerReferences(nil) // the class is not on this API server
+			gvr := evalsiv.ChildResources[o.GetKind()]
+			if _, err := admin.Resource(gvr).Namespace(sandbox).Create(ctx, o, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("creating %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+	shape, err := admin.Resource(evalsiv.PodTemplates).Namespace(sandbox).Get(ctx, "sandbox-trials-trial", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// trial is a pod of the shape, as the launcher makes one, changed by change.
+	trial := func(change func(meta, spec, container map[string]any)) *unstructured.Unstructured {
+		tmpl := shape.DeepCopy().Object["template"].(map[string]any)
+		meta, spec := tmpl["metadata"].(map[string]any), tmpl["spec"].(map[string]any)
+		meta["generateName"] = "trial-"
+		container := spec["containers"].([]any)[0].(map[string]any)
+		container["image"] = "node:22-slim"
+		container["env"] = []any{map[string]any{"name": "EVALSI_TRIAL", "value": "run-1/case-7"}}
+		if change != nil {
+			change(meta, spec, container)
+		}
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}}
+	}
+	launcher := impersonate("system:serviceaccount:"+sandbox+":sandbox-trials", "system:serviceaccounts", "system:serviceaccounts:"+sandbox)
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	create := func(pod *unstructured.Unstructured) error {
+		_, err := launcher.Resource(pods).Namespace(sandbox).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	clustertest.Eventually(t, ctx, "the launcher creates a trial of its shape", func() error { return create(trial(nil)) })
+
+	for name, tc := range map[string]struct {
+		change func(meta, spec, container map[string]any)
+		want   string
+	}{
+		"a Secret volume added": {func(_, spec, _ map[string]any) {
+			spec["volumes"] = append(spec["volumes"].([]any), map[string]any{"name": "db", "secret": map[string]any{"secretName": "db"}})
+		}, "no field added or changed"},
+		"the guest dropped": {func(_, spec, _ map[string]any) { delete(spec, "initContainers") }, "keeps the evalsi-guest init container"},
+		"the guest from another image": {func(_, spec, _ map[string]any) {
+			spec["initContainers"].([]any)[0].(map[string]any)["image"] = "evil/guest:1"
+		}, "keeps the evalsi-guest init container"},
+		"a token mounted": {func(_, spec, _ map[string]any) { spec["automountServiceAccountToken"] = true }, "no field added or changed"},
+		"another account": {func(_, spec, _ map[string]any) { spec["serviceAccountName"] = "sandbox-trials" }, "no field added or changed"},
+		"another image":   {func(_, _, c map[string]any) { c["image"] = "evil/miner:1" }, "runs one of its class's trialImages"},
+		"a Secret in the environment": {func(_, _, c map[string]any) {
+			c["env"] = []any{map[string]any{"name": "K", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "db", "key": "k"}}}}
+		}, "plain values"},
+		"another command": {func(_, _, c map[string]any) { c["command"] = []any{"/bin/sh"} }, "only its image and environment values may differ"},
+		"a capability added": {func(_, _, c map[string]any) {
+			c["securityContext"].(map[string]any)["capabilities"] = map[string]any{"drop": []any{"ALL"}, "add": []any{"NET_RAW"}}
+		}, "only its image and environment values may differ"},
+		"the host network": {func(_, spec, _ map[string]any) { spec["hostNetwork"] = true }, "no field added or changed"},
+		"another class's label": {func(meta, _, _ map[string]any) {
+			meta["labels"].(map[string]any)["evals.si/sandboxclass"] = "other"
+		}, "its class's trial labels"},
+		"the class's labels removed": {func(meta, _, _ map[string]any) { delete(meta, "labels") }, "its class's trial labels"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := create(trial(tc.change))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v, want a refusal saying %q", err, tc.want)
+			}
+		})
+	}
+	if err := create(trial(func(_, _, c map[string]any) { c["image"] = "python:3.13-slim" })); err != nil {
+		t.Errorf("a trial of the class's first image: %v", err)
+	}
+
+	// Another class's launcher (one whose shape this test did not make) may make no trial of
+	// this class's, whatever RBAC lets it.
+	ghost := "system:serviceaccount:" + sandbox + ":sandbox-ghost"
+	grant(t, ctx, sandbox, "ghost-launcher", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}}}, ghost)
+	other := impersonate(ghost, "system:serviceaccounts", "system:serviceaccounts:"+sandbox)
+	clustertest.Eventually(t, ctx, "another launcher refused a trial labelled with this class", func() error {
+		_, err := other.Resource(pods).Namespace(sandbox).Create(ctx, trial(nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), "of its own class alone") {
+			return fmt.Errorf("%v", err)
+		}
+		return nil
+	})
+}
