@@ -27,5 +27,7 @@ LABEL org.opencontainers.image.title="evalsi-operator" \
 RUN groupadd --gid 65532 evalsi \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin evalsi
 COPY evalsi-operator-linux-${TARGETARCH} /usr/local/bin/evalsi-operator
+# evalsi-guest, which pod rung trials copy in and run: the same static binary under that name.
+RUN ln -s evalsi-operator /usr/local/bin/evalsi-guest
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/evalsi-operator"]

@@ -8,16 +8,26 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
+	"evals.si/operator/guest"
 	"evals.si/operator/internal/command"
 	"evals.si/operator/isolation"
 )
 
 func main() {
 	isolation.RunChild() // the probe's user-namespace check starts this binary again as a child
+	if filepath.Base(os.Args[0]) == guest.Name {
+		// Started as evalsi-guest (the platform image's link, or the copy a pod rung trial
+		// runs): the guest, not the operator's commands.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		code := guest.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := execute(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
 	stop()
