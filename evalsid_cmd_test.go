@@ -15,6 +15,7 @@ import (
 
 	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/apiclient/evalsiv1/evalsiv1connect"
+	"evals.si/operator/cluster/clustertest"
 )
 
 // TestEvalsidTrustsOperatorsOnlyWhereTold runs the evalsid command as a platform would, and
@@ -46,7 +47,7 @@ func TestEvalsidTrustsOperatorsOnlyWhereTold(t *testing.T) {
 			args := append([]string{"evalsi-operator", "evalsid", "--listen=" + addr, "--tokens=" + tokens}, tc.flags...)
 			done := make(chan int)
 			go func() { done <- execute(ctx, args, strings.NewReader(""), io.Discard, io.Discard) }()
-			defer func() { cancel(); <-done }()
+			defer func() { cancel(); clustertest.Await(t, "evalsid", done) }()
 
 			runs := evalsiv1connect.NewRunServiceClient(http.DefaultClient, "http://"+addr)
 			req := connect.NewRequest(&v1.CreateRunRequest{Project: "team-a", IdempotencyKey: "k", Creator: "alice",

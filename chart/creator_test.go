@@ -115,7 +115,7 @@ func TestCreatorCannotBeForged(t *testing.T) {
 	ectx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ectx) }()
-	defer func() { stop(); <-done }()
+	defer func() { stop(); clustertest.Await(t, "the engine", done) }()
 	clustertest.Eventually(t, ctx, "the run and the policy on the server", func() error {
 		runs := api.Runs()
 		if len(runs) != 1 {

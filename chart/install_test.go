@@ -65,8 +65,7 @@ func startOperator(t *testing.T, bin, kubeconfig string, args ...string) (stop f
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
-			cmd.Process.Signal(os.Interrupt)
-			cmd.Wait()
+			clustertest.Interrupt(t, "the operator", cmd)
 		})
 	}
 	t.Cleanup(func() {

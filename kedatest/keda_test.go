@@ -128,8 +128,7 @@ func TestKEDAScalesAPoolFromZeroAndBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		op.Process.Signal(os.Interrupt)
-		op.Wait()
+		clustertest.Interrupt(t, "the operator", op)
 		if t.Failed() {
 			for _, f := range []string{logPath, filepath.Join(c.Dir, "keda-operator.log"), filepath.Join(c.Dir, "keda-webhooks.log")} {
 				out, _ := os.ReadFile(f)

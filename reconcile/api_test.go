@@ -52,7 +52,7 @@ func startEvalsid(t testing.TB, schedule evalsid.Schedule) testEvalsid {
 		defer close(done)
 		srv.Serve(ctx, l)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); clustertest.Await(t, "evalsid", done) })
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("operator-token-1\n"), 0o600); err != nil {
 		t.Fatal(err)

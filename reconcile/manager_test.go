@@ -54,7 +54,7 @@ func TestManagerLeadsServesHealthAndMetrics(t *testing.T) {
 	}()
 	defer func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err, ok := clustertest.Await(t, "the manager", done); ok && err != nil {
 			t.Errorf("manager: %v", err)
 		}
 	}()
@@ -105,14 +105,7 @@ func startSecureMetrics(t *testing.T, ctx context.Context, ns string, cfg proces
 			Config: cfg,
 		})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			t.Error("the operator did not stop within a minute")
-		}
-	})
+	t.Cleanup(func() { cancel(); clustertest.Await(t, "the operator", done) })
 	return cfg.MetricsAddr
 }
 

@@ -427,7 +427,7 @@ func startReplica(t *testing.T, ctx context.Context, ns, name string, pc process
 	stop = func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
+			if err, ok := clustertest.Await(t, name, done); ok && err != nil {
 				t.Errorf("%s: %v", name, err)
 			}
 		})
@@ -729,7 +729,7 @@ func startCuttableReplicas(t *testing.T, ctx context.Context, ns string, names [
 		r.stop = func() {
 			once.Do(func() {
 				cancel()
-				<-done
+				clustertest.Await(t, "a replica", done)
 			})
 		}
 		t.Cleanup(r.stop)

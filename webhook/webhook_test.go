@@ -110,7 +110,7 @@ func runWebhook(t *testing.T, ctx context.Context, name string, l, health net.Li
 		}
 		stopped = true
 		cancel()
-		if err := <-done; err != nil {
+		if err, ok := clustertest.Await(t, "the webhook", done); ok && err != nil {
 			t.Errorf("webhook: %v", err)
 		}
 	}
