@@ -17,11 +17,15 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"evals.si/operator/evalsi"
 )
 
 // Options configure a control plane.
@@ -346,7 +350,32 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 	if err != nil {
 		return err
 	}
-	return p.poll(ctx, 200*time.Millisecond, httpOK(hc, host+"/readyz"))
+	if err := p.poll(ctx, 200*time.Millisecond, httpOK(hc, host+"/readyz")); err != nil {
+		return err
+	}
+	return c.checkVersion()
+}
+
+// checkVersion asks the API server its version and refuses any but the supported minor: the
+// binaries may come from KUBEBUILDER_ASSETS, which says nothing of what they are.
+func (c *Cluster) checkVersion() error {
+	disc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	v, err := disc.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("asking the API server its version: %w", err)
+	}
+	return supportedMinor(v)
+}
+
+// supportedMinor refuses a server version of any minor but evalsi.KubernetesMinor.
+func supportedMinor(v *version.Info) error {
+	if minor := v.Major + "." + strings.TrimSuffix(v.Minor, "+"); minor != evalsi.KubernetesMinor {
+		return fmt.Errorf("the API server is Kubernetes %s (%s); the tests run on %s only", minor, v.GitVersion, evalsi.KubernetesMinor)
+	}
+	return nil
 }
 
 func (c *Cluster) startControllers(a Assets) error {
