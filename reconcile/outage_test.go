@@ -49,7 +49,7 @@ func TestRepairAfterRepeatedOutages(t *testing.T) {
 	if _, err := c.Clientset().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-o"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	startEngine(t, Config{Rest: c.Config, Namespace: "team-o"})
+	r := startEngine(t, Config{Rest: c.Config, Namespace: "team-o"})
 	evaluator := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
 		"metadata": map[string]any{"name": "judge", "namespace": "team-o"},
@@ -85,4 +85,23 @@ func TestRepairAfterRepeatedOutages(t *testing.T) {
 	clustertest.Eventually(t, ctx, "the pool's Deployment made again after the outages", made)
 	t.Logf("after %d API server outages of %s in a row, a deleted child was made again %.1fs after the server's last return",
 		outages, *outageLength, time.Since(back).Seconds())
+	// Counted, not timed: the informers' lists and watches were held while the server was gone,
+	// and none failed to its reflector, so no backoff of theirs grew (without the gate, every
+	// one fails and nothing is held).
+	calls := map[string]float64{}
+	families, err := r.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "evalsi_kube_unreachable_calls_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			calls[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	if calls["held"] == 0 || calls["failed"] != 0 {
+		t.Errorf("informer calls that found the API server gone: %v held, %v failed to a reflector; want some held and none failed", calls["held"], calls["failed"])
+	}
 }

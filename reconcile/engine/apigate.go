@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +33,9 @@ type apiGate struct {
 	back func()
 	// ctx ends the probing with the engine.
 	ctx context.Context
+	// calls counts the lists and watches that found the server unreachable, by outcome (held,
+	// failed).
+	calls *prometheus.CounterVec
 
 	mu sync.Mutex
 	// down is open while the server is unreachable and closed when it answers.
@@ -108,7 +112,7 @@ func (g *apiGate) listWatch(lw cache.ListerWatcherWithContext) cache.ListerWatch
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 			for {
 				obj, err := lw.ListWithContext(ctx, options)
-				if !unreachable(err) || g.wait(ctx) != nil {
+				if !g.held(ctx, err) {
 					return obj, err
 				}
 			}
@@ -116,10 +120,25 @@ func (g *apiGate) listWatch(lw cache.ListerWatcherWithContext) cache.ListerWatch
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
 			for {
 				w, err := lw.WatchWithContext(ctx, options)
-				if !unreachable(err) || g.wait(ctx) != nil {
+				if !g.held(ctx, err) {
 					return w, err
 				}
 			}
 		},
 	}
+}
+
+// held reports whether a call that returned err was held until the server answered again, and
+// so is to be made again: only when err says the server was unreachable and ctx did not end
+// first. It counts each outcome.
+func (g *apiGate) held(ctx context.Context, err error) bool {
+	if !unreachable(err) {
+		return false
+	}
+	if g.wait(ctx) != nil {
+		g.calls.WithLabelValues("failed").Inc()
+		return false
+	}
+	g.calls.WithLabelValues("held").Inc()
+	return true
 }

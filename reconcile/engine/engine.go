@@ -192,7 +192,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	var stopEvents func()
 	e.recorder, stopEvents = newEventRecorder(ctx, e.kube, e.cfg.Namespace)
 	defer stopEvents()
-	e.gate = &apiGate{ctx: ctx, back: e.apiServerBack, probe: func(ctx context.Context) error {
+	e.gate = &apiGate{ctx: ctx, back: e.apiServerBack, calls: e.metrics.unreachableCalls, probe: func(ctx context.Context) error {
 		return e.rest.Get().AbsPath("/readyz").Do(ctx).Error()
 	}}
 	if t := e.cfg.Tenancy; t != nil {

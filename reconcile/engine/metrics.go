@@ -30,6 +30,10 @@ type Metrics struct {
 	// requeuedOnAPIServer counts the objects put back on their queue at once because the API
 	// server answered again after they had failed on its absence (apigate.go).
 	requeuedOnAPIServer prometheus.Counter
+	// unreachableCalls counts the informers' lists and watches that found the API server
+	// unreachable: held by the gate until it answered (apigate.go), or failed to the informer
+	// when the engine stopped meanwhile. A failed one is one a reflector backs off on.
+	unreachableCalls *prometheus.CounterVec
 }
 
 // NewMetrics returns the engine's metrics, registered with the Go and process collectors.
@@ -66,8 +70,12 @@ func NewMetrics() *Metrics {
 		Name: "evalsi_kube_requeued_on_return_total",
 		Help: "Objects whose reconcile failed while the API server could not be reached, put back on their queue at once when it answered again.",
 	})
+	m.unreachableCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "evalsi_kube_unreachable_calls_total",
+		Help: "Informer lists and watches that found the API server unreachable, by outcome: held until it answered, or failed (the engine stopped first).",
+	}, []string{"outcome"})
 	m.queues = newQueueMetrics(m.Registry)
-	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer,
+	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer, m.unreachableCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
