@@ -6,11 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -70,6 +72,28 @@ type runningEngine struct {
 	logs *syncBuffer
 	stop func()
 	done chan struct{}
+}
+
+// counter returns the sum of the engine's counter name over its series that carry label value
+// (any label), or over every series when value is "".
+func (r runningEngine) counter(t testing.TB, name, value string) float64 {
+	t.Helper()
+	families, err := r.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if value == "" || slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == value }) {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // wait waits until the engine's Run returned.

@@ -88,20 +88,8 @@ func TestRepairAfterRepeatedOutages(t *testing.T) {
 	// Counted, not timed: the informers' lists and watches were held while the server was gone,
 	// and none failed to its reflector, so no backoff of theirs grew (without the gate, every
 	// one fails and nothing is held).
-	calls := map[string]float64{}
-	families, err := r.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "evalsi_kube_unreachable_calls_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			calls[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
-		}
-	}
-	if calls["held"] == 0 || calls["failed"] != 0 {
-		t.Errorf("informer calls that found the API server gone: %v held, %v failed to a reflector; want some held and none failed", calls["held"], calls["failed"])
+	held, failed := r.counter(t, "evalsi_kube_unreachable_calls_total", "held"), r.counter(t, "evalsi_kube_unreachable_calls_total", "failed")
+	if held == 0 || failed != 0 {
+		t.Errorf("informer calls that found the API server gone: %v held, %v failed to a reflector; want some held and none failed", held, failed)
 	}
 }
