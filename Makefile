@@ -94,6 +94,7 @@ fuzz:
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzDecodeChildList -fuzztime $$((2500 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzProtobufChildWatch -fuzztime $$((30000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzDecodeServedChild -fuzztime $$((30000 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine -run '^$$' -fuzz FuzzChildDecodersAgainstTyped -fuzztime $$((8000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzOwnerWatch -fuzztime $$((20000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzOwnerFromJSON -fuzztime $$((20000 * $(FUZZ_SCALE)))x
 	go test ./reconcile/engine -run '^$$' -fuzz FuzzCompactUID -fuzztime $$((20000 * $(FUZZ_SCALE)))x
