@@ -102,17 +102,27 @@ func freezeReplica(t *testing.T, bin string, shards int) {
 		}
 		return nil
 	})
-	waitJudgesAvailable(t, ctx, ns, n)
-	shardOf := shardsOfEvaluators(t, ctx, ns, shards)
+	// The first shard needs an Evaluator: one chance in 4,096 that none of the n fell there, when
+	// more are made, one at a time, until one does (a UID's shard is a coin toss: at most 64 more).
+	judges := n
 	var first []string // the Evaluators of the victim's shard
-	for name, i := range shardOf {
-		if i == 0 {
-			first = append(first, name)
+	var shardOf map[string]int
+	for ; ; judges++ {
+		shardOf = shardsOfEvaluators(t, ctx, ns, shards)
+		for name, i := range shardOf {
+			if i == 0 {
+				first = append(first, name)
+			}
 		}
+		if len(first) > 0 {
+			break
+		}
+		if judges == n+64 {
+			t.Fatalf("none of %d Evaluators fell in the first of %d shards", judges, shards)
+		}
+		create(t, ctx, evalsi.Evaluators, ns, "Evaluator", fmt.Sprintf("judge-%d", judges), map[string]any{})
 	}
-	if len(first) == 0 {
-		t.Skip("no Evaluator fell in the first shard") // one chance in 4,096
-	}
+	waitJudgesAvailable(t, ctx, ns, judges)
 
 	// The first shard's Evaluators change every 100 ms, from before the stop to after the
 	// resume: each change is a new rendering of its pool.
