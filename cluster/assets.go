@@ -159,6 +159,51 @@ func Actionlint(ctx context.Context, progress io.Writer) (string, error) {
 	return installTool(ctx, progress, "actionlint", "github.com/rhysd/actionlint/cmd/actionlint", ActionlintVersion)
 }
 
+// Promtool returns Prometheus's promtool, which tests the charts' alerting rules (promtool test
+// rules), from the Debian package prometheus: downloaded and unpacked into the cache on first use,
+// without installing the package (its server and service are not wanted).
+func Promtool(ctx context.Context, progress io.Writer) (string, error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "promtool-debian")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lockFile(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	bin := filepath.Join(dir, "promtool")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	fmt.Fprintln(progress, "downloading promtool (the Debian package prometheus), first run only")
+	tmp, err := os.MkdirTemp(dir, "download-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	download := exec.CommandContext(ctx, "apt-get", "download", "prometheus")
+	download.Dir = tmp
+	if out, err := download.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("apt-get download prometheus: %v\n%s", err, out)
+	}
+	debs, err := filepath.Glob(filepath.Join(tmp, "prometheus_*.deb"))
+	if err != nil || len(debs) != 1 {
+		return "", fmt.Errorf("apt-get download prometheus left %v", debs)
+	}
+	if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], filepath.Join(tmp, "root")).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("unpacking %s: %v\n%s", debs[0], err, out)
+	}
+	if err := os.Rename(filepath.Join(tmp, "root", "usr", "bin", "promtool"), bin); err != nil {
+		return "", fmt.Errorf("the package prometheus has no usr/bin/promtool: %w", err)
+	}
+	return bin, nil
+}
+
 // installTool go-installs pkg@version into the cache directory name-version, once.
 func installTool(ctx context.Context, progress io.Writer, name, pkg, version string) (string, error) {
 	cache, err := CacheDir()
