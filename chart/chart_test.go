@@ -87,18 +87,19 @@ func TestValuesAreChecked(t *testing.T) {
 		args  []string
 		want  string
 	}{
-		"misspelt key":                             {"evalsi", []string{"--set", "operator.replica=3"}, "replica"},
-		"wrong type":                               {"evalsi", []string{"--set-string", "operator.replicas=two"}, "replicas"},
-		"unknown log level":                        {"evalsi-sandboxd", []string{"--set", "operator.logLevel=verbose", "--set", "operator.apiURL=https://evalsid.example"}, "logLevel"},
-		"sandboxd without evalsid's URL":           {"evalsi-sandboxd", nil, "operator.apiURL: give the URL of the platform's evalsid, over https"},
-		"sandboxd over plain HTTP":                 {"evalsi-sandboxd", []string{"--set", "operator.apiURL=http://evalsid.evalsi.svc:8080"}, "apiURL"},
-		"lease duration below a second":            {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "operator.leaseDuration=1500ms"}, "leaseDuration"},
-		"cert-manager, no issuer":                  {"evalsi-crds", []string{"--set", "webhook.certManager.enabled=true", "--set", "webhook.callers.anyone=true"}, "webhook.certManager.issuerRef.name"},
-		"a webhook answering no one in particular": {"evalsi-crds", nil, "webhook.callers: say who may ask the webhook"},
-		"no api.url":                               {"evalsi", nil, "api.url: give the URL of the platform's evalsid, which runs the evaluations; or, for a trial with simulated results, set referenceEvalsid.enabled=true"},
-		"an outside evalsid, no CIDRs":             {"evalsi", []string{"--set", "api.url=https://evalsid.evals.example"}, "api.networkPeers: evalsid at https://evalsid.evals.example is outside the cluster"},
-		"a scrapers' CA, no client certificate":    {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "prometheus.enabled=true", "--set", "metrics.clientCA.configMap=scrapers"}, "prometheus.clientCertSecret"},
-		"api.url and the reference evalsid":        {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "referenceEvalsid.enabled=true"}, "api.url and referenceEvalsid.enabled: set one"},
+		"misspelt key":                                       {"evalsi", []string{"--set", "operator.replica=3"}, "replica"},
+		"wrong type":                                         {"evalsi", []string{"--set-string", "operator.replicas=two"}, "replicas"},
+		"unknown log level":                                  {"evalsi-sandboxd", []string{"--set", "operator.logLevel=verbose", "--set", "operator.apiURL=https://evalsid.example"}, "logLevel"},
+		"sandboxd without evalsid's URL":                     {"evalsi-sandboxd", nil, "operator.apiURL: give the URL of the platform's evalsid, over https"},
+		"sandboxd over plain HTTP":                           {"evalsi-sandboxd", []string{"--set", "operator.apiURL=http://evalsid.evalsi.svc:8080"}, "apiURL"},
+		"lease duration below a second":                      {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "operator.leaseDuration=1500ms"}, "leaseDuration"},
+		"cert-manager, no issuer":                            {"evalsi-crds", []string{"--set", "webhook.certManager.enabled=true", "--set", "webhook.callers.anyone=true"}, "webhook.certManager.issuerRef.name"},
+		"a webhook answering no one in particular":           {"evalsi-crds", nil, "webhook.callers: say who may ask the webhook"},
+		"no api.url":                                         {"evalsi", nil, "api.url: give the URL of the platform's evalsid, which runs the evaluations; or, for a trial with simulated results, set referenceEvalsid.enabled=true"},
+		"an outside evalsid, no CIDRs":                       {"evalsi", []string{"--set", "api.url=https://evalsid.evals.example"}, "api.networkPeers: evalsid at https://evalsid.evals.example is outside the cluster"},
+		"Prometheus, saying nothing of how it proves itself": {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "prometheus.enabled=true"}, "metrics.clientCA: say how Prometheus proves itself"},
+		"a scrapers' CA, no client certificate":              {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "prometheus.enabled=true", "--set", "metrics.clientCA.configMap=scrapers"}, "prometheus.clientCertSecret"},
+		"api.url and the reference evalsid":                  {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "referenceEvalsid.enabled=true"}, "api.url and referenceEvalsid.enabled: set one"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := helmErr(t, append([]string{"template", "x", tc.chart, "--kube-version", "1.37.0"}, tc.args...)...)

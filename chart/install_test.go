@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -156,6 +157,13 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 	_, sbKubeconfig := clustertest.TokenKubeconfig(t, ctx, env, "evalsi-sandbox", "evalsi-sandboxd")
 	startOperator(t, bin, sbKubeconfig, "--controllers=sandboxclass", "--sandbox-namespace=evalsi-sandbox",
 		"--leader-elect", "--leader-election-namespace=evalsi-sandbox", "--leader-election-id=evalsi-sandboxd")
+
+	// The chart's classes admit no namespace until a project binder labels it in (the install
+	// guide does the same); the examples run in landlock.
+	if _, err := env.Clientset().CoreV1().Namespaces().Patch(ctx, "team-a", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"sandbox.evals.si/landlock":"allowed"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	// A user applies the examples of team-a.
 	docs, err := manifest.Read("../testdata/examples", nil)

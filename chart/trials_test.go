@@ -25,8 +25,12 @@ import (
 func TestTrialPodsHeldToTheirShape(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	installCRDsChart(t)
-	const sandbox = "evalsi-sandbox"
+	// A sandbox namespace of the test's own, whose policies no other test's install touches.
+	const sandbox = "trials-sandbox"
+	needCluster(t)
+	helm(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
+		"--kubeconfig="+env.Kubeconfig, "--set", "webhook.enabled=false", "--set", "sandboxNamespace="+sandbox)
+	t.Cleanup(func() { installCRDsChart(t) })
 	activeNamespace(t, ctx, sandbox, nil)
 	class := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "evals.si/v1alpha1", "kind": "SandboxClass",
@@ -72,7 +76,18 @@ func TestTrialPodsHeldToTheirShape(t *testing.T) {
 		_, err := launcher.Resource(pods).Namespace(sandbox).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}
-	clustertest.Eventually(t, ctx, "the launcher creates a trial of its shape", func() error { return create(trial(nil)) })
+	// In force once the policy, with the trial shape among its parameters (the API server learns
+	// of both a moment after they are made), refuses a probe for what it is.
+	clustertest.Eventually(t, ctx, "evalsi-trial-pods in force", func() error {
+		err := create(trial(func(_, _, c map[string]any) { c["image"] = "evil/probe:1" }))
+		if err == nil || !strings.Contains(err.Error(), "trialImages") {
+			return fmt.Errorf("a probe of another image: %v", err)
+		}
+		return nil
+	})
+	if err := create(trial(nil)); err != nil {
+		t.Fatalf("the launcher creating a trial of its shape: %v", err)
+	}
 
 	for name, tc := range map[string]struct {
 		change func(meta, spec, container map[string]any)

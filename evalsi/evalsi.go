@@ -227,7 +227,6 @@ const (
 	ReasonRollingOut               = "RollingOut"
 	ReasonAvailable                = "Available"
 	ReasonAutoscalingUnavailable   = "AutoscalingUnavailable"
-	ReasonNoPool                   = "NoPool"
 	ReasonNoReplicas               = "NoReplicas"
 	ReasonServing                  = "Serving"
 	ReasonWaitingForTarget         = "WaitingForTarget"

@@ -209,7 +209,7 @@ func TestWaitersGoOnWhenTheirClassComes(t *testing.T) {
 	waitReady(t, ctx, evalsi.Evaluators, ns, "early", "False", "ClassNotFound")
 
 	created := time.Now()
-	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", class, map[string]any{"rung": "pod"})
+	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", class, map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}})
 	t.Cleanup(func() { client(evalsi.SandboxClasses, "").Delete(context.Background(), class, metav1.DeleteOptions{}) })
 	// Bounded below the look again: only the class's event can make it in time.
 	soon, cancel := context.WithTimeout(ctx, 20*time.Second)

@@ -380,14 +380,19 @@ func TestSandboxClassRungs(t *testing.T) {
 	ctx := testContext(t)
 	sandbox := newNamespace(t, ctx, testOptions.SandboxNamespace)
 	startEngine(t, Config{Controllers: []string{"sandboxclass"}})
-	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "per-trial", map[string]any{"rung": "pod"})
+	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "per-trial", map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}})
 	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "bwrap", map[string]any{"rung": "bubblewrap", "replicas": int64(2)})
 	t.Cleanup(func() {
 		for _, n := range []string{"per-trial", "bwrap"} {
 			client(evalsi.SandboxClasses, "").Delete(ctx, n, metav1.DeleteOptions{})
 		}
 	})
-	waitReady(t, ctx, evalsi.SandboxClasses, "", "per-trial", "True", "NoPool")
+	// The pod rung's pool is its launcher, beside its Role and its trial shape.
+	waitReady(t, ctx, evalsi.SandboxClasses, "", "per-trial", "True", "Available")
+	for gvr, name := range map[schema.GroupVersionResource]string{evalsi.Deployments: "sandbox-per-trial",
+		evalsi.Roles: "sandbox-per-trial-launcher", evalsi.RoleBindings: "sandbox-per-trial-launcher", evalsi.PodTemplates: "sandbox-per-trial-trial"} {
+		getObj(t, ctx, gvr, sandbox, name)
+	}
 	got := waitReady(t, ctx, evalsi.SandboxClasses, "", "bwrap", "True", "Available")
 	if n, _, _ := unstructured.NestedString(got.Object, "status", "namespace"); n != sandbox {
 		t.Errorf("status.namespace = %q, want %q", n, sandbox)

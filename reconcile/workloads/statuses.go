@@ -23,11 +23,6 @@ func poolStatus(pool render.Pool, sandbox bool, r engine.Rollout) *engine.Status
 	if sandbox {
 		fields["namespace"] = pool.Namespace
 	}
-	if pool.Deployment == "" {
-		return &engine.Status{Fields: fields, Conditions: []engine.Condition{
-			engine.Ready(true, evalsi.ReasonNoPool, "trials run in a pod of their own; the pod rung has no pool"),
-		}}
-	}
 	if !sandbox {
 		switch {
 		case pool.Autoscaled:

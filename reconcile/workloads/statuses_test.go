@@ -42,8 +42,6 @@ func TestPoolStatus(t *testing.T) {
 		reason      string
 		autoscaling any
 	}{
-		"pod rung: no pool": {pool: render.Pool{Namespace: "evalsi-sandbox"}, sandbox: true,
-			status: "True", reason: evalsi.ReasonNoPool},
 		"Deployment not made yet": {pool: render.Pool{Deployment: "judge-evaluator", Replicas: 2}, deploy: engine.Rollout{Message: "waiting"},
 			status: "False", reason: evalsi.ReasonRollingOut, autoscaling: "Fixed"},
 		"rolled out, fixed replicas": {pool: render.Pool{Deployment: "judge-evaluator", Replicas: 2}, deploy: rolledOut(2),
