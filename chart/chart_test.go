@@ -98,8 +98,9 @@ func TestValuesAreChecked(t *testing.T) {
 		"no api.url":                                         {"evalsi", nil, "api.url: give the URL of the platform's evalsid, which runs the evaluations; or, for a trial with simulated results, set referenceEvalsid.enabled=true"},
 		"an outside evalsid, no CIDRs":                       {"evalsi", []string{"--set", "api.url=https://evalsid.evals.example"}, "api.networkPeers: evalsid at https://evalsid.evals.example is outside the cluster"},
 		"Prometheus, saying nothing of how it proves itself": {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "prometheus.enabled=true"}, "metrics.clientCA: say how Prometheus proves itself"},
-		"a scrapers' CA, no client certificate":              {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "prometheus.enabled=true", "--set", "metrics.clientCA.configMap=scrapers"}, "prometheus.clientCertSecret"},
-		"api.url and the reference evalsid":                  {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "referenceEvalsid.enabled=true"}, "api.url and referenceEvalsid.enabled: set one"},
+		"sandboxd's Prometheus, saying nothing of how it proves itself": {"evalsi-sandboxd", []string{"--set", "operator.apiURL=https://evalsid.example", "--set", "prometheus.enabled=true"}, "metrics.clientCA: say how Prometheus proves itself"},
+		"a scrapers' CA, no client certificate":                         {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "prometheus.enabled=true", "--set", "metrics.clientCA.configMap=scrapers"}, "prometheus.clientCertSecret"},
+		"api.url and the reference evalsid":                             {"evalsi", []string{"--set", "api.url=https://evalsid.platform.svc", "--set", "referenceEvalsid.enabled=true"}, "api.url and referenceEvalsid.enabled: set one"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := helmErr(t, append([]string{"template", "x", tc.chart, "--kube-version", "1.37.0"}, tc.args...)...)
