@@ -27,7 +27,10 @@ func TestTrialPodsHeldToTheirShape(t *testing.T) {
 	defer cancel()
 	// A sandbox namespace of the test's own, whose policies no other test's install touches.
 	const sandbox = "trials-sandbox"
+	// Installed anew: the API server keeps reading a binding's parameters from the namespace it
+	// first named when an upgrade changes it.
 	needCluster(t)
+	helm(t, "uninstall", "evalsi-crds", "-n", "evalsi-system", "--ignore-not-found", "--kubeconfig="+env.Kubeconfig)
 	helm(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
 		"--kubeconfig="+env.Kubeconfig, "--set", "webhook.enabled=false", "--set", "sandboxNamespace="+sandbox)
 	t.Cleanup(func() { installCRDsChart(t) })
