@@ -163,49 +163,46 @@ func Actionlint(ctx context.Context, progress io.Writer) (string, error) {
 // rules), from the Debian package prometheus: downloaded and unpacked into the cache on first use,
 // without installing the package (its server and service are not wanted).
 func Promtool(ctx context.Context, progress io.Writer) (string, error) {
-	cache, err := CacheDir()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(cache, "promtool-debian")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	unlock, err := lockFile(filepath.Join(dir, ".lock"))
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	bin := filepath.Join(dir, "promtool")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	fmt.Fprintln(progress, "downloading promtool (the Debian package prometheus), first run only")
-	tmp, err := os.MkdirTemp(dir, "download-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	download := exec.CommandContext(ctx, "apt-get", "download", "prometheus")
-	download.Dir = tmp
-	if out, err := download.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("apt-get download prometheus: %v\n%s", err, out)
-	}
-	debs, err := filepath.Glob(filepath.Join(tmp, "prometheus_*.deb"))
-	if err != nil || len(debs) != 1 {
-		return "", fmt.Errorf("apt-get download prometheus left %v", debs)
-	}
-	if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], filepath.Join(tmp, "root")).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("unpacking %s: %v\n%s", debs[0], err, out)
-	}
-	if err := os.Rename(filepath.Join(tmp, "root", "usr", "bin", "promtool"), bin); err != nil {
-		return "", fmt.Errorf("the package prometheus has no usr/bin/promtool: %w", err)
-	}
-	return bin, nil
+	return cachedTool(progress, "promtool", "debian", func(dir string) error {
+		tmp, err := os.MkdirTemp(dir, "download-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		download := exec.CommandContext(ctx, "apt-get", "download", "prometheus")
+		download.Dir = tmp
+		if out, err := download.CombinedOutput(); err != nil {
+			return fmt.Errorf("apt-get download prometheus: %v\n%s", err, out)
+		}
+		debs, err := filepath.Glob(filepath.Join(tmp, "prometheus_*.deb"))
+		if err != nil || len(debs) != 1 {
+			return fmt.Errorf("apt-get download prometheus left %v", debs)
+		}
+		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], filepath.Join(tmp, "root")).CombinedOutput(); err != nil {
+			return fmt.Errorf("unpacking %s: %v\n%s", debs[0], err, out)
+		}
+		if err := os.Rename(filepath.Join(tmp, "root", "usr", "bin", "promtool"), filepath.Join(dir, "promtool")); err != nil {
+			return fmt.Errorf("the package prometheus has no usr/bin/promtool: %w", err)
+		}
+		return nil
+	})
 }
 
 // installTool go-installs pkg@version into the cache directory name-version, once.
 func installTool(ctx context.Context, progress io.Writer, name, pkg, version string) (string, error) {
+	return cachedTool(progress, name, version, func(dir string) error {
+		cache, err := CacheDir()
+		if err != nil {
+			return err
+		}
+		b := builder{cache: cache, progress: progress}
+		return b.goCmdEnv(ctx, dir, []string{"GOBIN=" + dir}, "install", "-ldflags=-s -w", pkg+"@"+version)
+	})
+}
+
+// cachedTool returns the tool name from the cache directory name-version, making it there with install the first time, under a lock of its own so that tools are made
+// side by side.
+func cachedTool(progress io.Writer, name, version string, install func(dir string) error) (string, error) {
 	cache, err := CacheDir()
 	if err != nil {
 		return "", err
@@ -214,17 +211,16 @@ func installTool(ctx context.Context, progress io.Writer, name, pkg, version str
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	unlock, err := lockFile(filepath.Join(dir, ".lock")) // its own: tools build side by side
+	unlock, err := lockFile(filepath.Join(dir, ".lock"))
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
-	b := builder{cache: cache, progress: progress}
-	if p, ok := b.existing(dir, name); ok {
+	if p, ok := (builder{cache: cache, progress: progress}).existing(dir, name); ok {
 		return p, nil
 	}
-	fmt.Fprintf(progress, "building %s %s, first run only\n", name, version)
-	if err := b.goCmdEnv(ctx, dir, []string{"GOBIN=" + dir}, "install", "-ldflags=-s -w", pkg+"@"+version); err != nil {
+	fmt.Fprintf(progress, "making %s %s, first run only\n", name, version)
+	if err := install(dir); err != nil {
 		return "", err
 	}
 	return filepath.Join(dir, name), nil

@@ -372,7 +372,7 @@ func (c *Cluster) checkVersion() error {
 
 // supportedMinor refuses a server version of any minor but evalsi.KubernetesMinor.
 func supportedMinor(v *version.Info) error {
-	if minor := v.Major + "." + strings.TrimSuffix(v.Minor, "+"); minor != evalsi.KubernetesMinor {
+	if minor := evalsi.MinorOf(v); minor != evalsi.KubernetesMinor {
 		return fmt.Errorf("the API server is Kubernetes %s (%s); the tests run on %s only", minor, v.GitVersion, evalsi.KubernetesMinor)
 	}
 	return nil

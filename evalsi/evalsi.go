@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
 )
 
 // The API group and its one served version.
@@ -162,6 +163,12 @@ func ParseServiceAccountIdentity(identity string) (namespace, name string, ok bo
 // KubernetesMinor is the one Kubernetes minor the operator supports: the one its tests run on
 // (the control plane of package cluster; a test holds them together).
 const KubernetesMinor = "1.37"
+
+// MinorOf returns "major.minor" of a server version, tolerating the "+" that some providers
+// append to the minor ("37+"): what is compared with KubernetesMinor.
+func MinorOf(v *version.Info) string {
+	return v.Major + "." + strings.TrimSuffix(v.Minor, "+")
+}
 
 // DefaultTokenAudience is the audience of the service-account tokens evalsid accepts, unless it
 // is configured with another.
