@@ -200,6 +200,63 @@ func check(t *testing.T, engine *matcher.Policy, pods map[string]endpoint, allow
 	}
 }
 
+// TestPodRungMatrix renders a pod rung class with the API server's address named: its launcher
+// reaches the API server there and evalsid, nothing public; its trials (the trial shape's pods)
+// reach DNS and evalsid alone, never the API server, and nothing reaches either.
+func TestPodRungMatrix(t *testing.T) {
+	opts := render.Options{DefaultImage: "evalsi/platform:1.4.0", SandboxNamespace: "evalsi-sandbox",
+		APIURL: "https://evalsid.evalsi-platform.svc:8443", KubernetesAPICIDRs: []string{"10.0.0.1/32"}}
+	class := object("SandboxClass", "", "trials", map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}})
+	res, err := render.Object(&unstructured.Unstructured{Object: class}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policies []*networkingv1.NetworkPolicy
+	var launcher, trial map[string]string
+	for _, o := range res.Objects {
+		switch o.GetKind() {
+		case "NetworkPolicy":
+			var np networkingv1.NetworkPolicy
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &np); err != nil {
+				t.Fatal(err)
+			}
+			policies = append(policies, &np)
+		case "Deployment":
+			launcher, _, _ = unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+		case "PodTemplate":
+			trial, _, _ = unstructured.NestedStringMap(o.Object, "template", "metadata", "labels")
+		}
+	}
+	if launcher == nil || trial == nil {
+		t.Fatal("the pod rung rendered no launcher or no trial shape")
+	}
+	pods := map[string]endpoint{
+		"launcher":       {"evalsi-sandbox", launcher, "10.244.3.10"},
+		"trial":          {"evalsi-sandbox", trial, "10.244.3.11"},
+		"evalsid":        {"evalsi-platform", map[string]string{"app.kubernetes.io/name": "evalsid"}, "10.244.4.10"},
+		"kube-dns":       {"kube-system", map[string]string{"k8s-app": "kube-dns"}, "10.244.0.10"},
+		"team-a's pod":   {"team-a", map[string]string{"app": "notebook"}, "10.244.1.31"},
+		"the API server": {ip: "10.0.0.1"},
+		"a public host":  {ip: "18.164.174.55"},
+		"metadata":       {ip: "169.254.169.254"},
+	}
+	check(t, matcher.BuildNetworkPolicies(false, policies), pods, map[conn]bool{
+		tcp("launcher", "the API server", 443):  true,
+		tcp("launcher", "the API server", 6443): true,
+		tcp("launcher", "a public host", 443):   false,
+		tcp("launcher", "metadata", 80):         false,
+		tcp("launcher", "evalsid", 8443):        true,
+		tcp("trial", "evalsid", 8443):           true,
+		tcp("trial", "kube-dns", 53):            true,
+		tcp("trial", "the API server", 443):     false,
+		tcp("trial", "a public host", 443):      false,
+		tcp("trial", "metadata", 80):            false,
+		tcp("trial", "launcher", 8080):          false,
+		tcp("team-a's pod", "trial", 8080):      false,
+		tcp("team-a's pod", "launcher", 8080):   false,
+	}, nil)
+}
+
 // TestNetworkPolicyMatrixOutsideEvalsid renders pools for an evalsid outside the cluster, whose
 // addresses the platform names: the pools reach those addresses on evalsid's port and nothing else
 // public, and without the platform's CIDRs the operator refuses to start (never every public

@@ -41,6 +41,9 @@ type Options struct {
 	// APIPort is the port evalsid's pods serve on, the only one pools may reach them on; 0: the
 	// URL's port.
 	APIPort int32
+	// KubernetesAPICIDRs are the Kubernetes API server's endpoint addresses, the only ones a pod
+	// rung launcher may reach on 443 and 6443; empty: any address on those ports.
+	KubernetesAPICIDRs []string
 	// TokenAudience is the audience of the projected tokens pool pods present to evalsid
 	// (DefaultTokenAudience when empty).
 	TokenAudience string

@@ -133,7 +133,7 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 	objs := o.pool(&pool, component, spec.Replicas, spec.Autoscaling, opts,
 		queueURL(opts.APIURL, "", "", evalsiv1.PoolKind_POOL_KIND_SANDBOX, obj.GetName()), name, true, pod, spec.Egress)
 	if spec.Rung == RungPod {
-		objs = append(objs, o.launcherAccess(name, opts.SandboxNamespace)...)
+		objs = append(objs, o.launcherAccess(name, opts.SandboxNamespace, opts.KubernetesAPICIDRs)...)
 		objs = append(objs, o.trialShape(name, opts.SandboxNamespace, image, spec)...)
 	}
 	return objs, pool, nil

@@ -84,8 +84,9 @@ func (o Owner) trialShape(name, namespace, image string, spec SandboxClassSpec) 
 // launcherAccess renders what lets a pod rung class's launcher (its pool, running as name) make
 // trial pods: a Role in the sandbox namespace to create, watch and delete pods, read their logs
 // and get the class's trial shape, and its binding; and a NetworkPolicy that lets the launcher,
-// and not the trials, reach the API server.
-func (o Owner) launcherAccess(name, namespace string) []*unstructured.Unstructured {
+// and not the trials, reach the API server: at apiServer (CIDRs) when the platform names it,
+// else at any address on the API server's ports.
+func (o Owner) launcherAccess(name, namespace string, apiServer []string) []*unstructured.Unstructured {
 	role := name + "-launcher"
 	launchers := o.selector()
 	launchers[evalsi.LabelComponent] = "launcher"
@@ -102,10 +103,21 @@ func (o Owner) launcherAccess(name, namespace string) []*unstructured.Unstructur
 		o.object("networking.k8s.io/v1", "NetworkPolicy", role, namespace, "launcher", map[string]any{"spec": map[string]any{
 			"podSelector": map[string]any{"matchLabels": launchers},
 			"policyTypes": []any{"Egress"},
-			"egress": []any{map[string]any{"ports": []any{
-				map[string]any{"protocol": "TCP", "port": int64(443)},
-				map[string]any{"protocol": "TCP", "port": int64(6443)},
-			}}},
+			"egress":      []any{apiServerEgress(apiServer)},
 		}}),
 	}
+}
+
+// apiServerEgress is the egress rule to the Kubernetes API server's ports, at cidrs when given.
+func apiServerEgress(cidrs []string) map[string]any {
+	rule := map[string]any{"ports": []any{
+		map[string]any{"protocol": "TCP", "port": int64(443)},
+		map[string]any{"protocol": "TCP", "port": int64(6443)},
+	}}
+	var to []any
+	for _, c := range cidrs {
+		to = append(to, map[string]any{"ipBlock": map[string]any{"cidr": c}})
+	}
+	setIf(rule, "to", to)
+	return rule
 }

@@ -20,6 +20,7 @@ var RenderFlags = []cli.Flag{
 	&cli.StringFlag{Name: "pool-token-audience", Value: render.DefaultTokenAudience, Usage: "audience of the projected service-account tokens pool pods present to evalsid"},
 	MaxPoolReplicasFlag,
 	&cli.StringFlag{Name: "api-network-peers", Usage: "the NetworkPolicy peers through which pools reach evalsid, a JSON list such as [{\"ipBlock\":{\"cidr\":\"203.0.113.10/32\"}}]; required for an evalsid outside the cluster; default: evalsid's pods (app.kubernetes.io/name=evalsid) in the namespace of --api-url's Service"},
+	&cli.StringSliceFlag{Name: "kubernetes-api-cidrs", Usage: "the Kubernetes API server's endpoint addresses (CIDRs), the only ones a pod rung launcher may reach on 443 and 6443 (repeatable); default: any address on those ports"},
 	&cli.IntFlag{Name: "api-network-port", Usage: "the port evalsid's pods serve on, the only one pools may reach them on; default: --api-url's port"},
 }
 
@@ -41,14 +42,15 @@ func RenderOptions(c *cli.Context) (render.Options, error) {
 		}
 	}
 	opts := render.Options{
-		DefaultImage:     c.String("default-image"),
-		VLLMImage:        c.String("vllm-image"),
-		SandboxNamespace: c.String("sandbox-namespace"),
-		APIURL:           strings.TrimRight(c.String("api-url"), "/"),
-		TokenAudience:    c.String("pool-token-audience"),
-		Limits:           render.Limits{MaxPoolReplicas: int32(c.Int("max-pool-replicas"))},
-		APIPeers:         peers,
-		APIPort:          int32(c.Int("api-network-port")),
+		DefaultImage:       c.String("default-image"),
+		VLLMImage:          c.String("vllm-image"),
+		SandboxNamespace:   c.String("sandbox-namespace"),
+		APIURL:             strings.TrimRight(c.String("api-url"), "/"),
+		TokenAudience:      c.String("pool-token-audience"),
+		Limits:             render.Limits{MaxPoolReplicas: int32(c.Int("max-pool-replicas"))},
+		APIPeers:           peers,
+		APIPort:            int32(c.Int("api-network-port")),
+		KubernetesAPICIDRs: c.StringSlice("kubernetes-api-cidrs"),
 	}
 	if err := render.CheckAPIEgress(opts); err != nil {
 		return render.Options{}, cli.Exit(fmt.Sprintf("--api-url, --api-network-peers: %v", err), ExitUsage)
