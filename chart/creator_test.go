@@ -328,6 +328,21 @@ func TestTenantProvisionerIsFenced(t *testing.T) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
+	// A quota of that name that counts only some pods (an administrator's, past the
+	// provisioner's policy) is no cap: pools are still refused.
+	if _, err := admin.CoreV1().ResourceQuotas("team-x").Create(ctx, scoped, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "an Evaluator refused under a scoped quota", func() error {
+		_, err := env.Dynamic().Resource(evalsi("evaluators")).Namespace("team-x").Create(ctx, evaluator, dry)
+		if err == nil || !strings.Contains(err.Error(), "counts every pod") {
+			return fmt.Errorf("%v", err)
+		}
+		return nil
+	})
+	if err := admin.CoreV1().ResourceQuotas("team-x").Delete(ctx, "evalsi-tenant", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := p.CoreV1().ResourceQuotas("team-x").Create(ctx, quota(withinQuota), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the provisioner making the tenant's quota: %v", err)
 	}
