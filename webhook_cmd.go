@@ -35,8 +35,10 @@ func webhookCommand() *cli.Command {
 			&cli.DurationFlag{Name: "check-interval", Value: time.Minute, Usage: "how often the self-signed certificates are checked for renewal and the configurations' caBundle for drift (someone else resetting it)"},
 			&cli.BoolFlag{Name: "dry-run-children", Usage: "dry-run the children of Evaluators, SandboxClasses and CheckpointServers at admission (rendered with the render flags), refusing what the API server would refuse"},
 			&cli.DurationFlag{Name: "dry-run-timeout", Value: 2 * time.Second, Usage: "bound of the dry runs of one request; past it the object is admitted with a warning"},
-			&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "steady requests per second to the Kubernetes API (dry runs: two or three per admitted workload object)"},
-			&cli.IntFlag{Name: "kube-api-burst", Value: 400, Usage: "burst of requests to the Kubernetes API"},
+			&cli.Float64Flag{Name: "kube-api-qps", Value: webhook.DefaultKubeAPIQPS, Usage: "steady requests per second to the Kubernetes API (-1: no client-side limit: the calls are bounded by the reviews served at once and the connections, and the API server's priority and fairness bounds them; dry runs are two or three per admitted workload object, access checks one per reference not yet known)"},
+			&cli.IntFlag{Name: "kube-api-burst", Value: webhook.DefaultKubeAPIBurst, Usage: "burst of requests to the Kubernetes API"},
+			&cli.DurationFlag{Name: "access-allowed-ttl", Value: webhook.DefaultAllowedTTL, Usage: "how long the API server's answer that a writer may get a Secret, ConfigMap or claim their object names (or that a service account is open to pools) is kept: a revoked right is refused again within it"},
+			&cli.DurationFlag{Name: "access-denied-ttl", Value: webhook.DefaultDeniedTTL, Usage: "how long a refused answer is kept: a right just granted is seen within it"},
 			&cli.IntFlag{Name: "max-in-flight", Usage: "admission reviews served at once (0: four per CPU); past them a review waits at most half its timeout and is then refused with 429 (evalsi_webhook_shed_total)"},
 			&cli.StringFlag{Name: "client-ca-file", Usage: "answer only callers with a client certificate this CA bundle verifies: the API server's webhook client certificate (its AdmissionConfiguration's kubeConfigFile); without it anyone who reaches the port may send a review"},
 			&cli.StringSliceFlag{Name: "client-name", Usage: "with --client-ca-file, the common names a caller's certificate may carry (repeatable; default: any the CA signed)"},
@@ -51,7 +53,8 @@ func webhookCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			cfg := webhook.Config{Listener: l, CertDir: c.String("cert-dir"), Log: log, CheckInterval: c.Duration("check-interval"), MaxInFlight: c.Int("max-in-flight"), MaxConnections: c.Int("max-connections")}
+			cfg := webhook.Config{Listener: l, CertDir: c.String("cert-dir"), Log: log, CheckInterval: c.Duration("check-interval"), MaxInFlight: c.Int("max-in-flight"), MaxConnections: c.Int("max-connections"),
+				AllowedTTL: c.Duration("access-allowed-ttl"), DeniedTTL: c.Duration("access-denied-ttl")}
 			if path := c.String("client-ca-file"); path != "" {
 				if cfg.Clients, err = pki.ReadClients(path, c.StringSlice("client-name")); err != nil {
 					return cli.Exit(fmt.Sprintf("--client-ca-file: %v", err), command.ExitUsage)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
+	"sync"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -29,9 +31,14 @@ import (
 //
 // It checks creates, and updates that change the spec: an update of metadata alone (a label, a
 // finalizer, the garbage collector's) adds no reference.
+//
+// A review's references are asked at once, and their answers kept briefly (Answers), so that the
+// webhook serves reviews with references at the pace the API server sends them.
 type Access struct {
 	// Kube reads ServiceAccounts and creates SubjectAccessReviews.
 	Kube kubernetes.Interface
+	// Answers keeps the answers.
+	Answers *Answers
 }
 
 // check returns the references of obj that the request's user may not use.
@@ -45,21 +52,68 @@ func (a *Access) check(ctx context.Context, req *admissionv1.AdmissionRequest, o
 			return nil, nil
 		}
 	}
-	var problems schemas.Errors
-	for _, ref := range render.References(obj) {
-		msg, err := a.refusal(ctx, req, ref)
-		if err != nil {
-			return nil, fmt.Errorf("checking %s: %w", ref.Pointer, err)
+	refs := render.References(obj)
+	refusals, errs := make([]string, len(refs)), make([]error, len(refs))
+	var unknown []int
+	for i, ref := range refs {
+		var kept bool
+		if refusals[i], kept = a.Answers.kept(questionOf(req, ref)); !kept {
+			unknown = append(unknown, i)
 		}
-		if msg != "" {
-			problems = append(problems, schemas.FieldError{Pointer: ref.Pointer, Message: msg})
+	}
+	if len(unknown) > 0 {
+		offSlot(ctx, func() {
+			var wg sync.WaitGroup
+			for _, i := range unknown {
+				wg.Go(func() {
+					refusals[i], errs[i] = a.Answers.refusal(ctx, questionOf(req, refs[i]),
+						func(ctx context.Context) (string, error) { return a.ask(ctx, req, refs[i]) })
+				})
+			}
+			wg.Wait()
+		})
+	}
+	var problems schemas.Errors
+	for i, ref := range refs {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("checking %s: %w", ref.Pointer, errs[i])
+		}
+		if refusals[i] != "" {
+			problems = append(problems, schemas.FieldError{Pointer: ref.Pointer, Message: refusals[i]})
 		}
 	}
 	return problems, nil
 }
 
-// refusal says why the request's user may not use ref, or "".
-func (a *Access) refusal(ctx context.Context, req *admissionv1.AdmissionRequest, ref render.Reference) (string, error) {
+// questionOf is the whole of what ref's answer depends on: a service account's namespace and name
+// (its label is the answer, whoever asks), or the SubjectAccessReview's user and attributes.
+func questionOf(req *admissionv1.AdmissionRequest, ref render.Reference) string {
+	if ref.Resource == "serviceaccounts" {
+		return strings.Join([]string{ref.Resource, req.Namespace, ref.Name}, "\x00")
+	}
+	u := req.UserInfo
+	// %q quotes every string, and prints a map's keys sorted.
+	return fmt.Sprintf("%q %q %q %q %q %q %q", ref.Resource, req.Namespace, ref.Name, u.Username, u.UID, u.Groups, u.Extra)
+}
+
+// accessReview asks whether the request's user may get ref.
+func accessReview(req *admissionv1.AdmissionRequest, ref render.Reference) *authorizationv1.SubjectAccessReview {
+	extra := map[string]authorizationv1.ExtraValue{}
+	for k, v := range req.UserInfo.Extra {
+		extra[k] = authorizationv1.ExtraValue(v)
+	}
+	return &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: req.UserInfo.Username, Groups: req.UserInfo.Groups, UID: req.UserInfo.UID, Extra: extra,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: req.Namespace, Verb: "get", Resource: ref.Resource, Name: ref.Name,
+			},
+		},
+	}
+}
+
+// ask asks the API server why the request's user may not use ref, or "".
+func (a *Access) ask(ctx context.Context, req *admissionv1.AdmissionRequest, ref render.Reference) (string, error) {
 	if ref.Resource == "serviceaccounts" {
 		sa, err := a.Kube.CoreV1().ServiceAccounts(req.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -74,18 +128,7 @@ func (a *Access) refusal(ctx context.Context, req *admissionv1.AdmissionRequest,
 		}
 		return "", nil
 	}
-	extra := map[string]authorizationv1.ExtraValue{}
-	for k, v := range req.UserInfo.Extra {
-		extra[k] = authorizationv1.ExtraValue(v)
-	}
-	review, err := a.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: req.UserInfo.Username, Groups: req.UserInfo.Groups, UID: req.UserInfo.UID, Extra: extra,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: req.Namespace, Verb: "get", Resource: ref.Resource, Name: ref.Name,
-			},
-		},
-	}, metav1.CreateOptions{})
+	review, err := a.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, accessReview(req, ref), metav1.CreateOptions{})
 	if err != nil {
 		return "", err
 	}

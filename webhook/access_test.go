@@ -1,10 +1,14 @@
 package webhook
 
 import (
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -127,4 +131,102 @@ func TestPoolsBoundedByTheirWriter(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "tina may not get secrets db-password") {
 		t.Errorf("a spec change of an Evaluator whose Secret tina may not get: %v, want a refusal", err)
 	}
+}
+
+// TestAccessAnswersFollowRights: twenty reviews naming the same Secret ask the API server once
+// (the answer is kept, and the reviews in flight share it); once the writer's right to get it is
+// revoked, their next object naming it is refused (the kept answer lives AllowedTTL), and once
+// granted again, admitted (a refusal lives DeniedTTL).
+func TestAccessAnswersFollowRights(t *testing.T) {
+	ctx := testContext(t)
+	w := startWebhook(t, ctx, time.Hour, func(c *Config) { c.AllowedTTL, c.DeniedTTL = 10*time.Second, 2*time.Second })
+	ns := ensureNamespace(t, ctx, "team-answers")
+	cs := env.Clientset()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "model-key", Namespace: ns}, StringData: map[string]string{"api-key": "sk-1"}}
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "read-model-key", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"model-key"}, Verbs: []string{"get"}}}}
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	grant := func() {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "uma-reads-model-key", Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "read-model-key"},
+			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "uma"}}}
+		if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uma := asUser(t, ctx, ns, "uma")
+	server := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "CheckpointServer",
+			"metadata": map[string]any{"name": name, "namespace": ns},
+			"spec":     map[string]any{"model": "org/m", "apiKeySecret": map[string]any{"name": "model-key"}}}}
+	}
+	refused := func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "uma may not get secrets model-key")
+	}
+	// awaitAnswer creates a server until its answer is want (true: admitted), and returns how
+	// often the webhook has asked the API server by then.
+	awaitAnswer := func(what string, admitted bool) float64 {
+		t.Helper()
+		clustertest.Eventually(t, ctx, what, func() error {
+			err := create(ctx, uma, server("probe"))
+			if admitted && err != nil || !admitted && !refused(err) {
+				return fmt.Errorf("answered %v", err)
+			}
+			return nil
+		})
+		return webhookCounter(t, w.health, "evalsi_webhook_access_answers_total", "asked")
+	}
+
+	grant()
+	before := awaitAnswer("uma's server admitted", true)
+	const reviews = 20
+	errs := make(chan error, reviews)
+	for i := range reviews {
+		go func() { errs <- create(ctx, uma, server(fmt.Sprintf("s%d", i))) }()
+	}
+	for range reviews {
+		if err := <-errs; err != nil {
+			t.Errorf("a server naming a Secret uma may get: %v", err)
+		}
+	}
+	if asked := webhookCounter(t, w.health, "evalsi_webhook_access_answers_total", "asked") - before; asked != 0 {
+		t.Errorf("%d reviews asked the API server %v times, want none (the answer was kept)", reviews, asked)
+	}
+
+	if err := cs.RbacV1().RoleBindings(ns).Delete(ctx, "uma-reads-model-key", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitAnswer("uma's server refused once her right is revoked", false)
+	grant()
+	awaitAnswer("uma's server admitted once her right is granted again", true)
+}
+
+// webhookCounter reads the counter name{source} of the webhook serving health.
+func webhookCounter(t *testing.T, health, name, source string) float64 {
+	t.Helper()
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + health + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, m := range families[name].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "source" && l.GetValue() == source {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -73,7 +73,10 @@ func Validator(v Validation) Decider {
 		if v.DryRun == nil {
 			return resp
 		}
-		refusal, warnings := v.DryRun.check(ctx, dryRunObject(req, obj))
+		var refusal string
+		var warnings []string
+		// The dry runs wait on the API server (offSlot).
+		offSlot(ctx, func() { refusal, warnings = v.DryRun.check(ctx, dryRunObject(req, obj)) })
 		if refusal != "" {
 			return deny(req, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 				fmt.Sprintf("%s %s is invalid: %s", obj.GetKind(), obj.GetName(), refusal))

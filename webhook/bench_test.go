@@ -15,11 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"evals.si/operator/render"
 )
@@ -114,6 +119,12 @@ func percentile(lat []time.Duration, p int) time.Duration {
 }
 
 func admissionReview(b *testing.B, spec map[string]any) []byte {
+	return admissionReviewOf(b, "alice", spec)
+}
+
+// admissionReviewOf is a review of the creation of a CheckpointServer with spec in team-a by
+// user.
+func admissionReviewOf(b *testing.B, user string, spec map[string]any) []byte {
 	obj, err := json.Marshal(map[string]any{
 		"apiVersion": "evals.si/v1alpha1", "kind": "CheckpointServer",
 		"metadata": map[string]any{"name": "ckpt", "namespace": "team-a"}, "spec": spec,
@@ -126,7 +137,8 @@ func admissionReview(b *testing.B, spec map[string]any) []byte {
 		Request: &admissionv1.AdmissionRequest{
 			UID:       types.UID("bench"),
 			Operation: admissionv1.Create,
-			UserInfo:  authenticationv1.UserInfo{Username: "alice"},
+			Namespace: "team-a",
+			UserInfo:  authenticationv1.UserInfo{Username: user, Groups: []string{"system:authenticated"}},
 			Object:    runtime.RawExtension{Raw: obj},
 		},
 	})
@@ -164,9 +176,9 @@ func BenchmarkWebhookOverload(b *testing.B) {
 				tr.MaxIdleConnsPerHost = 4096
 				client.Transport = tr
 				// A second at the rate first, as an API server's connections are open already.
-				openLoad(b, client, srv.URL+ValidatePath+"?timeout=5s", body, rate, time.Second)
+				openLoad(client, srv.URL+ValidatePath+"?timeout=5s", same(body), rate, time.Second)
 				for range b.N {
-					res := openLoad(b, client, srv.URL+ValidatePath+"?timeout=5s", body, rate, 5*time.Second)
+					res := openLoad(client, srv.URL+ValidatePath+"?timeout=5s", same(body), rate, 5*time.Second)
 					b.ReportMetric(float64(percentile(res.served, 50).Microseconds())/1000, "p50-ms")
 					b.ReportMetric(float64(percentile(res.served, 99).Microseconds())/1000, "p99-ms")
 					b.ReportMetric(float64(slices.Max(append(res.served, res.shed...)).Microseconds())/1000, "max-ms")
@@ -179,20 +191,26 @@ func BenchmarkWebhookOverload(b *testing.B) {
 	}
 }
 
+// same is a body for every request.
+func same(body []byte) func(int) []byte { return func(int) []byte { return body } }
+
 // loadResult is what openLoad measured: the latencies of the reviews served and of those shed,
 // and the most heap in use.
 type loadResult struct {
 	served, shed []time.Duration
 	failed       int
-	peakHeap     uint64
+	// refused counts the reviews served with allowed: false.
+	refused  int
+	peakHeap uint64
 }
 
-// openLoad posts body to url at rate a second for d, each request on its own schedule, and
-// waits for every answer.
-func openLoad(b *testing.B, client *http.Client, url string, body []byte, rate int, d time.Duration) loadResult {
+// openLoad posts body(i), the i-th request's, to url at rate a second for d, each request on its
+// own schedule, and waits for every answer.
+func openLoad(client *http.Client, url string, body func(i int) []byte, rate int, d time.Duration) loadResult {
 	n := rate * int(d/time.Second)
 	lat := make([]time.Duration, n)
 	codes := make([]int, n)
+	allowed := make([]bool, n)
 	var wg sync.WaitGroup
 	var peak atomic.Uint64
 	stop := make(chan struct{})
@@ -217,11 +235,15 @@ func openLoad(b *testing.B, client *http.Client, url string, body []byte, rate i
 		go func() {
 			defer wg.Done()
 			t := time.Now()
-			resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+			resp, err := client.Post(url, "application/json", bytes.NewReader(body(i)))
 			if err != nil {
 				codes[i] = -1
 				lat[i] = time.Since(t)
 				return
+			}
+			var review admissionv1.AdmissionReview
+			if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&review) == nil && review.Response != nil {
+				allowed[i] = review.Response.Allowed
 			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -235,6 +257,9 @@ func openLoad(b *testing.B, client *http.Client, url string, body []byte, rate i
 		switch c {
 		case http.StatusOK:
 			res.served = append(res.served, lat[i])
+			if !allowed[i] {
+				res.refused++
+			}
 		case http.StatusTooManyRequests:
 			res.shed = append(res.shed, lat[i])
 		default:
@@ -243,4 +268,68 @@ func openLoad(b *testing.B, client *http.Client, url string, body []byte, rate i
 	}
 	res.peakHeap = peak.Load()
 	return res
+}
+
+// BenchmarkWebhookReferences sends reviews of CheckpointServers that name a Secret and a claim,
+// as a writer with edit in the namespace, to the webhook's handler with Access checking them on
+// the real API server (an open loop, as in BenchmarkWebhookOverload, after a second of the same):
+// at 1,000 a second naming the same Secret (a GitOps sync), and at 500 a second each naming a
+// Secret no review named before (every answer asked). It reports the latencies, the reviews
+// shed (429), refused and admitted a second, and how many questions reached the API server, with
+// the webhook command's default client limit (--kube-api-qps).
+func BenchmarkWebhookReferences(b *testing.B) {
+	needCluster(b)
+	ctx := context.Background()
+	ensureNamespace(b, ctx, "team-a")
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "bench-writer-edits", Namespace: "team-a"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "edit"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "bench-writer"}}}
+	if _, err := env.Clientset().RbacV1().RoleBindings("team-a").Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
+	spec := func(secret string) map[string]any {
+		return map[string]any{"model": "/checkpoints/run-1/step-200", "checkpointClaim": "ckpts", "gpus": int64(1),
+			"apiKeySecret": map[string]any{"name": secret}}
+	}
+	same := admissionReviewOf(b, "bench-writer", spec("vllm-key"))
+	var fresh atomic.Int64
+	for _, c := range []struct {
+		name string
+		rate int
+		body func(int) []byte
+	}{
+		{"same-reference-1000-per-s", 1000, func(int) []byte { return same }},
+		{"new-reference-500-per-s", 500, func(int) []byte {
+			return admissionReviewOf(b, "bench-writer", spec(fmt.Sprintf("key-%d", fresh.Add(1))))
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			rc := rest.CopyConfig(env.Config)
+			rc.QPS, rc.Burst = DefaultKubeAPIQPS, DefaultKubeAPIBurst
+			kube := kubernetes.NewForConfigOrDie(rc)
+			m := NewMetrics()
+			v := Validation{Access: &Access{Kube: kube, Answers: NewAnswers(0, 0, 0, m)}}
+			srv := httptest.NewUnstartedServer(Admission(v, 0, m))
+			srv.Listener = limitConnections(srv.Listener, 0)
+			srv.StartTLS()
+			defer srv.Close()
+			client := srv.Client()
+			tr := client.Transport.(*http.Transport).Clone()
+			tr.MaxIdleConnsPerHost = 4096
+			client.Transport = tr
+			url := srv.URL + ValidatePath + "?timeout=10s"
+			openLoad(client, url, c.body, c.rate, time.Second)
+			for range b.N {
+				asked := testutil.ToFloat64(m.accessAnswers.WithLabelValues("asked"))
+				res := openLoad(client, url, c.body, c.rate, 5*time.Second)
+				b.ReportMetric(float64(percentile(res.served, 50).Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(percentile(res.served, 99).Microseconds())/1000, "p99-ms")
+				b.ReportMetric(float64(len(res.shed)), "shed")
+				b.ReportMetric(float64(res.failed), "failed")
+				b.ReportMetric(float64(res.refused), "refused")
+				b.ReportMetric(float64(len(res.served)-res.refused)/5, "admitted/s")
+				b.ReportMetric(testutil.ToFloat64(m.accessAnswers.WithLabelValues("asked"))-asked, "asked")
+			}
+		})
+	}
 }

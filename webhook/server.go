@@ -33,6 +33,9 @@ type Config struct {
 	// namespaces), so that an object naming a project its namespace may not act in is refused,
 	// and check what workload objects' pods would use against the writer's rights (Access).
 	Kube kubernetes.Interface
+	// AllowedTTL and DeniedTTL are how long Access keeps an allowed and a refused answer about a
+	// reference (Answers); the defaults when zero.
+	AllowedTTL, DeniedTTL time.Duration
 	// Limits are the platform's limits of specs (MaxPoolReplicas).
 	Limits render.Limits
 	// DryRun, when set, dry-runs the children of workload objects at admission.
@@ -47,6 +50,16 @@ type Config struct {
 	MaxInFlight, MaxConnections int
 	Log                         *slog.Logger
 }
+
+// DefaultKubeAPIQPS and DefaultKubeAPIBurst are the webhook's client-side limit of requests to
+// the Kubernetes API: none. Its calls are made by reviews, which the webhook bounds itself (the
+// connections it serves), and the API server's priority and fairness bounds them there; a
+// token bucket of 200 a second made reviews naming two references wait for their
+// SubjectAccessReviews, and past about 110 reviews a second the rest were answered 429.
+const (
+	DefaultKubeAPIQPS   = -1
+	DefaultKubeAPIBurst = 400
+)
 
 // Paths of the two webhooks.
 const (
@@ -74,14 +87,14 @@ func Run(ctx context.Context, cfg Config) error {
 		certs = &pki.Dir{Path: cfg.CertDir}
 	}
 
+	metrics := NewMetrics()
 	v := Validation{Limits: cfg.Limits, DryRun: cfg.DryRun}
 	bindingsSynced := func() bool { return true }
 	if cfg.Kube != nil {
 		v.Namespaces = tenancy.WatchNamespaces(ctx, cfg.Kube, "")
-		v.Access = &Access{Kube: cfg.Kube}
+		v.Access = &Access{Kube: cfg.Kube, Answers: NewAnswers(cfg.AllowedTTL, cfg.DeniedTTL, 0, metrics)}
 		bindingsSynced = v.Namespaces.HasSynced
 	}
-	metrics := NewMetrics()
 	srv := &http.Server{
 		Handler:           Admission(v, cfg.MaxInFlight, metrics),
 		ReadHeaderTimeout: 10 * time.Second,

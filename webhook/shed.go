@@ -1,12 +1,12 @@
 package webhook
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"runtime"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/netutil"
 )
 
@@ -55,11 +55,12 @@ func (s *shedder) wrap(h http.Handler) http.Handler {
 			http.Error(w, "the admission webhook is at capacity; retry", http.StatusTooManyRequests)
 			return
 		}
-		defer func() { <-s.slots }()
+		held := &heldSlot{shedder: s, held: true}
+		defer held.release()
 		s.metrics.inFlight.Inc()
 		defer s.metrics.inFlight.Dec()
 		start := time.Now()
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), heldSlotKey{}, held)))
 		s.metrics.duration.Observe(time.Since(start).Seconds())
 	})
 }
@@ -89,6 +90,44 @@ func (s *shedder) acquire(r *http.Request) bool {
 	}
 }
 
+// heldSlot is the slot of the review being served, which it gives back while it waits on the
+// network (offSlot).
+type heldSlot struct {
+	shedder *shedder
+	held    bool
+}
+
+func (h *heldSlot) release() {
+	if h.held {
+		<-h.shedder.slots
+		h.held = false
+	}
+}
+
+// heldSlotKey is the context key of a review's heldSlot.
+type heldSlotKey struct{}
+
+// offSlot runs wait, which waits on the API server and uses no CPU, without holding the slot of
+// the review ctx serves, and takes a slot again before it returns (waiting for one as long as
+// ctx lasts; the review is admitted already, so it is not shed). A slot bounds the CPU-bound work
+// of reviews: a review waiting on a SubjectAccessReview while holding one kept others from the
+// CPU it was not using, and past eight such reviews on two cores the rest were shed. What
+// reviews wait on the network at once stays bounded by the connections served.
+func offSlot(ctx context.Context, wait func()) {
+	h, ok := ctx.Value(heldSlotKey{}).(*heldSlot)
+	if !ok || !h.held {
+		wait()
+		return
+	}
+	h.release()
+	wait()
+	select {
+	case h.shedder.slots <- struct{}{}:
+		h.held = true
+	case <-ctx.Done():
+	}
+}
+
 // queueWait is half the timeout the API server gave the call (?timeout=5s), else maxQueueWait.
 func queueWait(r *http.Request) time.Duration {
 	if d, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && d > 0 {
@@ -111,34 +150,4 @@ func limitConnections(l net.Listener, n int) net.Listener {
 		n = connectionsPerCPU * runtime.GOMAXPROCS(0)
 	}
 	return netutil.LimitListener(l, n)
-}
-
-// Metrics are the webhook's: reviews shed, in flight, and how long the served ones took.
-type Metrics struct {
-	Registry *prometheus.Registry
-	shed     prometheus.Counter
-	inFlight prometheus.Gauge
-	duration prometheus.Histogram
-}
-
-// NewMetrics returns the webhook's metrics in a registry of their own.
-func NewMetrics() *Metrics {
-	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
-		shed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "evalsi_webhook_shed_total",
-			Help: "Admission reviews refused with 429 because the webhook was at capacity.",
-		}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "evalsi_webhook_in_flight",
-			Help: "Admission reviews being served.",
-		}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "evalsi_webhook_duration_seconds",
-			Help:    "Time an admission review took to serve, once it had a slot.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
-	}
-	m.Registry.MustRegister(m.shed, m.inFlight, m.duration)
-	return m
 }

@@ -48,3 +48,45 @@ func TestShedderRefusesWhatCannotStartInTime(t *testing.T) {
 		t.Errorf("a review once the slot is free: %d, want 200", served.Code)
 	}
 }
+
+// TestReviewWaitingOnTheAPIServerGivesItsSlotBack: the one slot of a shedder is held by a review
+// that then waits on the API server (offSlot); another review is served meanwhile, and the first
+// one finishes with a slot of its own again, which it then gives back.
+func TestReviewWaitingOnTheAPIServerGivesItsSlotBack(t *testing.T) {
+	s := newShedder(1, NewMetrics())
+	release, waiting := make(chan struct{}), make(chan struct{})
+	h := s.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("hold") == "" {
+			return
+		}
+		offSlot(r.Context(), func() {
+			close(waiting)
+			<-release
+		})
+		if len(s.slots) != 1 {
+			t.Errorf("after waiting, %d slots held, want its own", len(s.slots))
+		}
+	}))
+	holder := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(holder, httptest.NewRequest(http.MethodPost, "/validate?hold=1", nil))
+	}()
+	<-waiting
+	other := httptest.NewRecorder()
+	// With 10 s of timeout, it waits 5 for a slot before it is shed.
+	h.ServeHTTP(other, httptest.NewRequest(http.MethodPost, "/validate?timeout=10s", nil))
+	if other.Code != http.StatusOK {
+		t.Errorf("a review while the slot's holder waits on the API server: %d, want 200", other.Code)
+	}
+	close(release)
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the holder never took a slot again")
+	}
+	if holder.Code != http.StatusOK || len(s.slots) != 0 {
+		t.Errorf("the holder: %d, %d slots held after it; want 200 and none", holder.Code, len(s.slots))
+	}
+}

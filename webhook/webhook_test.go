@@ -59,8 +59,8 @@ func testContext(t *testing.T) context.Context {
 
 // runningWebhook is a webhook server on loopback with its configurations registered.
 type runningWebhook struct {
-	addr string
-	stop func()
+	addr, health string
+	stop         func()
 }
 
 // startWebhook registers webhook configurations pointing at a new self-signed webhook on
@@ -115,7 +115,7 @@ func runWebhook(t *testing.T, ctx context.Context, name string, l, health net.Li
 		}
 	}
 	t.Cleanup(stop)
-	return runningWebhook{addr: l.Addr().String(), stop: stop}
+	return runningWebhook{addr: l.Addr().String(), health: health.Addr().String(), stop: stop}
 }
 
 // waitAdmission waits until a dry-run create passes through the webhook, then checks that the
