@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"evals.si/operator/internal/command"
+	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/render"
 )
 
@@ -50,6 +51,12 @@ func renderCommand() *cli.Command {
 						return cli.Exit("cannot render with these settings", command.ExitUsage)
 					}
 					continue
+				}
+				for _, child := range r.Objects {
+					// As the operator applies them: the owner's children.
+					if err := engine.StampChild(obj, child); err != nil {
+						return err
+					}
 				}
 				all = append(all, r.Objects...)
 			}

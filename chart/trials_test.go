@@ -16,6 +16,7 @@ import (
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
 	evalsiv "evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/render"
 )
 
@@ -56,6 +57,9 @@ func TestTrialPodsHeldToTheirShape(t *testing.T) {
 	for _, o := range res.Objects {
 		switch o.GetKind() {
 		case "ServiceAccount", "Role", "RoleBinding", "PodTemplate":
+			if err := engine.StampChild(class, o); err != nil {
+				t.Fatal(err)
+			}
 			o.SetOwnerReferences(nil) // the class is not on this API server
 			gvr := evalsiv.ChildResources[o.GetKind()]
 			if _, err := admin.Resource(gvr).Namespace(sandbox).Create(ctx, o, metav1.CreateOptions{}); err != nil {

@@ -55,8 +55,10 @@
 //
 // Write a package beside workloads, runs and monitors with a function that returns its
 // engine.Kind (resource, children, finalizer, Validate, Reconciler), add it to kinds in
-// operator.go, and give the charts' Roles its resources. The engine needs nothing else:
-// reconcile/engine/toykind_test.go adds one, a Greeting that renders a ConfigMap, in one file.
+// operator.go, and give the charts' Roles its resources. Its Reconciler renders bare children:
+// SyncChildren stamps them (engine.StampChild). The engine needs nothing else:
+// reconcile/engine/toykind_test.go adds one, a Greeting that renders a bare ConfigMap, in one
+// file, and runs it on one shard of two.
 //
 // # Why not controller-runtime
 //

@@ -331,6 +331,9 @@ func TestCheckpointServer(t *testing.T) {
 	}
 	var kinds []string
 	for _, o := range rendered.Objects {
+		if err := engine.StampChild(got, o); err != nil {
+			t.Fatal(err)
+		}
 		kinds = append(kinds, o.GetKind())
 	}
 	if want := []string{"ServiceAccount", "Deployment", "Service", "NetworkPolicy"}; !cmp.Equal(kinds, want) {

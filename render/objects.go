@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -16,7 +15,6 @@ import (
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/schemas"
-	"evals.si/operator/shard"
 	"evals.si/operator/unstructuredjson"
 )
 
@@ -75,12 +73,11 @@ type Owner struct {
 	Kind      string
 	Name      string
 	Namespace string // empty for cluster-scoped kinds
-	UID       string
 }
 
 // OwnerOf returns the owner identity of obj.
 func OwnerOf(obj *unstructured.Unstructured) Owner {
-	return Owner{Kind: obj.GetKind(), Name: obj.GetName(), Namespace: obj.GetNamespace(), UID: string(obj.GetUID())}
+	return Owner{Kind: obj.GetKind(), Name: obj.GetName(), Namespace: obj.GetNamespace()}
 }
 
 // labelKind returns the label key that names an owner of kind on its children: evals.si/<kind>.
@@ -104,25 +101,14 @@ func (o Owner) selector() map[string]any {
 	return map[string]any{evalsi.LabelName: strings.ToLower(o.Kind), evalsi.LabelInstance: o.Name}
 }
 
-// object returns a child of o with apiVersion, kind, metadata (name, namespace, labels and a
-// controller ownerReference) and the given spec fields.
+// object returns a child of o with apiVersion, kind, metadata (name, namespace and the labels
+// that say what it is) and the given spec fields: a bare object, which engine.StampChild makes
+// the owner's child.
 func (o Owner) object(apiVersion, kind, name, namespace, component string, fields map[string]any) *unstructured.Unstructured {
 	labels := o.labels(component)
-	// Not among the pods' labels: a shard is the operator's business, and a new pod label would
-	// roll every pool.
-	labels[evalsi.LabelShardBucket] = strconv.Itoa(shard.Bucket(o.UID))
-	meta := map[string]any{
-		"name":   name,
-		"labels": labels,
-		"ownerReferences": []any{map[string]any{
-			"apiVersion":         evalsi.Group + "/v1alpha1",
-			"kind":               o.Kind,
-			"name":               o.Name,
-			"uid":                o.UID,
-			"controller":         true,
-			"blockOwnerDeletion": true,
-		}},
-	}
+	// The engine's to stamp on the object (its pods keep it, for NetworkPolicies to select).
+	delete(labels, evalsi.LabelManagedBy)
+	meta := map[string]any{"name": name, "labels": labels}
 	if namespace != "" {
 		meta["namespace"] = namespace
 	}

@@ -1,21 +1,17 @@
 package render
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
-
-	"evals.si/operator/evalsi"
-	"evals.si/operator/unstructuredjson"
 )
 
 // Result is what rendering one evals.si object gives.
 type Result struct {
-	// Objects are the children to apply, in a fixed order, each with its spec hash annotation.
+	// Objects are the children to apply, in a fixed order, bare: engine.StampChild makes each the
+	// owner's child (its labels, owner reference and spec hash).
 	Objects []*unstructured.Unstructured
 	// Pool describes an Evaluator's or SandboxClass's pool.
 	Pool Pool
@@ -52,31 +48,7 @@ func Object(obj *unstructured.Unstructured, opts Options) (Result, error) {
 	case "TraceSource":
 		_, err = TraceSourceSpec(obj)
 	}
-	if err != nil {
-		return r, err
-	}
-	for _, o := range r.Objects {
-		if err := stampHash(o); err != nil {
-			return r, err
-		}
-	}
-	return r, nil
-}
-
-// stampHash sets evalsi.AnnotationSpecHash to a hash of the object without that annotation.
-func stampHash(obj *unstructured.Unstructured) error {
-	data, err := unstructuredjson.Marshal(obj.Object)
-	if err != nil {
-		return fmt.Errorf("hashing %s %s: %w", obj.GetKind(), obj.GetName(), err)
-	}
-	sum := sha256.Sum256(data)
-	ann := obj.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[evalsi.AnnotationSpecHash] = hex.EncodeToString(sum[:8])
-	obj.SetAnnotations(ann)
-	return nil
+	return r, err
 }
 
 // WriteYAML writes objs as a YAML stream, keys sorted, so the same objects always print the same.

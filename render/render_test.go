@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"evals.si/operator/internal/golden"
+	"evals.si/operator/reconcile/engine"
 )
 
 // goldenOptions are the operator settings of every golden rendering; a case may override them
@@ -23,8 +24,8 @@ var goldenOptions = Options{
 	Limits:           Limits{MaxPoolReplicas: DefaultMaxPoolReplicas},
 }
 
-// TestGoldenRender renders testdata/render/<kind>/<case>/input.yaml and compares the objects
-// with output.yaml.
+// TestGoldenRender renders testdata/render/<kind>/<case>/input.yaml and compares the objects,
+// stamped by the engine, with output.yaml.
 func TestGoldenRender(t *testing.T) {
 	inputs, err := filepath.Glob("../testdata/render/*/*/input.yaml")
 	if err != nil || len(inputs) == 0 {
@@ -43,6 +44,12 @@ func TestGoldenRender(t *testing.T) {
 			r, err := Object(obj, opts)
 			if err != nil {
 				t.Fatal(err)
+			}
+			for _, child := range r.Objects {
+				// The golden files show the children as the operator applies them.
+				if err := engine.StampChild(obj, child); err != nil {
+					t.Fatal(err)
+				}
 			}
 			var out bytes.Buffer
 			if err := WriteYAML(&out, r.Objects); err != nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/render"
 	"evals.si/operator/unstructuredjson"
 )
@@ -45,6 +46,10 @@ func (d *DryRun) check(ctx context.Context, obj *unstructured.Unstructured) (ref
 	for _, child := range res.Objects {
 		gvr, ok := evalsi.ChildResources[child.GetKind()]
 		if !ok {
+			continue
+		}
+		if err := engine.StampChild(obj, child); err != nil {
+			warnings = append(warnings, fmt.Sprintf("could not dry-run the %s %s: %v", child.GetKind(), child.GetName(), err))
 			continue
 		}
 		err := dryRunApply(ctx, d.Client, gvr, child, evalsi.ChildFieldValidation)

@@ -18,6 +18,7 @@ import (
 
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine"
 
 	"evals.si/operator/internal/specgen"
 	"evals.si/operator/render"
@@ -61,6 +62,9 @@ func TestChildrenPassServerDryRun(t *testing.T) {
 			return true
 		}
 		for _, child := range res.Objects {
+			if err := engine.StampChild(obj, child); err != nil {
+				t.Fatal(err)
+			}
 			err := dryRunApply(ctx, env.Dynamic(), evalsi.ChildResources[child.GetKind()], child, metav1.FieldValidationStrict)
 			if err != nil {
 				refused++

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/render"
 )
 
@@ -67,6 +68,10 @@ func (r *EvaluatorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, r.updateStatus(ctx, ev, before, status)
 	}
 	for _, child := range res.Objects {
+		// The same children as the operator's, with their owner reference, labels and hash.
+		if err := engine.StampChild(ev, child); err != nil {
+			return ctrl.Result{}, err
+		}
 		if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(child), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 			return ctrl.Result{}, fmt.Errorf("applying %s %s: %w", child.GetKind(), child.GetName(), err)
 		}

@@ -45,7 +45,8 @@ func (c Children) Get(kind, namespace, name string) *Child {
 	return c[childKey(kind, namespace, name)]
 }
 
-// SyncChildren makes the children of r's object what desired says: each desired child that is
+// SyncChildren makes the children of r's object what desired says (bare objects it stamps with
+// StampChild, changing them in place): each desired child that is
 // missing, changed by the rendering (its spec hash), or drifted (a field the rendering sets is no
 // longer the operator's) is applied with server-side apply; children of the owner that are no
 // longer desired are deleted. Children that already match are left alone, so steady state writes
@@ -74,6 +75,9 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 	out := Children{}
 	var stale []pendingApply
 	for _, want := range desired {
+		if err := StampChild(owner, want); err != nil {
+			return nil, err
+		}
 		key := childKey(want.GetKind(), want.GetNamespace(), want.GetName())
 		cur := live[key]
 		delete(live, key)

@@ -20,6 +20,7 @@ import (
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine"
+	"evals.si/operator/shard"
 )
 
 var shared = clustertest.New(cluster.Options{})
@@ -47,16 +48,9 @@ func greetingKind() *engine.Kind {
 			name := r.Object.GetName() + "-greeting"
 			cm := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "v1", "kind": "ConfigMap",
-				"metadata": map[string]any{
-					"name": name, "namespace": r.Object.GetNamespace(),
-					"labels":      map[string]any{evalsi.LabelManagedBy: evalsi.ManagedBy},
-					"annotations": map[string]any{evalsi.AnnotationSpecHash: text},
-					"ownerReferences": []any{map[string]any{
-						"apiVersion": "toys.example.com/v1", "kind": "Greeting", "name": r.Object.GetName(),
-						"uid": string(r.Object.GetUID()), "controller": true, "blockOwnerDeletion": true,
-					}},
-				},
-				"data": map[string]any{"text": text},
+				// A bare object: SyncChildren makes it the Greeting's child.
+				"metadata": map[string]any{"name": name, "namespace": r.Object.GetNamespace()},
+				"data":     map[string]any{"text": text},
 			}}
 			if text == "unreadable" {
 				cm.Object["dataa"] = map[string]any{} // a field ConfigMaps lack: server-side apply refuses it (500)
@@ -89,7 +83,8 @@ var greetingCRD = &unstructured.Unstructured{Object: map[string]any{
 	},
 }}
 
-// TestToyKind runs the engine with only the toy kind, on the real control plane: its child is
+// TestToyKind runs the engine with only the toy kind, holding one shard of two, on the real
+// control plane: its child is
 // made, its status written with the engine's conditions, nothing is written at steady state, a
 // deleted child is made again, a spec change reaches the child, and a terminal refusal stalls the
 // object until its spec changes.
@@ -100,8 +95,26 @@ func TestToyKind(t *testing.T) {
 	if err := c.ApplyCRDs(ctx, []*unstructured.Unstructured{greetingCRD}); err != nil {
 		t.Fatal(err)
 	}
+	dyn := c.Dynamic()
+	g := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "toys.example.com/v1", "kind": "Greeting",
+		"metadata": map[string]any{"name": "hello", "namespace": "default"}, "spec": map[string]any{"text": "hi"},
+	}}
+	if _, err := dyn.Resource(greetings).Namespace("default").Create(ctx, g, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The engine holds one shard of two, the Greeting's: its bare child is seen only because
+	// SyncChildren stamps the Greeting's bucket on it.
+	created, err := dyn.Resource(greetings).Namespace("default").Get(ctx, "hello", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := shard.Shard{Index: 0, Count: 2}
+	if !held.Contains(string(created.GetUID())) {
+		held.Index = 1
+	}
 	e, err := engine.New(engine.Config{Rest: c.Config, Kinds: []*engine.Kind{greetingKind()}, DiscoveryInterval: 300 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Shard: held, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,14 +130,6 @@ func TestToyKind(t *testing.T) {
 		}
 	}()
 
-	dyn := c.Dynamic()
-	g := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "toys.example.com/v1", "kind": "Greeting",
-		"metadata": map[string]any{"name": "hello", "namespace": "default"}, "spec": map[string]any{"text": "hi"},
-	}}
-	if _, err := dyn.Resource(greetings).Namespace("default").Create(ctx, g, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	data := func() (string, error) {
 		cm, err := dyn.Resource(configMaps).Namespace("default").Get(ctx, "hello-greeting", metav1.GetOptions{})
 		if err != nil {
