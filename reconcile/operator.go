@@ -50,6 +50,9 @@ type Config struct {
 	RunPollInterval time.Duration
 	// EvalRunTTL is how long a finished EvalRun stays (0 keeps it; runs/ttl.go).
 	EvalRunTTL time.Duration
+	// ClassRecheck is how often an object waiting on its SandboxClass or service account looks
+	// again without an event (30 s when 0).
+	ClassRecheck time.Duration
 	// Log is the operator's logger.
 	Log *slog.Logger
 	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor
@@ -63,7 +66,7 @@ func ControllerNames() []string { return engine.ControllerNames(kinds(Config{}, 
 // kinds are every kind the operator runs, in a fixed order: the workload kinds render into
 // Kubernetes objects, the others are kept in evalsid through api (nil: they stay off).
 func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces) []*engine.Kind {
-	w := workloads.Options{Render: cfg.Render}
+	w := workloads.Options{Render: cfg.Render, ClassRecheck: cfg.ClassRecheck}
 	if namespaces != nil {
 		w.NamespaceLabels = func(ns string) map[string]string {
 			labels, _ := namespaces.Labels(ns)
@@ -74,7 +77,7 @@ func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces) []
 		workloads.Evaluators(w),
 		workloads.SandboxClasses(w),
 		workloads.CheckpointServers(w),
-		runs.Kind(api, runs.Options{PollInterval: cfg.RunPollInterval, TTL: cfg.EvalRunTTL, ClassRefusal: w.ClassRefusal}),
+		runs.Kind(api, runs.Options{PollInterval: cfg.RunPollInterval, TTL: cfg.EvalRunTTL, ClassRefusal: w.ClassRefusal, ClassRecheck: cfg.ClassRecheck}),
 		monitors.Policies(api),
 		monitors.TraceSources(api),
 	}

@@ -33,18 +33,20 @@ type Options struct {
 	// ClassRefusal returns the Ready condition of an object in namespace that may not use the
 	// SandboxClass class, or nil when it may (the workload kinds' check).
 	ClassRefusal func(ctx context.Context, c *engine.Controller, namespace, class string) *engine.Condition
+	// ClassRecheck is how often a run waiting on its SandboxClass looks again (30 s when 0); a change of its namespace's labels reconciles it at
+	// once, and so does a change of the class where this operator runs the SandboxClass
+	// controller (waitsOn).
+	ClassRecheck time.Duration
 }
-
-// classRecheck is how often a run waiting on its SandboxClass looks again; a change of its
-// namespace's labels reconciles it at once, and so does a change of the class where this
-// operator runs the SandboxClass controller (waitsOn).
-const classRecheck = 30 * time.Second
 
 // targetRecheck is how often a run waiting on its CheckpointServer looks again.
 const targetRecheck = 2 * time.Second
 
 // Kind is the EvalRun kind, reconciled through api.
 func Kind(api *apiclient.Client, opts Options) *engine.Kind {
+	if opts.ClassRecheck <= 0 {
+		opts.ClassRecheck = 30 * time.Second
+	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
 	}
@@ -146,7 +148,7 @@ func (er *evalRuns) Create(ctx context.Context, r *engine.Request) (engine.Obser
 	}
 	if er.opts.ClassRefusal != nil {
 		if refused := er.opts.ClassRefusal(ctx, r.Controller, obj.GetNamespace(), spec.SandboxClass); refused != nil {
-			return engine.Observation{Status: &engine.Status{Conditions: []engine.Condition{*refused}}, RequeueAfter: classRecheck}, nil
+			return engine.Observation{Status: &engine.Status{Conditions: []engine.Condition{*refused}}, RequeueAfter: er.opts.ClassRecheck}, nil
 		}
 	}
 	if waiting, err := resolveTarget(ctx, r, spec); err != nil || waiting != nil {
