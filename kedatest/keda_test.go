@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +18,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -41,18 +38,8 @@ func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 // deploymentWrites sums the operator's write requests to Deployments from its /metrics.
 func deploymentWrites(t *testing.T, metricsURL string) float64 {
 	t.Helper()
-	resp, err := http.Get(metricsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n float64
-	for _, m := range families["evalsi_kube_requests_total"].GetMetric() {
+	for _, m := range clustertest.Scrape(t, metricsURL)["evalsi_kube_requests_total"].GetMetric() {
 		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()

@@ -1,14 +1,12 @@
 package webhook
 
 import (
+	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,24 +39,10 @@ func TestPoolsBoundedByTheirWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{"db-password", "model-key"} {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: map[string]string{"api-key": "sk-1"}}
-		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
+	createSecret(t, ctx, ns, "db-password")
 	// model-key is readable by the user; db-password is not.
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "read-model-key", Namespace: ns},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"model-key"}, Verbs: []string{"get"}}}}
-	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tina-reads-model-key", Namespace: ns},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "read-model-key"},
-		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "tina"}}}
-	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	createSecret(t, ctx, ns, "model-key")
+	grantSecretRead(t, ctx, ns, "model-key", "tina")
 	tina := asUser(t, ctx, ns, "tina")
 
 	evaluator := func(name string, spec map[string]any) *unstructured.Unstructured {
@@ -141,24 +125,8 @@ func TestAccessAnswersFollowRights(t *testing.T) {
 	ctx := testContext(t)
 	w := startWebhook(t, ctx, time.Hour, func(c *Config) { c.AllowedTTL, c.DeniedTTL = 10*time.Second, 2*time.Second })
 	ns := ensureNamespace(t, ctx, "team-answers")
-	cs := env.Clientset()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "model-key", Namespace: ns}, StringData: map[string]string{"api-key": "sk-1"}}
-	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "read-model-key", Namespace: ns},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"model-key"}, Verbs: []string{"get"}}}}
-	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	grant := func() {
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "uma-reads-model-key", Namespace: ns},
-			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "read-model-key"},
-			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "uma"}}}
-		if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createSecret(t, ctx, ns, "model-key")
+	grant := func() { grantSecretRead(t, ctx, ns, "model-key", "uma") }
 	uma := asUser(t, ctx, ns, "uma")
 	server := func(name string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "CheckpointServer",
@@ -198,7 +166,7 @@ func TestAccessAnswersFollowRights(t *testing.T) {
 		t.Errorf("%d reviews asked the API server %v times, want none (the answer was kept)", reviews, asked)
 	}
 
-	if err := cs.RbacV1().RoleBindings(ns).Delete(ctx, "uma-reads-model-key", metav1.DeleteOptions{}); err != nil {
+	if err := env.Clientset().RbacV1().RoleBindings(ns).Delete(ctx, "uma-reads-model-key", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	awaitAnswer("uma's server refused once her right is revoked", false)
@@ -209,19 +177,8 @@ func TestAccessAnswersFollowRights(t *testing.T) {
 // webhookCounter reads the counter name{source} of the webhook serving health.
 func webhookCounter(t *testing.T, health, name, source string) float64 {
 	t.Helper()
-	client := http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + health + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sum float64
-	for _, m := range families[name].GetMetric() {
+	for _, m := range clustertest.Scrape(t, "http://"+health+"/metrics")[name].GetMetric() {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "source" && l.GetValue() == source {
 				sum += m.GetCounter().GetValue()
@@ -229,4 +186,31 @@ func webhookCounter(t *testing.T, health, name, source string) float64 {
 		}
 	}
 	return sum
+}
+
+// createSecret makes Secret name in ns, unless it exists.
+func createSecret(t *testing.T, ctx context.Context, ns, name string) {
+	t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: map[string]string{"api-key": "sk-1"}}
+	if _, err := env.Clientset().CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// grantSecretRead lets user get Secret secret of ns, and nothing else: Role read-<secret>, bound
+// by RoleBinding <user>-reads-<secret>.
+func grantSecretRead(t *testing.T, ctx context.Context, ns, secret, user string) {
+	t.Helper()
+	cs := env.Clientset()
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "read-" + secret, Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{secret}, Verbs: []string{"get"}}}}
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user + "-reads-" + secret, Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 }

@@ -164,17 +164,7 @@ func BenchmarkWebhookOverload(b *testing.B) {
 			inFlight int
 		}{{"shedding", 0}, {"unbounded", 1 << 20}} {
 			b.Run(fmt.Sprintf("%d-per-s/%s", rate, c.name), func(b *testing.B) {
-				m := NewMetrics()
-				srv := httptest.NewUnstartedServer(Admission(Validation{}, c.inFlight, m))
-				if c.inFlight == 0 {
-					srv.Listener = limitConnections(srv.Listener, 0)
-				}
-				srv.StartTLS()
-				defer srv.Close()
-				client := srv.Client()
-				tr := client.Transport.(*http.Transport).Clone()
-				tr.MaxIdleConnsPerHost = 4096
-				client.Transport = tr
+				srv, client := serveAdmission(b, Validation{}, c.inFlight, NewMetrics())
 				// A second at the rate first, as an API server's connections are open already.
 				openLoad(client, srv.URL+ValidatePath+"?timeout=5s", same(body), rate, time.Second)
 				for range b.N {
@@ -189,6 +179,23 @@ func BenchmarkWebhookOverload(b *testing.B) {
 			})
 		}
 	}
+}
+
+// serveAdmission serves v over TLS as the webhook does (Admission with inFlight slots, behind
+// limitConnections unless inFlight is set) until the benchmark ends, and returns the server and
+// a client that keeps as many connections open as an API server would.
+func serveAdmission(b *testing.B, v Validation, inFlight int, m *Metrics) (*httptest.Server, *http.Client) {
+	srv := httptest.NewUnstartedServer(Admission(v, inFlight, m))
+	if inFlight == 0 {
+		srv.Listener = limitConnections(srv.Listener, 0)
+	}
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	client := srv.Client()
+	tr := client.Transport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 4096
+	client.Transport = tr
+	return srv, client
 }
 
 // same is a body for every request.
@@ -308,15 +315,7 @@ func BenchmarkWebhookReferences(b *testing.B) {
 			rc.QPS, rc.Burst = DefaultKubeAPIQPS, DefaultKubeAPIBurst
 			kube := kubernetes.NewForConfigOrDie(rc)
 			m := NewMetrics()
-			v := Validation{Access: &Access{Kube: kube, Answers: NewAnswers(0, 0, 0, m)}}
-			srv := httptest.NewUnstartedServer(Admission(v, 0, m))
-			srv.Listener = limitConnections(srv.Listener, 0)
-			srv.StartTLS()
-			defer srv.Close()
-			client := srv.Client()
-			tr := client.Transport.(*http.Transport).Clone()
-			tr.MaxIdleConnsPerHost = 4096
-			client.Transport = tr
+			srv, client := serveAdmission(b, Validation{Access: &Access{Kube: kube, Answers: NewAnswers(0, 0, 0, m)}}, 0, m)
 			url := srv.URL + ValidatePath + "?timeout=10s"
 			openLoad(client, url, c.body, c.rate, time.Second)
 			for range b.N {
