@@ -40,12 +40,23 @@ func (e endpoint) peer() *matcher.TrafficPeer {
 // rendered renders obj and returns its NetworkPolicies and the labels of its pods.
 func rendered(t *testing.T, opts render.Options, yaml map[string]any) ([]*networkingv1.NetworkPolicy, map[string]string) {
 	t.Helper()
+	policies, pods := renderedPods(t, opts, yaml)
+	if len(policies) == 0 || pods["Deployment"] == nil {
+		t.Fatalf("%s rendered no NetworkPolicy or no pods", yaml["kind"])
+	}
+	return policies, pods["Deployment"]
+}
+
+// renderedPods renders obj and returns its NetworkPolicies and the labels of the pods of each of
+// its pod-making children by kind: a Deployment's, and a pod rung's trial shape (PodTemplate).
+func renderedPods(t *testing.T, opts render.Options, yaml map[string]any) ([]*networkingv1.NetworkPolicy, map[string]map[string]string) {
+	t.Helper()
 	res, err := render.Object(&unstructured.Unstructured{Object: yaml}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var policies []*networkingv1.NetworkPolicy
-	var labels map[string]string
+	pods := map[string]map[string]string{}
 	for _, o := range res.Objects {
 		switch o.GetKind() {
 		case "NetworkPolicy":
@@ -55,13 +66,12 @@ func rendered(t *testing.T, opts render.Options, yaml map[string]any) ([]*networ
 			}
 			policies = append(policies, &np)
 		case "Deployment":
-			labels, _, _ = unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+			pods["Deployment"], _, _ = unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+		case "PodTemplate":
+			pods["PodTemplate"], _, _ = unstructured.NestedStringMap(o.Object, "template", "metadata", "labels")
 		}
 	}
-	if len(policies) == 0 || labels == nil {
-		t.Fatalf("%s rendered no NetworkPolicy or no pods", yaml["kind"])
-	}
-	return policies, labels
+	return policies, pods
 }
 
 func object(kind, namespace, name string, spec map[string]any) map[string]any {
@@ -207,26 +217,8 @@ func TestPodRungMatrix(t *testing.T) {
 	opts := render.Options{DefaultImage: "evalsi/platform:1.4.0", SandboxNamespace: "evalsi-sandbox",
 		APIURL: "https://evalsid.evalsi-platform.svc:8443", KubernetesAPICIDRs: []string{"10.0.0.1/32"}}
 	class := object("SandboxClass", "", "trials", map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}})
-	res, err := render.Object(&unstructured.Unstructured{Object: class}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var policies []*networkingv1.NetworkPolicy
-	var launcher, trial map[string]string
-	for _, o := range res.Objects {
-		switch o.GetKind() {
-		case "NetworkPolicy":
-			var np networkingv1.NetworkPolicy
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &np); err != nil {
-				t.Fatal(err)
-			}
-			policies = append(policies, &np)
-		case "Deployment":
-			launcher, _, _ = unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
-		case "PodTemplate":
-			trial, _, _ = unstructured.NestedStringMap(o.Object, "template", "metadata", "labels")
-		}
-	}
+	policies, shapes := renderedPods(t, opts, class)
+	launcher, trial := shapes["Deployment"], shapes["PodTemplate"]
 	if launcher == nil || trial == nil {
 		t.Fatal("the pod rung rendered no launcher or no trial shape")
 	}

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -60,13 +61,17 @@ type Config struct {
 	AllowUnsupportedMinor bool
 }
 
+// defaultClassRecheck is how often an object waiting on its SandboxClass looks again without an
+// event, unless Config says otherwise.
+const defaultClassRecheck = 30 * time.Second
+
 // ControllerNames lists the controllers that --controllers accepts.
 func ControllerNames() []string { return engine.ControllerNames(kinds(Config{}, nil, nil)) }
 
 // kinds are every kind the operator runs, in a fixed order: the workload kinds render into
 // Kubernetes objects, the others are kept in evalsid through api (nil: they stay off).
 func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces) []*engine.Kind {
-	w := workloads.Options{Render: cfg.Render, ClassRecheck: cfg.ClassRecheck}
+	w := workloads.Options{Render: cfg.Render, ClassRecheck: cmp.Or(cfg.ClassRecheck, defaultClassRecheck)}
 	if namespaces != nil {
 		w.NamespaceLabels = func(ns string) map[string]string {
 			labels, _ := namespaces.Labels(ns)
@@ -77,7 +82,7 @@ func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces) []
 		workloads.Evaluators(w),
 		workloads.SandboxClasses(w),
 		workloads.CheckpointServers(w),
-		runs.Kind(api, runs.Options{PollInterval: cfg.RunPollInterval, TTL: cfg.EvalRunTTL, ClassRefusal: w.ClassRefusal, ClassRecheck: cfg.ClassRecheck}),
+		runs.Kind(api, runs.Options{PollInterval: cfg.RunPollInterval, TTL: cfg.EvalRunTTL, ClassRefusal: w.ClassRefusal, ClassRecheck: w.ClassRecheck}),
 		monitors.Policies(api),
 		monitors.TraceSources(api),
 	}

@@ -76,28 +76,42 @@ func (a *Answers) kept(key string) (string, bool) {
 	return v.(string), true
 }
 
-// refusal returns the answer to the question key: kept, being asked by another review, or asked
-// now with ask.
+// askTimeout bounds a question asked of the API server, whoever still waits for it: the
+// longest an API server gives a webhook's call.
+const askTimeout = 30 * time.Second
+
+// refusal returns the answer to the question key: kept, being asked for another review, or asked
+// now with ask. The question is asked apart from any one review, so that the review that asked it
+// first going away (its caller's timeout) fails none of the others waiting for the answer; each
+// waits as long as its own ctx lasts.
 func (a *Answers) refusal(ctx context.Context, key string, ask func(context.Context) (string, error)) (string, error) {
 	if r, ok := a.kept(key); ok {
 		return r, nil
 	}
 	a.mu.Lock()
-	if q, ok := a.asking[key]; ok {
-		a.mu.Unlock()
+	q, ok := a.asking[key]
+	if ok {
 		a.served.WithLabelValues("shared").Inc()
-		select {
-		case <-q.done:
-			return q.refusal, q.err
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
+	} else {
+		q = &question{done: make(chan struct{})}
+		a.asking[key] = q
+		a.served.WithLabelValues("asked").Inc()
+		go a.answer(context.WithoutCancel(ctx), key, q, ask)
 	}
-	q := &question{done: make(chan struct{})}
-	a.asking[key] = q
 	a.mu.Unlock()
-	a.served.WithLabelValues("asked").Inc()
+	select {
+	case <-q.done:
+		return q.refusal, q.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
 
+// answer asks the question key, keeps its answer for its lifetime (an error for none) and tells
+// whoever waits.
+func (a *Answers) answer(ctx context.Context, key string, q *question, ask func(context.Context) (string, error)) {
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
 	q.refusal, q.err = ask(ctx)
 	if q.err == nil {
 		ttl := a.AllowedTTL
@@ -110,5 +124,4 @@ func (a *Answers) refusal(ctx context.Context, key string, ask func(context.Cont
 	delete(a.asking, key)
 	a.mu.Unlock()
 	close(q.done)
-	return q.refusal, q.err
 }

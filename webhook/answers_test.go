@@ -105,3 +105,55 @@ func TestAnswersInFlightAreShared(t *testing.T) {
 		t.Errorf("asked %v times, want once", got)
 	}
 }
+
+// TestAnswersOutliveTheirFirstAsker: the review that asked a question goes away (its caller's
+// timeout) while another waits for the same answer; the other still gets it.
+func TestAnswersOutliveTheirFirstAsker(t *testing.T) {
+	m := NewMetrics()
+	a := NewAnswers(0, 0, 0, m)
+	release := make(chan struct{})
+	ask := func(ctx context.Context) (string, error) {
+		select {
+		case <-release:
+			return "refused", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	first, cancelFirst := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := a.refusal(first, "q", ask)
+		firstDone <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); testutil.ToFloat64(m.accessAnswers.WithLabelValues("asked")) < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first review never asked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	second := make(chan string, 1)
+	go func() {
+		r, _ := a.refusal(context.Background(), "q", ask)
+		second <- r
+	}()
+	for deadline := time.Now().Add(time.Minute); testutil.ToFloat64(m.accessAnswers.WithLabelValues("shared")) < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the second review never waited for the answer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancelFirst()
+	if err := <-firstDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("the first review: %v, want its own cancellation", err)
+	}
+	close(release)
+	select {
+	case r := <-second:
+		if r != "refused" {
+			t.Errorf("the second review: %q, want the answer", r)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the second review never got the answer")
+	}
+}

@@ -3,6 +3,7 @@ package command
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -39,6 +40,11 @@ func RenderOptions(c *cli.Context) (render.Options, error) {
 		}
 		for _, peer := range list {
 			peers = append(peers, peer)
+		}
+	}
+	for _, cidr := range c.StringSlice("kubernetes-api-cidrs") {
+		if _, _, err := net.ParseCIDR(cidr); err != nil {
+			return render.Options{}, cli.Exit(fmt.Sprintf("--kubernetes-api-cidrs=%s: not a CIDR such as 10.0.0.1/32: %v", cidr, err), ExitUsage)
 		}
 	}
 	opts := render.Options{

@@ -33,9 +33,9 @@ type Options struct {
 	// ClassRefusal returns the Ready condition of an object in namespace that may not use the
 	// SandboxClass class, or nil when it may (the workload kinds' check).
 	ClassRefusal func(ctx context.Context, c *engine.Controller, namespace, class string) *engine.Condition
-	// ClassRecheck is how often a run waiting on its SandboxClass looks again (30 s when 0); a change of its namespace's labels reconciles it at
-	// once, and so does a change of the class where this operator runs the SandboxClass
-	// controller (waitsOn).
+	// ClassRecheck is how often a run waiting on its SandboxClass looks again; a change of its
+	// namespace's labels reconciles it at once, and so does a change of the class where this
+	// operator runs the SandboxClass controller (waitsOn).
 	ClassRecheck time.Duration
 }
 
@@ -44,9 +44,6 @@ const targetRecheck = 2 * time.Second
 
 // Kind is the EvalRun kind, reconciled through api.
 func Kind(api *apiclient.Client, opts Options) *engine.Kind {
-	if opts.ClassRecheck <= 0 {
-		opts.ClassRecheck = 30 * time.Second
-	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
 	}

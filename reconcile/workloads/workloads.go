@@ -7,7 +7,6 @@
 package workloads
 
 import (
-	"cmp"
 	"slices"
 
 	"context"
@@ -31,17 +30,10 @@ type Options struct {
 	// known, which a class that selects namespaces does not admit).
 	NamespaceLabels func(namespace string) map[string]string
 	// ClassRecheck is how often an object whose SandboxClass or service account is missing or
-	// not allowed looks again (DefaultClassRecheck when 0); a change of its namespace's labels
-	// reconciles it at once, and so does a change of the class where this operator runs the
-	// SandboxClass controller (usesClass).
+	// not allowed looks again; a change of its namespace's labels reconciles it at once, and so
+	// does a change of the class where this operator runs the SandboxClass controller (usesClass).
 	ClassRecheck time.Duration
 }
-
-// DefaultClassRecheck is how often an object waiting on its SandboxClass looks again by default.
-const DefaultClassRecheck = 30 * time.Second
-
-// classRecheck is o.ClassRecheck, or its default.
-func (o Options) classRecheck() time.Duration { return cmp.Or(o.ClassRecheck, DefaultClassRecheck) }
 
 // poolChildren are the resources of an Evaluator's or a SandboxClass's children; a pod rung
 // SandboxClass also has its launcher's Role and RoleBinding and its trial shape (classChildren).
@@ -127,7 +119,7 @@ func (p pools) Reconcile(ctx context.Context, r *engine.Request) (engine.Outcome
 		if _, err := c.SyncChildren(ctx, r, nil); err != nil {
 			return engine.Outcome{}, err
 		}
-		return engine.Outcome{Status: &engine.Status{Conditions: []engine.Condition{*refused}}, RequeueAfter: p.opts.classRecheck()}, nil
+		return engine.Outcome{Status: &engine.Status{Conditions: []engine.Condition{*refused}}, RequeueAfter: p.opts.ClassRecheck}, nil
 	}
 	res, err := p.opts.render(r)
 	if err != nil {
