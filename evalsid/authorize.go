@@ -24,7 +24,8 @@ import (
 //   - the queue reader (evalsi.QueueReaderServiceAccount), which KEDA signs in as, reads queue
 //     depths and nothing else; a SandboxClass's queue (no project) only from the sandbox namespace;
 //   - any other service account is a pool's, and reads the runs of its own namespace (work is
-//     dispatched per namespace: a run is worked only by the pools of the namespace it was made in);
+//     dispatched per namespace: a run is worked only by the pools of the namespace it was made in)
+//     and hands their trials to the SandboxClasses that admit its namespace;
 //   - an identity the server's operator names as a platform identity (a cluster-wide operator)
 //     acts in every project, as an operator does in one.
 //
@@ -60,6 +61,7 @@ var methodRoles = map[string][]role{
 	"GetTraceSource":    {roleOperator, rolePlatform},
 	"DeleteTraceSource": {roleOperator, rolePlatform},
 	"GetQueueDepth":     {roleQueueReader, rolePlatform},
+	"EnqueueTrial":      {rolePool, roleNamesake, rolePlatform},
 }
 
 // Directory is what evalsid reads from the cluster to authorize: the project a namespace acts

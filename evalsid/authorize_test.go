@@ -108,6 +108,10 @@ func calls(project, runID string) map[string]func(context.Context, api) error {
 			_, err := a.queues.GetQueueDepth(ctx, connect.NewRequest(&v1.GetQueueDepthRequest{Project: project, Namespace: project, Kind: v1.PoolKind_POOL_KIND_EVALUATOR, Name: "judge"}))
 			return err
 		},
+		"EnqueueTrial": func(ctx context.Context, a api) error {
+			_, err := a.queues.EnqueueTrial(ctx, connect.NewRequest(&v1.EnqueueTrialRequest{Project: project, RunId: runID, SandboxClass: "open"}))
+			return err
+		},
 	}
 }
 
@@ -139,6 +143,8 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 		// named like the project, unlabelled.
 		"team-x-prod": {evalsi.LabelProject: "team-x"},
 		"team-x":      nil,
+		// Where SandboxClass pools run: its queue reader reads their shared queues.
+		"evalsi-sandbox": nil,
 	}
 	accounts := []string{evalsi.OperatorServiceAccount, evalsi.QueueReaderServiceAccount, "judge-evaluator"}
 	for ns, labels := range namespaces {
@@ -159,6 +165,13 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 		"spec": map[string]any{"rung": "bubblewrap", "allowedNamespaces": map[string]any{"matchLabels": map[string]any{"sandbox.evals.si/privileged": "allowed"}}},
 	}}
 	if _, err := c.Dynamic().Resource(evalsi.SandboxClasses).Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	open := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "SandboxClass", "metadata": map[string]any{"name": "open"},
+		"spec": map[string]any{"rung": "landlock"},
+	}}
+	if _, err := c.Dynamic().Resource(evalsi.SandboxClasses).Create(ctx, open, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	token := func(ns, sa string) string {
@@ -182,6 +195,7 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.SetDirectory(dir)
+	srv.SetSandboxNamespace("evalsi-sandbox")
 	srv.SetOperatorNamespaces("team-a", "team-b", "team-a-ci", "trusted", "team-x", "team-x-prod")
 	url := serveLoopback(t, ctx, srv)
 	clients := map[string]api{}
@@ -233,7 +247,7 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 	allowed := map[string]map[string]bool{
 		evalsi.OperatorServiceAccount:    {"CreateRun": true, "GetRun": true, "BatchGetRuns": true, "CancelRun": true, "PutPolicy": true, "GetPolicy": true, "DeletePolicy": true, "PutTraceSource": true, "GetTraceSource": true, "DeleteTraceSource": true},
 		evalsi.QueueReaderServiceAccount: {"GetQueueDepth": true},
-		"judge-evaluator":                {"GetRun": true, "BatchGetRuns": true},
+		"judge-evaluator":                {"GetRun": true, "BatchGetRuns": true, "EnqueueTrial": true},
 	}
 	t.Run("roles in their own project", func(t *testing.T) {
 		for _, sa := range accounts {
@@ -414,6 +428,59 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 					t.Errorf("%v, want code %v", err, tc.want)
 				}
 			})
+		}
+	})
+
+	t.Run("a pool hands trials only to the classes its namespace may use", func(t *testing.T) {
+		// Each namespace's operator makes a run naming no class; its pool then hands a trial on
+		// to the class its Evaluator names (EVALSI_SANDBOX_CLASS), which evalsid holds to the
+		// class's allowedNamespaces whatever the pool says. A run naming a class keeps its
+		// trials there.
+		runOf := func(ns, project, class string) string {
+			resp, err := clients[ns+"/evalsi-operator"].runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{
+				Project: project, IdempotencyKey: "trials-" + class, Spec: runSpec(class)}))
+			if err != nil {
+				t.Fatalf("%s's operator creating a run naming class %q: %v", ns, class, err)
+			}
+			return resp.Msg.Run.Id
+		}
+		depth := func() uint32 {
+			d, err := clients["evalsi-sandbox/"+evalsi.QueueReaderServiceAccount].queues.GetQueueDepth(ctx,
+				connect.NewRequest(&v1.GetQueueDepthRequest{Kind: v1.PoolKind_POOL_KIND_SANDBOX, Name: "privileged"}))
+			if err != nil {
+				t.Fatalf("the sandbox namespace's queue reader reading class privileged's queue: %v", err)
+			}
+			return d.Msg.GetDepth()
+		}
+		prod, trusted, trustedPinned := runOf("team-x-prod", "team-x", ""), runOf("trusted", "trusted", ""), runOf("trusted", "trusted", "open")
+		before := depth()
+		for name, tc := range map[string]struct {
+			pool, project, run, class string
+			want                      connect.Code
+			wantClass                 string
+		}{
+			"a namespace the class does not admit": {pool: "team-x-prod", project: "team-x", run: prod, class: "privileged", want: connect.CodePermissionDenied},
+			"a namespace the class admits":         {pool: "trusted", project: "trusted", run: trusted, class: "privileged", wantClass: "privileged"},
+			"a class that does not exist":          {pool: "trusted", project: "trusted", run: trusted, class: "missing", want: connect.CodeFailedPrecondition},
+			"no class for a run naming none":       {pool: "trusted", project: "trusted", run: trusted, want: connect.CodeInvalidArgument},
+			"another class than the run's":         {pool: "trusted", project: "trusted", run: trustedPinned, class: "privileged", want: connect.CodeFailedPrecondition},
+			"the run's class, named or not":        {pool: "trusted", project: "trusted", run: trustedPinned, wantClass: "open"},
+			"a run of another project":             {pool: "team-x-prod", project: "trusted", run: trusted, class: "privileged", want: connect.CodePermissionDenied},
+		} {
+			t.Run(name, func(t *testing.T) {
+				resp, err := clients[tc.pool+"/judge-evaluator"].queues.EnqueueTrial(ctx, connect.NewRequest(&v1.EnqueueTrialRequest{
+					Project: tc.project, RunId: tc.run, SandboxClass: tc.class}))
+				if code(err) != tc.want {
+					t.Fatalf("%v, want code %v", err, tc.want)
+				}
+				if err == nil && resp.Msg.SandboxClass != tc.wantClass {
+					t.Errorf("the trial waits for class %q, want %q", resp.Msg.SandboxClass, tc.wantClass)
+				}
+			})
+		}
+		// One trial was handed to class privileged, by the one pool its class admits.
+		if got := depth(); got != before+1 {
+			t.Errorf("class privileged's queue holds %d trials, want %d: only the admitted pool's trial waits", got, before+1)
 		}
 	})
 }

@@ -192,6 +192,124 @@ func (x *GetQueueDepthResponse) GetDepth() uint32 {
 	return 0
 }
 
+type EnqueueTrialRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's project.
+	Project string `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	// The run whose trial is handed on.
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The SandboxClass the trial runs in: the run's spec.sandbox_class when it names one (then this
+	// may be empty or must be the same), else the pool's own (its Evaluator's spec.sandboxClass).
+	SandboxClass  string `protobuf:"bytes,3,opt,name=sandbox_class,json=sandboxClass,proto3" json:"sandbox_class,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueTrialRequest) Reset() {
+	*x = EnqueueTrialRequest{}
+	mi := &file_evalsi_v1_queue_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueTrialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueTrialRequest) ProtoMessage() {}
+
+func (x *EnqueueTrialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_evalsi_v1_queue_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueTrialRequest.ProtoReflect.Descriptor instead.
+func (*EnqueueTrialRequest) Descriptor() ([]byte, []int) {
+	return file_evalsi_v1_queue_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EnqueueTrialRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *EnqueueTrialRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *EnqueueTrialRequest) GetSandboxClass() string {
+	if x != nil {
+		return x.SandboxClass
+	}
+	return ""
+}
+
+type EnqueueTrialResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The class the trial waits for.
+	SandboxClass string `protobuf:"bytes,1,opt,name=sandbox_class,json=sandboxClass,proto3" json:"sandbox_class,omitempty"`
+	// Trials waiting for the class's pool, this one included.
+	Depth         uint32 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueTrialResponse) Reset() {
+	*x = EnqueueTrialResponse{}
+	mi := &file_evalsi_v1_queue_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueTrialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueTrialResponse) ProtoMessage() {}
+
+func (x *EnqueueTrialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_evalsi_v1_queue_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueTrialResponse.ProtoReflect.Descriptor instead.
+func (*EnqueueTrialResponse) Descriptor() ([]byte, []int) {
+	return file_evalsi_v1_queue_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EnqueueTrialResponse) GetSandboxClass() string {
+	if x != nil {
+		return x.SandboxClass
+	}
+	return ""
+}
+
+func (x *EnqueueTrialResponse) GetDepth() uint32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
 var File_evalsi_v1_queue_proto protoreflect.FileDescriptor
 
 const file_evalsi_v1_queue_proto_rawDesc = "" +
@@ -204,13 +322,21 @@ const file_evalsi_v1_queue_proto_rawDesc = "" +
 	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"<\n" +
 	"\x15GetQueueDepthResponse\x12\x19\n" +
 	"\x05depth\x18\x01 \x01(\rH\x00R\x05depth\x88\x01\x01B\b\n" +
-	"\x06_depth*U\n" +
+	"\x06_depth\"k\n" +
+	"\x13EnqueueTrialRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12#\n" +
+	"\rsandbox_class\x18\x03 \x01(\tR\fsandboxClass\"Q\n" +
+	"\x14EnqueueTrialResponse\x12#\n" +
+	"\rsandbox_class\x18\x01 \x01(\tR\fsandboxClass\x12\x14\n" +
+	"\x05depth\x18\x02 \x01(\rR\x05depth*U\n" +
 	"\bPoolKind\x12\x19\n" +
 	"\x15POOL_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13POOL_KIND_EVALUATOR\x10\x01\x12\x15\n" +
-	"\x11POOL_KIND_SANDBOX\x10\x022g\n" +
+	"\x11POOL_KIND_SANDBOX\x10\x022\xb8\x01\n" +
 	"\fQueueService\x12W\n" +
-	"\rGetQueueDepth\x12\x1f.evalsi.v1.GetQueueDepthRequest\x1a .evalsi.v1.GetQueueDepthResponse\"\x03\x90\x02\x01B/Z-evals.si/operator/apiclient/evalsiv1;evalsiv1b\x06proto3"
+	"\rGetQueueDepth\x12\x1f.evalsi.v1.GetQueueDepthRequest\x1a .evalsi.v1.GetQueueDepthResponse\"\x03\x90\x02\x01\x12O\n" +
+	"\fEnqueueTrial\x12\x1e.evalsi.v1.EnqueueTrialRequest\x1a\x1f.evalsi.v1.EnqueueTrialResponseB/Z-evals.si/operator/apiclient/evalsiv1;evalsiv1b\x06proto3"
 
 var (
 	file_evalsi_v1_queue_proto_rawDescOnce sync.Once
@@ -225,18 +351,22 @@ func file_evalsi_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_evalsi_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_evalsi_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_evalsi_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_evalsi_v1_queue_proto_goTypes = []any{
 	(PoolKind)(0),                 // 0: evalsi.v1.PoolKind
 	(*GetQueueDepthRequest)(nil),  // 1: evalsi.v1.GetQueueDepthRequest
 	(*GetQueueDepthResponse)(nil), // 2: evalsi.v1.GetQueueDepthResponse
+	(*EnqueueTrialRequest)(nil),   // 3: evalsi.v1.EnqueueTrialRequest
+	(*EnqueueTrialResponse)(nil),  // 4: evalsi.v1.EnqueueTrialResponse
 }
 var file_evalsi_v1_queue_proto_depIdxs = []int32{
 	0, // 0: evalsi.v1.GetQueueDepthRequest.kind:type_name -> evalsi.v1.PoolKind
 	1, // 1: evalsi.v1.QueueService.GetQueueDepth:input_type -> evalsi.v1.GetQueueDepthRequest
-	2, // 2: evalsi.v1.QueueService.GetQueueDepth:output_type -> evalsi.v1.GetQueueDepthResponse
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
+	3, // 2: evalsi.v1.QueueService.EnqueueTrial:input_type -> evalsi.v1.EnqueueTrialRequest
+	2, // 3: evalsi.v1.QueueService.GetQueueDepth:output_type -> evalsi.v1.GetQueueDepthResponse
+	4, // 4: evalsi.v1.QueueService.EnqueueTrial:output_type -> evalsi.v1.EnqueueTrialResponse
+	3, // [3:5] is the sub-list for method output_type
+	1, // [1:3] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -254,7 +384,7 @@ func file_evalsi_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_evalsi_v1_queue_proto_rawDesc), len(file_evalsi_v1_queue_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

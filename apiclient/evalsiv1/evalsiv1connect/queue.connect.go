@@ -36,12 +36,21 @@ const (
 	// QueueServiceGetQueueDepthProcedure is the fully-qualified name of the QueueService's
 	// GetQueueDepth RPC.
 	QueueServiceGetQueueDepthProcedure = "/evalsi.v1.QueueService/GetQueueDepth"
+	// QueueServiceEnqueueTrialProcedure is the fully-qualified name of the QueueService's EnqueueTrial
+	// RPC.
+	QueueServiceEnqueueTrialProcedure = "/evalsi.v1.QueueService/EnqueueTrial"
 )
 
 // QueueServiceClient is a client for the evalsi.v1.QueueService service.
 type QueueServiceClient interface {
 	// GetQueueDepth returns how many items wait for one pool of a project.
 	GetQueueDepth(context.Context, *connect.Request[evalsiv1.GetQueueDepthRequest]) (*connect.Response[evalsiv1.GetQueueDepthResponse], error)
+	// EnqueueTrial hands one trial of a run to a SandboxClass's pool: the trial waits in the class's
+	// queue until a sandbox of the class takes it. Only a pool of the run's own namespace may, and
+	// only to a class that admits that namespace (its spec.allowedNamespaces): the server holds a
+	// pool to the classes its namespace may use, whatever the pool's Evaluator or pod says. A run
+	// that names a class (spec.sandbox_class) has its trials run in that class alone.
+	EnqueueTrial(context.Context, *connect.Request[evalsiv1.EnqueueTrialRequest]) (*connect.Response[evalsiv1.EnqueueTrialResponse], error)
 }
 
 // NewQueueServiceClient constructs a client for the evalsi.v1.QueueService service. By default, it
@@ -62,12 +71,19 @@ func NewQueueServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		enqueueTrial: connect.NewClient[evalsiv1.EnqueueTrialRequest, evalsiv1.EnqueueTrialResponse](
+			httpClient,
+			baseURL+QueueServiceEnqueueTrialProcedure,
+			connect.WithSchema(queueServiceMethods.ByName("EnqueueTrial")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // queueServiceClient implements QueueServiceClient.
 type queueServiceClient struct {
 	getQueueDepth *connect.Client[evalsiv1.GetQueueDepthRequest, evalsiv1.GetQueueDepthResponse]
+	enqueueTrial  *connect.Client[evalsiv1.EnqueueTrialRequest, evalsiv1.EnqueueTrialResponse]
 }
 
 // GetQueueDepth calls evalsi.v1.QueueService.GetQueueDepth.
@@ -75,10 +91,21 @@ func (c *queueServiceClient) GetQueueDepth(ctx context.Context, req *connect.Req
 	return c.getQueueDepth.CallUnary(ctx, req)
 }
 
+// EnqueueTrial calls evalsi.v1.QueueService.EnqueueTrial.
+func (c *queueServiceClient) EnqueueTrial(ctx context.Context, req *connect.Request[evalsiv1.EnqueueTrialRequest]) (*connect.Response[evalsiv1.EnqueueTrialResponse], error) {
+	return c.enqueueTrial.CallUnary(ctx, req)
+}
+
 // QueueServiceHandler is an implementation of the evalsi.v1.QueueService service.
 type QueueServiceHandler interface {
 	// GetQueueDepth returns how many items wait for one pool of a project.
 	GetQueueDepth(context.Context, *connect.Request[evalsiv1.GetQueueDepthRequest]) (*connect.Response[evalsiv1.GetQueueDepthResponse], error)
+	// EnqueueTrial hands one trial of a run to a SandboxClass's pool: the trial waits in the class's
+	// queue until a sandbox of the class takes it. Only a pool of the run's own namespace may, and
+	// only to a class that admits that namespace (its spec.allowedNamespaces): the server holds a
+	// pool to the classes its namespace may use, whatever the pool's Evaluator or pod says. A run
+	// that names a class (spec.sandbox_class) has its trials run in that class alone.
+	EnqueueTrial(context.Context, *connect.Request[evalsiv1.EnqueueTrialRequest]) (*connect.Response[evalsiv1.EnqueueTrialResponse], error)
 }
 
 // NewQueueServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -95,10 +122,18 @@ func NewQueueServiceHandler(svc QueueServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	queueServiceEnqueueTrialHandler := connect.NewUnaryHandler(
+		QueueServiceEnqueueTrialProcedure,
+		svc.EnqueueTrial,
+		connect.WithSchema(queueServiceMethods.ByName("EnqueueTrial")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/evalsi.v1.QueueService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case QueueServiceGetQueueDepthProcedure:
 			queueServiceGetQueueDepthHandler.ServeHTTP(w, r)
+		case QueueServiceEnqueueTrialProcedure:
+			queueServiceEnqueueTrialHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -110,4 +145,8 @@ type UnimplementedQueueServiceHandler struct{}
 
 func (UnimplementedQueueServiceHandler) GetQueueDepth(context.Context, *connect.Request[evalsiv1.GetQueueDepthRequest]) (*connect.Response[evalsiv1.GetQueueDepthResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("evalsi.v1.QueueService.GetQueueDepth is not implemented"))
+}
+
+func (UnimplementedQueueServiceHandler) EnqueueTrial(context.Context, *connect.Request[evalsiv1.EnqueueTrialRequest]) (*connect.Response[evalsiv1.EnqueueTrialResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("evalsi.v1.QueueService.EnqueueTrial is not implemented"))
 }
