@@ -1,23 +1,20 @@
 package isolation
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
-	"golang.org/x/sys/unix"
+
+	"evals.si/operator/internal/podproc"
 )
 
 // probeChildEnv makes the test binary, started again, probe with the JSON Options it holds and
@@ -38,37 +35,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// silentAddress returns a loopback address that accepts no connection and refuses none: a
-// listener whose accept queue is full, so the kernel drops further SYNs and a dial times out,
-// as one to an address a NetworkPolicy drops does.
+// silentAddress returns a loopback address that a dial gets no answer from, as one a
+// NetworkPolicy drops.
 func silentAddress(t *testing.T) string {
 	t.Helper()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	addr, stop, err := podproc.SilentAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(fd) })
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
-	// Fill the accept queue until a dial gets no answer (bounded: a queue of 0 holds one or two).
-	for range 8 {
-		c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
-		if err != nil {
-			return addr
-		}
-		t.Cleanup(func() { c.Close() })
-	}
-	t.Fatal("the loopback listener kept answering")
-	return ""
+	t.Cleanup(stop)
+	return addr
 }
 
 // answeringAddress returns a loopback address that accepts connections.
@@ -140,35 +116,16 @@ func confinedProbe(t *testing.T, opts Options, userNamespace bool) Report {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = []string{probeChildEnv + "=" + string(o)}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
-	if userNamespace { // as hostUsers: false maps a pod: 65536 ids of the node's, from 100000
-		idMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 65536}}
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER
-		cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = idMap, idMap
-	}
-	out := make(chan []byte, 1)
-	errc := make(chan error, 1)
-	go func() {
-		// The child inherits no_new_privs and the filter from the thread that forks it; this
-		// thread is never given back to the runtime.
-		runtime.LockOSThread()
-		if err := confineThread(); err != nil {
-			errc <- err
-			return
-		}
-		b, err := cmd.Output()
-		out <- b
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("the confined probe: %v\n%s", err, ee.Stderr)
-		}
-		t.Fatalf("the confined probe: %v", err)
+	confined := podproc.Confinement{UID: 65532, GID: 65532, NoNewPrivs: true, Seccomp: true, UserNamespace: userNamespace}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := confined.Run(cmd); err != nil {
+		t.Fatalf("the confined probe: %v\n%s", err, stderr.Bytes())
 	}
 	var r Report
-	if err := json.Unmarshal(<-out, &r); err != nil {
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -206,20 +163,6 @@ func sharedDir(t *testing.T, mode os.FileMode) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-// confineThread sets no_new_privs and an allow-all seccomp filter on the calling thread.
-func confineThread() error {
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return err
-	}
-	allow := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
-	prog := unix.SockFprog{Len: uint16(len(allow)), Filter: &allow[0]}
-	_, _, errno := unix.Syscall(unix.SYS_PRCTL, unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)))
-	if errno != 0 {
-		return errno
-	}
-	return nil
 }
 
 // TestFloorsInAConfinedProcess holds each rung's floor to a probe confined as its pods are: a

@@ -2,14 +2,12 @@ package reconcile
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -17,7 +15,6 @@ import (
 
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
-	"evals.si/operator/isolation"
 	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/render"
 )
@@ -493,103 +490,6 @@ func TestRefusedPodsAreSaid(t *testing.T) {
 		if status != "False" || reason != evalsi.ReasonRollingOut ||
 			!strings.HasPrefix(msg, `Deployment rooted-vllm cannot create its pods: violates PodSecurity "restricted`) {
 			return fmt.Errorf("Ready=%s %s: %s", status, reason, msg)
-		}
-		return nil
-	})
-}
-
-// TestSandboxClassShowsIsolation plays the kubelet for a landlock pool whose pods no node takes
-// (so that KWOK leaves their status alone): it writes into each pod's status what its isolation
-// probe ended with, as the kubelet does from the init container's termination message, and the
-// class says it in status.isolation and the Isolated condition; when one pod's node has no
-// Landlock (the real probe with the primitive made unavailable, exit 1), the class turns Ready
-// False within a minute, naming what is missing.
-func TestSandboxClassShowsIsolation(t *testing.T) {
-	ctx := testContext(t)
-	sandbox := newNamespace(t, ctx, testOptions.SandboxNamespace)
-	startEngine(t, Config{Controllers: []string{"sandboxclass"}})
-	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "confined", map[string]any{
-		"rung": "landlock", "replicas": int64(2), "nodeSelector": map[string]any{"evals.si/test-node": "none"},
-	})
-	t.Cleanup(func() { client(evalsi.SandboxClasses, "").Delete(ctx, "confined", metav1.DeleteOptions{}) })
-	pods := env.Clientset().CoreV1().Pods(sandbox)
-	var names []string
-	clustertest.Eventually(t, ctx, "the pool's two pods", func() error {
-		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=confined"})
-		if err != nil {
-			return err
-		}
-		names = names[:0]
-		for _, p := range list.Items {
-			names = append(names, p.Name)
-		}
-		if len(names) != 2 {
-			return fmt.Errorf("%d pods", len(names))
-		}
-		return nil
-	})
-	floor := isolation.Floor{Rung: isolation.RungLandlock, Unreachable: []string{isolation.MetadataTarget}}
-	confined := floor.Judge(isolation.Report{LandlockABI: 7, LandlockRestricts: true, Seccomp: "filter", NoNewPrivs: true,
-		Capabilities: "0000000000000000", Reach: map[string]isolation.Reach{isolation.MetadataTarget: {How: "no answer within 3s"}}})
-	noLandlock := floor.Judge(isolation.Probe(ctx, isolation.Options{TempDir: t.TempDir(), Without: []string{"landlock", "userns"}}))
-	probed := func(pod string, code int32, r isolation.Result) {
-		t.Helper()
-		msg, _ := json.Marshal(r)
-		clustertest.Eventually(t, ctx, "the probe's end written to "+pod, func() error {
-			p, err := pods.Get(ctx, pod, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: render.IsolationProbeContainer, Image: "evalsi/platform:test",
-				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: string(msg)}}}}
-			_, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
-			return err
-		})
-	}
-	isolated := func(status, reason string) {
-		t.Helper()
-		var got *unstructured.Unstructured
-		clustertest.Eventually(t, ctx, "Isolated="+status+"/"+reason, func() error {
-			var err error
-			if got, err = client(evalsi.SandboxClasses, "").Get(ctx, "confined", metav1.GetOptions{}); err != nil {
-				return err
-			}
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, c := range conds {
-				c := c.(map[string]any)
-				if c["type"] == evalsi.ConditionIsolated && c["status"] == status && c["reason"] == reason {
-					return nil
-				}
-			}
-			return fmt.Errorf("conditions %v", conds)
-		})
-	}
-	probed(names[0], 0, confined)
-	probed(names[1], 0, confined)
-	isolated("True", evalsi.ReasonFloorMet)
-	// The field counts the pods whose probe ended: "on 1/1 pods" until the second one's is read.
-	want := "landlock ABI 7; seccomp filter; no_new_privs; no capabilities; metadata unreachable on 2/2 pods"
-	clustertest.Eventually(t, ctx, "status.isolation "+want, func() error {
-		obj, err := client(evalsi.SandboxClasses, "").Get(ctx, "confined", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if s, _, _ := unstructured.NestedString(obj.Object, "status", "isolation"); s != want {
-			return fmt.Errorf("status.isolation = %q", s)
-		}
-		return nil
-	})
-
-	probed(names[1], 1, noLandlock)
-	isolated("False", evalsi.ReasonFloorNotMet)
-	const missing = "1 of 2 pods miss the landlock floor: missing Landlock (simulated: the node has no Landlock)"
-	clustertest.Eventually(t, ctx, "Ready False naming what is missing", func() error {
-		obj, err := client(evalsi.SandboxClasses, "").Get(ctx, "confined", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if s, r, m := readyCondition(obj); s != "False" || r != evalsi.ReasonFloorNotMet || !strings.HasPrefix(m, missing) {
-			return fmt.Errorf("Ready=%s %s (%s)", s, r, m)
 		}
 		return nil
 	})

@@ -1,0 +1,122 @@
+// Package podproc runs a local process as a container runtime runs a pod's container, for tests
+// that play the kubelet on this machine's own kernel: as the container's user, with
+// no_new_privs and a seccomp filter when its security context asks for them, in a user namespace
+// of its own for hostUsers: false, and with addresses that drop every connection as a
+// NetworkPolicy drops them. It needs root, as CI and this machine run.
+package podproc
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Confinement is what a container's security context asks of its process.
+type Confinement struct {
+	// UID and GID the process runs as; a user other than root holds no capability.
+	UID, GID uint32
+	// NoNewPrivs is allowPrivilegeEscalation: false.
+	NoNewPrivs bool
+	// Seccomp is a seccomp profile other than Unconfined. The filter installed allows every call:
+	// the runtime's default profile is not reproduced, the mode is what a probe reads.
+	Seccomp bool
+	// UserNamespace is hostUsers: false: the process runs in a user namespace of its own that
+	// maps 65,536 ids of the node's, from 100000, as the kubelet maps a pod's.
+	UserNamespace bool
+}
+
+// Run starts cmd confined as c says and waits for it to end; its error is cmd.Run's.
+func (c Confinement) Run(cmd *exec.Cmd) error {
+	if os.Getuid() != 0 {
+		return errors.New("confining a process as another user needs root")
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.UID, Gid: c.GID}
+	if c.UserNamespace {
+		idMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 65536}}
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = idMap, idMap
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// The child inherits no_new_privs and the filter from the thread that forks it; this
+		// thread is never given back to the runtime, which ends it with the goroutine.
+		runtime.LockOSThread()
+		if err := c.confineThread(); err != nil {
+			errc <- fmt.Errorf("confining the thread that starts the process: %w", err)
+			return
+		}
+		errc <- cmd.Run()
+	}()
+	return <-errc
+}
+
+// confineThread sets no_new_privs and an allow-all seccomp filter on the calling thread, as c asks.
+func (c Confinement) confineThread() error {
+	if c.NoNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return err
+		}
+	}
+	if !c.Seccomp {
+		return nil
+	}
+	allow := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
+	prog := unix.SockFprog{Len: uint16(len(allow)), Filter: &allow[0]}
+	if _, _, errno := unix.Syscall(unix.SYS_PRCTL, unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog))); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// SilentAddress returns a loopback address that accepts no connection and refuses none, as an
+// address a NetworkPolicy drops: a listener whose accept queue is full, so the kernel drops
+// further SYNs and a dial times out. stop ends it.
+func SilentAddress() (addr string, stop func(), err error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	var held []net.Conn
+	stop = func() {
+		for _, c := range held {
+			c.Close()
+		}
+		unix.Close(fd)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		stop()
+		return "", nil, err
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		stop()
+		return "", nil, err
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		stop()
+		return "", nil, err
+	}
+	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
+	// Fill the accept queue until a dial gets no answer (bounded: a queue of 0 holds one or two).
+	for range 8 {
+		c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+		if err != nil {
+			return addr, stop, nil
+		}
+		held = append(held, c)
+	}
+	stop()
+	return "", nil, errors.New("the loopback listener kept answering")
+}
