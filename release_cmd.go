@@ -31,6 +31,8 @@ func releaseFinalizersCommand() *cli.Command {
 			&cli.StringFlag{Name: "leader-election-id", Value: evalsi.LeaderElectionID, Usage: "the operator's Lease, waited on until no replica holds it"},
 			&cli.IntFlag{Name: "shards", Value: 1, Usage: "the operator's --shards: every shard's Lease is waited on"},
 			&cli.DurationFlag{Name: "wait", Value: time.Minute, Usage: "how long to wait for the operator to let go of its Lease"},
+			&cli.BoolFlag{Name: "finalizers", Value: true, Usage: "release the finalizers (false where the operator was granted no evals.si kind, so that none holds one)"},
+			&cli.BoolFlag{Name: "delete-leases", Usage: "then delete every Lease the operator's replicas wrote, so that the uninstall leaves nothing"},
 		}, command.LogFlags...),
 		Action: func(c *cli.Context) error {
 			log, err := command.NewLogger(c, os.Stderr)
@@ -54,11 +56,20 @@ func releaseFinalizersCommand() *cli.Command {
 			if err := waitLeasesFree(c.Context, e.Kube(), c.String("namespace"), leases, c.Duration("wait")); err != nil {
 				return cli.Exit(fmt.Sprintf("released nothing: %v", err), 1)
 			}
-			n, err := e.ReleaseFinalizers(c.Context)
-			if err != nil {
-				return err
+			if c.Bool("finalizers") {
+				n, err := e.ReleaseFinalizers(c.Context)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "released the finalizers of %d objects in %s\n", n, c.String("namespace"))
 			}
-			fmt.Fprintf(c.App.Writer, "released the finalizers of %d objects in %s\n", n, c.String("namespace"))
+			if c.Bool("delete-leases") {
+				names := process.OperatorLeases(c.String("leader-election-id"), c.Int("shards"))
+				if err := deleteLeases(c.Context, e.Kube(), c.String("namespace"), names); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "deleted the operator's Leases in %s\n", c.String("namespace"))
+			}
 			return nil
 		},
 	}
@@ -99,4 +110,15 @@ func leaseHeld(l *coordinationv1.Lease, err error, now time.Time) error {
 	}
 	expires := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
 	return fmt.Errorf("%s holds the operator's Lease %s until %s", holder, l.Name, expires.UTC().Format(time.RFC3339))
+}
+
+// deleteLeases deletes the Leases names in ns; one that is gone already is no error.
+func deleteLeases(ctx context.Context, kube kubernetes.Interface, ns string, names []string) error {
+	for _, name := range names {
+		err := kube.CoordinationV1().Leases(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting Lease %s/%s: %w", ns, name, err)
+		}
+	}
+	return nil
 }

@@ -23,7 +23,7 @@ import (
 // charts and the values files that matter for each (testdata/chart/values/<chart>-<case>.yaml).
 var charts = map[string][]string{
 	"evalsi-crds":     {"default", "cert-manager", "dry-run", "tenants", "sandboxd", "rbac-helpers"},
-	"evalsi":          {"default", "reference-evalsid", "external-evalsid", "runs-only", "monitoring", "metrics-client-ca", "plain-metrics", "mtls-secrets", "mtls-cert-manager"},
+	"evalsi":          {"default", "alone", "reference-evalsid", "external-evalsid", "runs-only", "monitoring", "metrics-client-ca", "plain-metrics", "mtls-secrets", "mtls-cert-manager"},
 	"evalsi-sandboxd": {"default", "custom"},
 }
 
@@ -126,10 +126,14 @@ func TestGoldenCharts(t *testing.T) {
 		for _, c := range cases {
 			t.Run(chart+"/"+c, func(t *testing.T) {
 				rel := releases[chart]
-				// As on a cluster where the CRDs are served (an upgrade), so that objects of the
-				// evals.si kinds render.
-				args := append([]string{"template", rel[0], chart, "-n", rel[1], "--kube-version", "1.37.0", "--include-crds",
-					"--api-versions", "evals.si/v1alpha1/SandboxClass"}, valuesArgs(chart, c)...)
+				args := []string{"template", rel[0], chart, "-n", rel[1], "--kube-version", "1.37.0", "--include-crds"}
+				if c != "alone" {
+					// As on a cluster where the CRDs and KEDA are served (an upgrade), so that
+					// objects of the evals.si kinds render and the operator's Role grants them;
+					// "alone" is the evalsi chart on a cluster without either.
+					args = append(args, "--api-versions", "evals.si/v1alpha1", "--api-versions", "evals.si/v1alpha1/SandboxClass", "--api-versions", "keda.sh/v1alpha1")
+				}
+				args = append(args, valuesArgs(chart, c)...)
 				out := helm(t, args...)
 				golden.Check(t, filepath.Join("..", "testdata", "chart", chart, c+".yaml"), []byte(out))
 			})

@@ -278,6 +278,16 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 			t.Errorf("%s %s keeps finalizers %v after uninstall", o.GetKind(), o.GetName(), f)
 		}
 	}
+	// Nor do the Leases the three replicas wrote over two shards.
+	if l, err := env.Clientset().CoordinationV1().Leases("team-a").List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
+		var names []string
+		if err == nil {
+			for _, o := range l.Items {
+				names = append(names, o.Name)
+			}
+		}
+		t.Errorf("Leases in team-a after uninstall: %v %v, want none", names, err)
+	}
 	if err := admin.Resource(evalsi("evalruns")).Namespace("team-a").Delete(ctx, "step-900-smoke", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -75,6 +75,20 @@ func ShardLease(name string, s shard.Shard) string {
 	return name + "-shard-" + strconv.Itoa(s.Index)
 }
 
+// OperatorLeases are the names of every Lease the replicas of an operator of count shards may
+// write, whose leader election name is name: its one Lease when it does not shard; else each
+// shard's, each member slot's and the standby's (the chart's RBAC names the same).
+func OperatorLeases(name string, count int) []string {
+	if count <= 1 {
+		return []string{name}
+	}
+	var names []string
+	for i := range count {
+		names = append(names, ShardLease(name, shard.Shard{Index: i, Count: count}), MemberLease(name, i))
+	}
+	return append(names, StandbyLease(name))
+}
+
 // LeaseHolder returns who holds l at now, or "" when no one does: no holder, or not renewed
 // within its duration.
 func LeaseHolder(l *coordinationv1.Lease, now time.Time) string {
