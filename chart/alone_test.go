@@ -27,8 +27,11 @@ import (
 // namespace that enforces Pod Security restricted. The install succeeds; every pod of every
 // Deployment is admitted; the sandbox pool's isolation probe, run for real under the test
 // kubelet on this machine's kernel, meets the landlock floor and says so in its termination
-// message; the operator, played as the chart's own identity, says which kinds are off and why;
-// and the uninstall, by the same administrator, leaves nothing of the release in the namespace.
+// message; the operator, played as the chart's own identity, says which kinds are off and why.
+// When the platform installs evalsi-crds later, the operator says it may not watch the kinds
+// yet, and once the administrator upgrades the chart (binding evalsi-crds's operator roles, which
+// admin may bind), its controllers start. The uninstall, by the same administrator, leaves
+// nothing in the namespace.
 func TestEvalsiChartAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -131,18 +134,20 @@ func TestEvalsiChartAlone(t *testing.T) {
 	// The operator, as the chart's identity, says which kinds are off and why.
 	kubelet.Settle(t, ctx)
 	op := kubelet.Pod(ns + "/evalsi-operator")
-	clustertest.Eventually(t, ctx, "the operator saying each kind is off", func() error {
-		out, err := os.ReadFile(op.Log)
-		if err != nil {
-			return err
-		}
-		for _, kind := range []string{"evalrun", "onlineevalpolicy", "tracesource", "evaluator", "checkpointserver"} {
-			if !strings.Contains(string(out), `"msg":"controller off: its CRD is not served; it starts when the CRD is installed","controller":"`+kind+`"`) {
-				return fmt.Errorf("no word of %s in:\n%s", kind, out)
-			}
-		}
-		return nil
+	operatorSays(t, ctx, op, func(kind string) string {
+		return `"msg":"controller off: its CRD is not served; it starts when the CRD is installed","controller":"` + kind + `"`
 	})
+
+	// The platform installs evalsi-crds later: the operator sees the kinds served but may not
+	// watch them, and says so; the administrator upgrades the chart, which binds the operator's
+	// roles (the right to bind them is what evalsi-crds gives admin), and the controllers start.
+	helm(t, "install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
+		"--kubeconfig="+c.Kubeconfig, "--set", "webhook.enabled=false")
+	operatorSays(t, ctx, op, func(kind string) string {
+		return `"msg":"controller off: its CRD is served, but this operator may not list ` + plurals[kind] + ` in namespace solo`
+	})
+	helm(t, append([]string{"upgrade", "evalsi", "evalsi", "--reuse-values"}, asAdmin...)...)
+	operatorSays(t, ctx, op, func(kind string) string { return `"msg":"controller started","controller":"` + kind + `"` })
 
 	// The administrator uninstalls it, and nothing of the release stays.
 	helm(t, append([]string{"uninstall", "evalsi", "--timeout=2m"}, asAdmin...)...)
@@ -153,6 +158,27 @@ func TestEvalsiChartAlone(t *testing.T) {
 		}
 		if len(left) > 0 {
 			return fmt.Errorf("left: %v", left)
+		}
+		return nil
+	})
+}
+
+// plurals are the resources of the controllers the chart runs.
+var plurals = map[string]string{"evalrun": "evalruns", "onlineevalpolicy": "onlineevalpolicies", "tracesource": "tracesources",
+	"evaluator": "evaluators", "checkpointserver": "checkpointservers"}
+
+// operatorSays waits until the played operator's log holds line(kind) for each of its controllers.
+func operatorSays(t *testing.T, ctx context.Context, op *clustertest.Pod, line func(kind string) string) {
+	t.Helper()
+	clustertest.Eventually(t, ctx, "the operator saying "+line("<kind>"), func() error {
+		out, err := os.ReadFile(op.Log)
+		if err != nil {
+			return err
+		}
+		for kind := range plurals {
+			if !strings.Contains(string(out), line(kind)) {
+				return fmt.Errorf("no word of %s in:\n%s", kind, out)
+			}
 		}
 		return nil
 	})

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -48,18 +49,53 @@ func (c Confinement) Run(cmd *exec.Cmd) error {
 		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
 		cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = idMap, idMap
 	}
-	errc := make(chan error, 1)
-	go func() {
-		// The child inherits no_new_privs and the filter from the thread that forks it; this
-		// thread is never given back to the runtime, which ends it with the goroutine.
-		runtime.LockOSThread()
-		if err := c.confineThread(); err != nil {
-			errc <- fmt.Errorf("confining the thread that starts the process: %w", err)
+	start := make(chan error, 1)
+	starter(c.NoNewPrivs, c.Seccomp) <- func(confined error) {
+		if confined != nil {
+			start <- fmt.Errorf("confining the thread that starts the process: %w", confined)
 			return
 		}
-		errc <- cmd.Run()
+		start <- cmd.Start()
+	}
+	if err := <-start; err != nil {
+		return err
+	}
+	return cmd.Wait()
+}
+
+// starters are the threads that start confined processes, one for each confinement of the
+// thread (no_new_privs, seccomp), each kept for the life of this process: a child inherits both
+// from the thread that forks it, and neither can be undone on a thread, so a confined thread is
+// never given back to the runtime. Nor may it end: a thread that ends kills every process it
+// started with a parent-death signal (the test control plane's are started so), and the thread
+// may have been the one that started them before it was confined.
+var starters struct {
+	mu      sync.Mutex
+	threads map[[2]bool]chan func(confined error)
+}
+
+// starter returns the thread, started on first use, that runs what it is sent confined so; what
+// it runs is told whether the thread could be confined.
+func starter(noNewPrivs, seccomp bool) chan<- func(confined error) {
+	starters.mu.Lock()
+	defer starters.mu.Unlock()
+	key := [2]bool{noNewPrivs, seccomp}
+	if ch, ok := starters.threads[key]; ok {
+		return ch
+	}
+	if starters.threads == nil {
+		starters.threads = map[[2]bool]chan func(error){}
+	}
+	ch := make(chan func(error))
+	starters.threads[key] = ch
+	go func() {
+		runtime.LockOSThread() // never unlocked, and the goroutine never returns
+		err := Confinement{NoNewPrivs: noNewPrivs, Seccomp: seccomp}.confineThread()
+		for f := range ch {
+			f(err)
+		}
 	}()
-	return <-errc
+	return ch
 }
 
 // confineThread sets no_new_privs and an allow-all seccomp filter on the calling thread, as c asks.

@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"evals.si/operator/evalsi"
@@ -51,24 +54,22 @@ func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
 	for _, k := range e.wanted() {
 		if k.Off != nil {
 			if why := k.Off(); why != "" {
-				if !e.offLogged[k.Controller] {
-					e.log.Warn("controller off: "+why, "controller", k.Controller)
-					e.offLogged[k.Controller] = true
-				}
+				e.sayOff(k, why)
 				continue
 			}
 		}
 		if !served[k.Resource] {
-			if !e.offLogged[k.Controller] {
-				e.log.Warn("controller off: its CRD is not served; it starts when the CRD is installed", "controller", k.Controller, "resource", k.Resource.String())
-				e.offLogged[k.Controller] = true
-			}
+			e.sayOff(k, "its CRD is not served; it starts when the CRD is installed", "resource", k.Resource.String())
 			continue
 		}
 		e.mu.Lock()
 		c := e.controllers[k.Controller]
 		e.mu.Unlock()
 		if c == nil {
+			if why := e.mayNotWatch(ctx, k); why != "" {
+				e.sayOff(k, why, "resource", k.Resource.String())
+				continue
+			}
 			c = e.startController(ctx, k, wg)
 		}
 		for _, gvr := range k.Children {
@@ -188,4 +189,44 @@ func (e *Engine) checkServerVersion() bool {
 func (e *Engine) VersionRefusal() string {
 	why, _ := e.refusal.Load().(string)
 	return why
+}
+
+// sayOff writes, once for each reason, that controller k is off and why.
+func (e *Engine) sayOff(k *Kind, why string, attrs ...any) {
+	if e.offLogged[k.Controller] == why {
+		return
+	}
+	e.offLogged[k.Controller] = why
+	e.log.Warn("controller off: "+why, append([]any{"controller", k.Controller}, attrs...)...)
+}
+
+// mayNotWatch says why the operator may not list and watch k's objects where it reconciles them,
+// by asking the API server (a SelfSubjectAccessReview, which every identity may make), or ""
+// when it may or the answer cannot be had: an informer that may not list would only fail, at
+// error level, until the rights come. The evalsi chart grants the kinds the cluster serves at
+// its install, so a kind installed after it is off until the chart is upgraded.
+func (e *Engine) mayNotWatch(ctx context.Context, k *Kind) string {
+	ns := e.cfg.Namespace
+	if !k.Namespaced {
+		ns = ""
+	}
+	for _, verb := range []string{"list", "watch"} {
+		review, err := e.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: verb, Group: k.Resource.Group, Resource: k.Resource.Resource,
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return "" // the informer says what is wrong, if anything is
+		}
+		if !review.Status.Allowed {
+			where := "cluster-wide"
+			if ns != "" {
+				where = "in namespace " + ns
+			}
+			return fmt.Sprintf("its CRD is served, but this operator may not %s %s %s (the evalsi chart grants the kinds served when it is installed or upgraded: helm upgrade it); it starts once it may",
+				verb, k.Resource.Resource, where)
+		}
+	}
+	return ""
 }

@@ -61,8 +61,9 @@ type Engine struct {
 	controllers map[string]*Controller
 	synced      bool
 
-	// offLogged remembers controllers whose "off" line was written; only Run's goroutine uses it.
-	offLogged map[string]bool
+	// offLogged remembers why each controller was last said to be off, so that a reason is
+	// written once; only Run's goroutine uses it.
+	offLogged map[string]string
 	// refusal is why the engine does not reconcile on this server's Kubernetes version ("" when
 	// it does); lastVersionWhy is the version verdict last logged (Run's goroutine only).
 	refusal        atomic.Value
@@ -136,7 +137,7 @@ func New(cfg Config) (*Engine, error) {
 		kinds:       map[schema.GroupVersionKind]schema.GroupVersionResource{},
 		informers:   map[informerKey]*informer{},
 		controllers: map[string]*Controller{},
-		offLogged:   map[string]bool{},
+		offLogged:   map[string]string{},
 	}, nil
 }
 
