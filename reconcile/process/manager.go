@@ -104,8 +104,7 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 		return err
 	}
 	var held atomic.Int32
-	heldGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "evalsi_shards_held", Help: "Shards this replica holds and reconciles."},
-		func() float64 { return float64(held.Load()) })
+	heldGauge := ShardsHeldMetric(func() float64 { return float64(held.Load()) })
 	if err := e.Registry().Register(heldGauge); err != nil {
 		return fmt.Errorf("registering the shards metric: %w", err)
 	}
@@ -199,4 +198,10 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 		<-done
 		return err
 	}
+}
+
+// ShardsHeldMetric is the gauge of how many shards this replica holds, read from held; a
+// replica registers it with the engine's metrics while it runs.
+func ShardsHeldMetric(held func() float64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "evalsi_shards_held", Help: "Shards this replica holds and reconciles."}, held)
 }
