@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"evals.si/operator/cluster"
+	"evals.si/operator/internal/pki"
 	"evals.si/operator/internal/manifest"
 	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/reconcile/process"
@@ -55,8 +56,8 @@ type dashboard struct {
 
 // TestDashboardReadsOnlyExportedMetrics renders the evalsi chart's dashboard ConfigMap (monitoring
 // on) and holds its queries to what the operator serves: every metric a query reads is one the
-// operator's registry describes (the engine's metrics, the shards gauge, the Go and process
-// collectors) or Prometheus's own `up`; every query parses as PromQL (promtool check rules, with
+// operator's registry describes (the engine's metrics, the shards gauge, the certificates'
+// expiry, the Go and process collectors) or Prometheus's own `up`; every query parses as PromQL (promtool check rules, with
 // Grafana's variables given values); and the rules of Grafana's dashboard linter that apply
 // here hold: a datasource variable every panel and target uses, a namespace variable, each
 // query selecting the namespace and the chart's scrape job and taking rates over
@@ -80,7 +81,7 @@ func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
 
 	exported := map[string]bool{"up": true}
 	reg := engine.NewMetrics().Registry
-	reg.MustRegister(process.ShardsHeldMetric(func() float64 { return 0 }))
+	reg.MustRegister(process.ShardsHeldMetric(func() float64 { return 0 }), pki.Expiry{})
 	descs := make(chan *prometheus.Desc)
 	go func() { reg.Describe(descs); close(descs) }()
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)

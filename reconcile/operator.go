@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"evals.si/operator/apiclient"
+	"evals.si/operator/internal/pki"
 	"evals.si/operator/internal/tenancy"
 	"evals.si/operator/reconcile/apicall"
 	"evals.si/operator/reconcile/engine"
@@ -259,5 +261,24 @@ func RunManager(ctx context.Context, cfg ManagerConfig) error {
 	if err != nil {
 		return err
 	}
+	if err := op.Registry().Register(certificates(cfg)); err != nil {
+		return fmt.Errorf("registering the certificates' metric: %w", err)
+	}
 	return process.Run(ctx, cfg.Config, op)
+}
+
+// certificates are the files of the certificates the operator serves or presents, whose expiry
+// it reports: the metrics endpoint's, and its client certificate and CA for evalsid.
+func certificates(cfg ManagerConfig) pki.Expiry {
+	certs := pki.Expiry{}
+	if dir := cfg.Config.MetricsCertDir; dir != "" {
+		certs["metrics"] = filepath.Join(dir, "tls.crt")
+	}
+	if f := cfg.Engine.API.ClientCert; f != "" {
+		certs["evalsid-client"] = f
+	}
+	if f := cfg.Engine.API.CAFile; f != "" {
+		certs["evalsid-ca"] = f
+	}
+	return certs
 }
