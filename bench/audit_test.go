@@ -12,11 +12,15 @@ import (
 )
 
 // auditPolicy logs, for the controllers' service account only, each request that writes, once
-// it completed: the API server's own record of what a contender wrote.
+// it completed: the API server's own record of what a contender wrote. An access review (the
+// operator asks whether it may watch a kind before it starts its controller) is a question, not
+// a write, and is not logged.
 var auditPolicy = fmt.Sprintf(`apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+- level: None
+  resources: [{group: authorization.k8s.io}]
 - level: Metadata
   users: [%q]
   verbs: [create, update, patch, delete, deletecollection]

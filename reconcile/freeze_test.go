@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -279,9 +278,7 @@ func newWriteRecorder(t *testing.T) *writeRecorder {
 	proxy := apiServerProxy(t)
 	w.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
 		at := time.Now()
-		write := req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases/") && !strings.HasSuffix(req.URL.Path, "/leases") &&
-			!strings.Contains(req.URL.Path, "/events")
-		if !write {
+		if !isObjectWrite(req) {
 			proxy.ServeHTTP(rw, req)
 			return
 		}

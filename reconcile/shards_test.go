@@ -704,7 +704,7 @@ func startCuttableReplicas(t *testing.T, ctx context.Context, ns string, names [
 				if kept := r.keptFrom.Load(); kept != nil && slices.ContainsFunc(*kept, func(name string) bool { return strings.HasSuffix(req.URL.Path, "/leases/"+name) }) {
 					return nil, errors.New("kept from the Lease")
 				}
-				if r.recording.Load() && req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases/") && !strings.Contains(req.URL.Path, "/events") {
+				if r.recording.Load() && isObjectWrite(req) {
 					r.mu.Lock()
 					r.writes = append(r.writes, objectWrite{path: req.URL.Path, at: time.Now()})
 					r.mu.Unlock()
@@ -800,6 +800,15 @@ func shardsOfEvaluators(t *testing.T, ctx context.Context, ns string, shards int
 		}
 	}
 	return out
+}
+
+// isObjectWrite reports whether req writes an object a shard's holder may write: a request
+// other than a read, but for the Leases the replicas contend on, Events, and access reviews
+// (a replica asks whether it may watch a kind: a question, which changes nothing).
+func isObjectWrite(req *http.Request) bool {
+	p := req.URL.Path
+	return req.Method != http.MethodGet && !strings.Contains(p, "/leases/") && !strings.HasSuffix(p, "/leases") &&
+		!strings.Contains(p, "/events") && !strings.HasPrefix(p, "/apis/authorization.k8s.io/")
 }
 
 // checkWritesOfHeldShards fails t for each of replica's writes that is not of an Evaluator of a
