@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"evals.si/operator/cluster"
-	"evals.si/operator/internal/pki"
 	"evals.si/operator/internal/manifest"
+	"evals.si/operator/internal/pki"
 	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/reconcile/process"
 )
