@@ -29,7 +29,9 @@ type Controller struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	// metrics are the queue's; its gauges leave the series when run has shut the queue down.
 	metrics *queueGauge
-	inf     *informer
+	// notReady are its objects not Ready, for the metrics; they leave with the queue's gauges.
+	notReady *notReadyObjects
+	inf      *informer
 	// held are the objects whose reconcile a warm engine could not finish without a write: they
 	// go back on the queue once the engine may write (hold, release).
 	held heldKeys
@@ -48,7 +50,7 @@ func newController(e *Engine, k *Kind) *Controller {
 		workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Controller, MetricsProvider: m},
 	)
-	return &Controller{e: e, kind: k, queue: q, metrics: m}
+	return &Controller{e: e, kind: k, queue: q, metrics: m, notReady: e.metrics.notReady.forController(k.Controller, e.Writable)}
 }
 
 // Kind returns the controller's kind.
@@ -192,6 +194,7 @@ func (c *Controller) enqueueNamespace(namespace string) {
 // workers reconcile without writing, and the objects that need a write are queued again once
 // the engine may write (hold, release).
 func (c *Controller) run(ctx context.Context) {
+	defer c.e.metrics.notReady.release(c.notReady)
 	defer c.metrics.release()
 	defer c.queue.ShutDown()
 	start := time.Now()
@@ -323,12 +326,17 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 	if obj == nil {
 		// Deleted: children go with their owner (garbage collection); nothing to do.
 		c.e.validated.forget(key)
+		c.notReady.observe(key, nil)
 		return Outcome{}, nil
 	}
 	if !c.e.cfg.Shard.Contains(string(obj.GetUID())) {
 		// A Shared kind's object of another shard: cached here to be read, reconciled there.
+		c.notReady.observe(key, nil)
 		return Outcome{}, nil
 	}
+	// Whatever the reconcile ends with, the status obj holds then is the object's (the one
+	// written, or the one it had).
+	defer func() { c.notReady.observe(key, obj) }()
 	ctx, cancel := context.WithTimeout(ctx, c.e.cfg.ReconcileTimeout)
 	defer cancel()
 	defer func() {

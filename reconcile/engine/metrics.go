@@ -22,6 +22,7 @@ type Metrics struct {
 	requests   *prometheus.CounterVec
 	apiCalls   *prometheus.CounterVec
 	queues     queueMetrics
+	notReady   *notReadyGauges
 	// server is 1 for the server's Kubernetes version when its minor is the supported one, else 0.
 	server *prometheus.GaugeVec
 	// requeuedOnAnswer counts the objects put back on their queue at once because the external
@@ -75,7 +76,8 @@ func NewMetrics() *Metrics {
 		Help: "Informer lists and watches that found the API server unreachable, by outcome: held until it answered, or failed (the engine stopped first).",
 	}, []string{"outcome"})
 	m.queues = newQueueMetrics(m.Registry)
-	m.Registry.MustRegister(m.reconciles, m.duration, m.requests, m.apiCalls, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer, m.unreachableCalls,
+	m.notReady = newNotReadyGauges()
+	m.Registry.MustRegister(m.notReady, m.reconciles, m.duration, m.requests, m.apiCalls, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer, m.unreachableCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

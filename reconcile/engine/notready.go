@@ -1,0 +1,128 @@
+package engine
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// notReadyObjects is, for one controller of one engine, since when each object it reconciled
+// last had a Ready condition other than True: the condition's lastTransitionTime, which the
+// object keeps across restarts and handovers, or when it was first seen without one. An object
+// found Ready, deleted or of another shard leaves it. A warm engine keeps its objects too, and
+// they are counted once it holds its shard (held).
+type notReadyObjects struct {
+	controller string
+	held       func() bool
+	mu         sync.Mutex
+	since      map[string]time.Time
+}
+
+// observe records obj's Ready condition as its status now holds it; obj nil forgets key.
+func (n *notReadyObjects) observe(key string, obj *unstructured.Unstructured) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if obj == nil {
+		delete(n.since, key)
+		return
+	}
+	status, _, _ := unstructured.NestedMap(obj.Object, "status")
+	ready := ReadyOf(status)
+	if ready["status"] == "True" {
+		delete(n.since, key)
+		return
+	}
+	if s, _ := ready["lastTransitionTime"].(string); s != "" {
+		if t, err := time.Parse(time.RFC3339, s); err == nil {
+			n.since[key] = t
+			return
+		}
+	}
+	if _, ok := n.since[key]; !ok {
+		n.since[key] = now()
+	}
+}
+
+// notReadyGauges collects, by controller, how many objects are not Ready and for how long the
+// oldest has not been, over the controllers of the engines that hold their shard (a replica
+// runs one for each shard it holds or warms); a controller's objects leave the series when its
+// engine stops, so that a shard is counted by its holder alone. A controller once seen stays
+// in the series, at 0.
+type notReadyGauges struct {
+	count, longest *prometheus.Desc
+	mu             sync.Mutex
+	sets           map[*notReadyObjects]struct{}
+	controllers    map[string]bool
+}
+
+func newNotReadyGauges() *notReadyGauges {
+	return &notReadyGauges{
+		count: prometheus.NewDesc("evalsi_objects_not_ready",
+			"Objects whose Ready condition is not True, by controller, as their last reconcile left them.", []string{"controller"}, nil),
+		longest: prometheus.NewDesc("evalsi_objects_not_ready_longest_seconds",
+			"How long the object that has been not Ready longest has been so (since its Ready condition's last transition), by controller; 0 when every object is Ready.", []string{"controller"}, nil),
+		sets:        map[*notReadyObjects]struct{}{},
+		controllers: map[string]bool{},
+	}
+}
+
+// forController returns the set of a new controller's objects, counted while held says its
+// engine holds its shard; release it when the controller has stopped.
+func (g *notReadyGauges) forController(name string, held func() bool) *notReadyObjects {
+	n := &notReadyObjects{controller: name, held: held, since: map[string]time.Time{}}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sets[n] = struct{}{}
+	g.controllers[name] = true
+	return n
+}
+
+// release drops a stopped controller's objects from the series.
+func (g *notReadyGauges) release(n *notReadyObjects) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.sets, n)
+}
+
+func (g *notReadyGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.count
+	ch <- g.longest
+}
+
+func (g *notReadyGauges) Collect(ch chan<- prometheus.Metric) {
+	type values struct {
+		count  int
+		oldest time.Time
+	}
+	by := map[string]*values{}
+	g.mu.Lock()
+	for name := range g.controllers {
+		by[name] = &values{}
+	}
+	for n := range g.sets {
+		if !n.held() {
+			continue
+		}
+		v := by[n.controller]
+		n.mu.Lock()
+		v.count += len(n.since)
+		for _, t := range n.since {
+			if v.oldest.IsZero() || t.Before(v.oldest) {
+				v.oldest = t
+			}
+		}
+		n.mu.Unlock()
+	}
+	g.mu.Unlock()
+	at := now()
+	for name, v := range by {
+		longest := 0.0
+		if !v.oldest.IsZero() {
+			longest = max(at.Sub(v.oldest).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(g.count, prometheus.GaugeValue, float64(v.count), name)
+		ch <- prometheus.MustNewConstMetric(g.longest, prometheus.GaugeValue, longest, name)
+	}
+}

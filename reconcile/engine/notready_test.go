@@ -1,0 +1,65 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// TestNotReadyGauges: objects not Ready count from their Ready condition's last transition (or
+// from when they were first seen without one), leave when Ready, deleted or released, and count
+// only while their engine holds its shard.
+func TestNotReadyGauges(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	clock := t0.Add(time.Hour)
+	defer func(old func() time.Time) { now = old }(now)
+	now = func() time.Time { return clock }
+
+	object := func(ready string, since time.Time) *unstructured.Unstructured {
+		status := map[string]any{}
+		if ready != "" {
+			status["conditions"] = []any{map[string]any{"type": "Ready", "status": ready, "lastTransitionTime": since.Format(time.RFC3339)}}
+		}
+		return &unstructured.Unstructured{Object: map[string]any{"status": status}}
+	}
+	want := func(count int, longest float64) string {
+		return fmt.Sprintf(`# HELP evalsi_objects_not_ready Objects whose Ready condition is not True, by controller, as their last reconcile left them.
+# TYPE evalsi_objects_not_ready gauge
+evalsi_objects_not_ready{controller="evaluator"} %d
+# HELP evalsi_objects_not_ready_longest_seconds How long the object that has been not Ready longest has been so (since its Ready condition's last transition), by controller; 0 when every object is Ready.
+# TYPE evalsi_objects_not_ready_longest_seconds gauge
+evalsi_objects_not_ready_longest_seconds{controller="evaluator"} %g
+`, count, longest)
+	}
+	g := newNotReadyGauges()
+	held := true
+	n := g.forController("evaluator", func() bool { return held })
+	n.observe("team-a/broken", object("False", t0))
+	n.observe("team-a/fine", object("True", t0))
+	n.observe("team-a/new", object("", time.Time{})) // no Ready yet: counted from now, t0+1h
+	clock = t0.Add(2 * time.Hour)
+
+	for _, step := range []struct {
+		name    string
+		do      func()
+		count   int
+		longest float64
+	}{
+		{"one not Ready for 2h, one for 1h", func() {}, 2, 7200},
+		{"the old one Ready again", func() { n.observe("team-a/broken", object("True", clock)) }, 1, 3600},
+		{"seen again without Ready: its first sighting kept", func() { n.observe("team-a/new", object("", time.Time{})) }, 1, 3600},
+		{"deleted", func() { n.observe("team-a/new", nil) }, 0, 0},
+		{"a shard's object not held (a warm engine)", func() { n.observe("team-a/warm", object("False", t0)); held = false }, 0, 0},
+		{"held again", func() { held = true }, 1, 7200},
+		{"the engine stopped", func() { g.release(n) }, 0, 0},
+	} {
+		step.do()
+		if err := testutil.CollectAndCompare(g, strings.NewReader(want(step.count, step.longest))); err != nil {
+			t.Errorf("%s: %v", step.name, err)
+		}
+	}
+}
