@@ -17,38 +17,63 @@ import (
 	"evals.si/operator/internal/manifest"
 )
 
-// TestAlertRules renders the evalsi chart's alerts as a release in team-a with monitoring on and
-// runs Prometheus's own unit tests of them (promtool test rules, testdata/alerts/evalsi.yaml):
-// each alert fires on series that mean trouble and stays quiet on a healthy operator's. Every
-// metric the rules read is one the operator defines.
+// TestAlertRules renders each chart's alerts with monitoring on (the evalsi chart's as a release
+// in team-a, evalsi-crds's webhook alerts in evalsi-system) and runs Prometheus's own unit tests
+// of them (promtool test rules, testdata/alerts/<chart>.yaml): each alert fires on series that
+// mean trouble and stays quiet on a healthy operator's or webhook's. Every metric the rules read
+// is one the operator's code defines.
 func TestAlertRules(t *testing.T) {
+	for _, tc := range []struct{ chart, template, tests string }{
+		{"evalsi", "templates/alerts.yaml", "evalsi.yaml"},
+		{"evalsi-crds", "templates/monitoring.yaml", "evalsi-webhook.yaml"},
+	} {
+		t.Run(tc.chart, func(t *testing.T) {
+			rel := releases[tc.chart]
+			out := helm(t, append([]string{"template", rel[0], tc.chart, "-n", rel[1], "--kube-version", "1.37.0",
+				"--show-only", tc.template}, valuesArgs(tc.chart, "monitoring")...)...)
+			checkAlertRules(t, out, tc.tests)
+		})
+	}
+}
+
+// checkAlertRules runs promtool's tests (testdata/alerts/tests) of the PrometheusRule in out, and
+// checks that each alert has a firing case and reads only metrics the operator defines.
+func checkAlertRules(t *testing.T, out, testsFile string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	promtool, err := cluster.Promtool(ctx, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := helm(t, append([]string{"template", "evalsi", "evalsi", "-n", "team-a", "--kube-version", "1.37.0",
-		"--show-only", "templates/alerts.yaml"}, valuesArgs("evalsi", "monitoring")...)...)
 	docs, err := manifest.Decode("alerts.yaml", strings.NewReader(out))
-	if err != nil || len(docs) != 1 || docs[0].Object.GetKind() != "PrometheusRule" {
-		t.Fatalf("the chart's alerts: %v, %d documents", err, len(docs))
+	if err != nil {
+		t.Fatal(err)
 	}
-	rules, err := yaml.Marshal(map[string]any{"groups": docs[0].Object.Object["spec"].(map[string]any)["groups"]})
+	var rule *manifest.Document
+	for i := range docs {
+		if docs[i].Object.GetKind() == "PrometheusRule" {
+			rule = &docs[i]
+		}
+	}
+	if rule == nil {
+		t.Fatalf("no PrometheusRule in:\n%s", out)
+	}
+	rules, err := yaml.Marshal(map[string]any{"groups": rule.Object.Object["spec"].(map[string]any)["groups"]})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	tests, err := os.ReadFile(filepath.Join("..", "testdata", "alerts", "evalsi.yaml"))
+	tests, err := os.ReadFile(filepath.Join("..", "testdata", "alerts", testsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"rules.yaml": rules, "evalsi.yaml": tests} {
+	for name, data := range map[string][]byte{"rules.yaml": rules, "tests.yaml": tests} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.CommandContext(ctx, promtool, "test", "rules", "evalsi.yaml")
+	cmd := exec.CommandContext(ctx, promtool, "test", "rules", "tests.yaml")
 	cmd.Dir = dir
 	if report, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("promtool test rules: %v\n%s", err, report)
@@ -57,7 +82,7 @@ func TestAlertRules(t *testing.T) {
 	// Each alert is tested, firing.
 	for _, alert := range regexp.MustCompile(`(?m)^\s+- alert: (\w+)`).FindAllStringSubmatch(out, -1) {
 		if !strings.Contains(string(tests), "alertname: "+alert[1]+"\n        exp_alerts:\n          - exp_labels") {
-			t.Errorf("alert %s has no firing case in testdata/alerts/evalsi.yaml", alert[1])
+			t.Errorf("alert %s has no firing case in testdata/alerts/%s", alert[1], testsFile)
 		}
 	}
 	// Each metric the rules read is defined by the operator's code.

@@ -88,6 +88,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	metrics := NewMetrics()
+	metrics.Registry.MustRegister(pki.ServedExpiry{Name: "webhook-serving", Get: certs.GetCertificate})
 	v := Validation{Limits: cfg.Limits, DryRun: cfg.DryRun}
 	bindingsSynced := func() bool { return true }
 	if cfg.Kube != nil {

@@ -396,8 +396,17 @@ func TestSelfSignedCertificatesRotateWithoutRestart(t *testing.T) {
 		if time.Now().After(first.NotAfter) {
 			// The API server's connections outlive a certificate's expiry: what it would meet on
 			// a new one is what the webhook serves now.
-			if servingCertificate(t, w.addr).SerialNumber.Cmp(first.SerialNumber) == 0 {
+			served := servingCertificate(t, w.addr)
+			if served.SerialNumber.Cmp(first.SerialNumber) == 0 {
 				t.Fatalf("the webhook still serves its first certificate after it expired at %s", first.NotAfter)
+			}
+			// Its metrics tell when the certificate served now expires, the renewed one.
+			var got float64
+			for _, m := range clustertest.Scrape(t, "http://"+w.health+"/metrics")["evalsi_certificate_expiry_timestamp_seconds"].GetMetric() {
+				got = m.GetGauge().GetValue()
+			}
+			if want := float64(served.NotAfter.Unix()); got < want {
+				t.Errorf("evalsi_certificate_expiry_timestamp_seconds{certificate=\"webhook-serving\"} = %v, want at least the served certificate's %v", got, want)
 			}
 			break
 		}

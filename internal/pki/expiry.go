@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -56,4 +57,30 @@ func firstCertificate(path string) (*x509.Certificate, error) {
 			return cert, nil
 		}
 	}
+}
+
+// ServedExpiry is a Prometheus collector of when the certificate a server serves now expires,
+// reported as Expiry reports a file's, under Name: Get is the server's tls.Config.GetCertificate,
+// asked at each scrape, so a renewed certificate shows at once. An error reports no series.
+type ServedExpiry struct {
+	Name string
+	Get  func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+}
+
+// Describe implements prometheus.Collector.
+func (s ServedExpiry) Describe(ch chan<- *prometheus.Desc) { ch <- expiryDesc }
+
+// Collect implements prometheus.Collector.
+func (s ServedExpiry) Collect(ch chan<- prometheus.Metric) {
+	cert, err := s.Get(nil)
+	if err != nil || cert == nil || len(cert.Certificate) == 0 {
+		return
+	}
+	leaf := cert.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, float64(leaf.NotAfter.Unix()), s.Name)
 }
