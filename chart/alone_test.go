@@ -36,14 +36,7 @@ func TestEvalsiChartAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// A control plane of its own: the package's shared one has evalsi-crds's CRDs.
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	before := env
-	env = c
-	t.Cleanup(func() { env = before })
+	c := ownControlPlane(t, ctx)
 	cs := c.Clientset()
 
 	const ns, admin = "solo", "nora"
@@ -215,4 +208,18 @@ func namespaceObjects(ctx context.Context, ns string) ([]string, error) {
 		}
 	}
 	return left, nil
+}
+
+// ownControlPlane starts a control plane for the test alone and makes it env until the test ends.
+func ownControlPlane(t *testing.T, ctx context.Context) *cluster.Cluster {
+	t.Helper()
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	before := env
+	env = c
+	t.Cleanup(func() { env = before })
+	return c
 }

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
 	evalsiv "evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine"
@@ -32,14 +31,7 @@ func TestTrialPodsHeldToTheirShape(t *testing.T) {
 	// upgraded and uninstalled by the other tests, and the API server keeps reading a re-made
 	// binding's parameters as the first one named them.
 	const sandbox = "evalsi-sandbox"
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	before := env
-	env = c
-	t.Cleanup(func() { env = before })
+	c := ownControlPlane(t, ctx)
 	helm(t, "install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
 		"--kubeconfig="+c.Kubeconfig, "--set", "webhook.enabled=false")
 	activeNamespace(t, ctx, sandbox, nil)
