@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -175,9 +176,11 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 	timings := process.LeaseTimings{LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
 	logs := map[string]*syncBuffer{}
 	stops := map[string]func(){}
+	health := map[string]string{}
 	for _, name := range []string{"replica-a", "replica-b", "replica-c"} {
 		logs[name] = &syncBuffer{}
-		stops[name] = startReplica(t, ctx, ns, name, process.Config{Shards: shards, Identity: name, Lease: timings}, logs[name])
+		health[name] = freeAddr(t)
+		stops[name] = startReplica(t, ctx, ns, name, process.Config{Shards: shards, Identity: name, Lease: timings, HealthAddr: health[name]}, logs[name])
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -190,6 +193,12 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 	stopped, other, standby := twoMembersAndStandby(t, ctx, ns)
 	waitJudgesAvailable(t, ctx, ns, 4)
 
+	// Readiness does not flap at the handover: the standby and the other member, both ready
+	// now, stay ready while the standby takes the stopped replica's shard and syncs it.
+	ready := map[string]*readiness{}
+	for _, name := range []string{other, standby} {
+		ready[name] = watchReadiness(t, ctx, health[name])
+	}
 	before := len(logs[other].String())
 	stops[stopped]()
 	clustertest.Eventually(t, ctx, "the standby holding the stopped replica's shard and a member slot", func() error {
@@ -212,6 +221,57 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 		t.Errorf("%s took or handed over a shard when %s stopped:\n%s", other, stopped, l)
 	}
 	deleteEveryPool(t, ctx, ns, 4, "the pools repaired by the two left")
+	for name, r := range ready {
+		if polls, failed := r.stop(); failed != "" || polls == 0 {
+			t.Errorf("%s's /readyz during the handover: %d polls, %s", name, polls, failed)
+		}
+	}
+}
+
+// readiness polls a replica's /readyz until stopped and keeps the first answer that was not 200.
+type readiness struct {
+	done   chan struct{}
+	ended  chan struct{}
+	polls  int
+	failed string
+}
+
+// watchReadiness polls health's /readyz every 50 ms, from now until stop; a test's deadline
+// bounds it.
+func watchReadiness(t *testing.T, ctx context.Context, health string) *readiness {
+	t.Helper()
+	r := &readiness{done: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(r.ended)
+		for {
+			select {
+			case <-r.done:
+				return
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			resp, err := http.Get("http://" + health + "/readyz")
+			if err != nil {
+				r.failed = cmp.Or(r.failed, err.Error())
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			r.polls++
+			if resp.StatusCode != http.StatusOK {
+				r.failed = cmp.Or(r.failed, fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body))))
+			}
+		}
+	}()
+	return r
+}
+
+// stop ends the polling and returns how many answers came and the first that was not ready.
+func (r *readiness) stop() (polls int, failed string) {
+	close(r.done)
+	<-r.ended
+	return r.polls, r.failed
 }
 
 // TestShardCountChangedByARollingUpdate changes the number of shards from three to two as a

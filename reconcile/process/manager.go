@@ -115,14 +115,24 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 
 	health := http.NewServeMux()
 	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	// Ready means serving what it holds. A replica waiting for a shard is ready: it serves its
+	// other endpoints. One that holds shards is ready once their caches have synced; after that a
+	// shard it takes is reported while its caches sync, not failed, so that readiness does not
+	// flap at every handover (a rollout waits on the first sync alone).
+	var wasReady atomic.Bool
 	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		// A replica waiting for leadership is ready: it serves its other endpoints.
 		if why := e.VersionRefusal(); why != "" {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
-		if held.Load() > 0 && !e.Synced() {
+		syncing := held.Load() > 0 && !e.Synced()
+		if syncing && !wasReady.Load() {
 			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		wasReady.Store(true)
+		if syncing {
+			fmt.Fprintln(w, "ok; taking a shard: its caches are syncing")
 			return
 		}
 		fmt.Fprintln(w, "ok")
