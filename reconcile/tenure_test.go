@@ -15,12 +15,13 @@ import (
 	"evals.si/operator/shard"
 )
 
-// TestEndedTenureSendsNoEvalsidWrite runs the OnlineEvalPolicy kind under a shard's tenure
-// against the reference evalsid. While the tenure is over, the engine reads (it asks evalsid for
-// the policy) and writes nothing: no put, no status, and on deletion no delete and no release of
-// the finalizer. Once the tenure is extended, the policy is put, and then deleted, once each.
-// The policy carries its finalizer from its creation, so that the API server's fence (which
-// would refuse adding it) is not what holds evalsid's calls back.
+// TestEndedTenureSendsNoEvalsidWrite runs the OnlineEvalPolicy kind against the reference evalsid
+// by turns under a shard's tenure that is over and one that holds, an engine for each turn (a
+// tenure only ever extends). While the tenure is over, the engine reads (it asks evalsid for the
+// policy) and writes nothing: no put, no status, and on deletion no delete and no release of the
+// finalizer, however many times it tries. Under a tenure that holds, the policy is put, and then
+// deleted, once each. The policy carries its finalizer from its creation, so that the API
+// server's fence (which would refuse adding it) is not what holds evalsid's calls back.
 func TestEndedTenureSendsNoEvalsidWrite(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -28,9 +29,35 @@ func TestEndedTenureSendsNoEvalsidWrite(t *testing.T) {
 	api := startEvalsid(t, evalsid.Schedule{})
 	cfg := api.apiConfig(ns)
 	cfg.Controllers = []string{"onlineevalpolicy"}
-	var tenure shard.Tenure // never extended: over
-	r := startEngineUnder(t, shard.WithTenure(context.Background(), &tenure), cfg)
-	t.Cleanup(func() { r.stop(); r.wait(t) })
+	over := func() context.Context {
+		return shard.WithTenure(context.Background(), &shard.Tenure{}) // never extended
+	}
+	holds := func() context.Context {
+		var tenure shard.Tenure
+		tenure.Extend(time.Now(), time.Hour)
+		return shard.WithTenure(context.Background(), &tenure)
+	}
+	// turn runs an engine under ctx until the turn's checks are done.
+	turn := func(ctx context.Context, checks func(r runningEngine)) {
+		t.Helper()
+		r := startEngineUnder(t, ctx, cfg)
+		defer func() { r.stop(); r.wait(t) }()
+		checks(r)
+	}
+	// heldBack waits until the engine has tried three times and been held back by the tenure's
+	// end each time, and then wants no call of method sent.
+	heldBack := func(r runningEngine, what, method string) {
+		t.Helper()
+		clustertest.Eventually(t, ctx, what+": three tries held back by the tenure's end", func() error {
+			if n := r.Metrics().ReconcileCount("onlineevalpolicy", "requeue"); n < 3 {
+				return fmt.Errorf("%v tries held back", n)
+			}
+			return nil
+		})
+		if n := api.Calls(method); n != 0 {
+			t.Fatalf("%s: %d %s calls sent under an ended tenure", what, n, method)
+		}
+	}
 
 	const name = "fenced"
 	policy := &unstructured.Unstructured{Object: map[string]any{
@@ -41,46 +68,41 @@ func TestEndedTenureSendsNoEvalsidWrite(t *testing.T) {
 	if _, err := client(evalsi.OnlineEvalPolicies, ns).Create(ctx, policy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	held := func(what, method string) {
-		t.Helper()
-		// A few of the engine's retries, one a second.
-		time.Sleep(2500 * time.Millisecond)
-		if n := api.Calls(method); n != 0 {
-			t.Fatalf("%s: %d %s calls sent under an ended tenure", what, n, method)
+	turn(over(), func(r runningEngine) {
+		waitCalls(t, ctx, api, "GetPolicy", 1)
+		heldBack(r, "created", "PutPolicy")
+		if _, ok := getObj(t, ctx, evalsi.OnlineEvalPolicies, ns, name).Object["status"]; ok {
+			t.Fatal("a status written under an ended tenure")
 		}
-	}
-	waitCalls(t, ctx, api, "GetPolicy", 1)
-	held("created", "PutPolicy")
-	if _, ok := getObj(t, ctx, evalsi.OnlineEvalPolicies, ns, name).Object["status"]; ok {
-		t.Fatal("a status written under an ended tenure")
-	}
-
-	tenure.Extend(time.Now(), 8*time.Second) // time enough to put it and write its status
-	waitReady(t, ctx, evalsi.OnlineEvalPolicies, ns, name, "True", evalsi.ReasonApplied)
-	if n := api.Calls("PutPolicy"); n != 1 {
-		t.Fatalf("%d PutPolicy calls once held, want 1", n)
-	}
-	time.Sleep(time.Until(tenure.Until()) + 100*time.Millisecond)
+	})
+	turn(holds(), func(runningEngine) {
+		waitReady(t, ctx, evalsi.OnlineEvalPolicies, ns, name, "True", evalsi.ReasonApplied)
+		if n := api.Calls("PutPolicy"); n != 1 {
+			t.Fatalf("%d PutPolicy calls once held, want 1", n)
+		}
+	})
 
 	if err := client(evalsi.OnlineEvalPolicies, ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	held("deleted", "DeletePolicy")
-	if got := getObj(t, ctx, evalsi.OnlineEvalPolicies, ns, name); len(got.GetFinalizers()) == 0 {
-		t.Fatal("the finalizer released under an ended tenure")
-	}
-	if api.Policy(name) == nil {
-		t.Fatal("the policy is gone from evalsid")
-	}
-
-	tenure.Extend(time.Now(), time.Hour)
-	waitGone(t, ctx, evalsi.OnlineEvalPolicies, ns, name)
-	if n := api.Calls("DeletePolicy"); n != 1 {
-		t.Errorf("%d DeletePolicy calls once held, want 1", n)
-	}
-	if api.Policy(name) != nil {
-		t.Error("the policy is still on evalsid")
-	}
+	turn(over(), func(r runningEngine) {
+		heldBack(r, "deleted", "DeletePolicy")
+		if got := getObj(t, ctx, evalsi.OnlineEvalPolicies, ns, name); len(got.GetFinalizers()) == 0 {
+			t.Fatal("the finalizer released under an ended tenure")
+		}
+		if api.Policy(name) == nil {
+			t.Fatal("the policy is gone from evalsid")
+		}
+	})
+	turn(holds(), func(runningEngine) {
+		waitGone(t, ctx, evalsi.OnlineEvalPolicies, ns, name)
+		if n := api.Calls("DeletePolicy"); n != 1 {
+			t.Errorf("%d DeletePolicy calls once held, want 1", n)
+		}
+		if api.Policy(name) != nil {
+			t.Error("the policy is still on evalsid")
+		}
+	})
 }
 
 // waitCalls waits until evalsid has received at least n calls of method.

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"hash/fnv"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 )
 
 // eventLines is how many broadcasters write the engine's Events side by side. A broadcaster
@@ -36,6 +39,8 @@ type lineRecorder []record.EventRecorder
 func newEventRecorder(ctx context.Context, kube kubernetes.Interface, namespace string) (record.EventRecorder, func()) {
 	lines := make(lineRecorder, eventLines)
 	var broadcasters []record.EventBroadcaster
+	// The broadcasters log through ctx's logger (klog's, which the operator routes into its own).
+	ctx = klog.NewContext(ctx, logr.New(quietTenureEnds{klog.FromContext(ctx).GetSink()}))
 	sink := eventSink{ctx: context.WithoutCancel(ctx), events: kube.CoreV1().Events(namespace)}
 	for i := range lines {
 		b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventKeys}))
@@ -75,6 +80,31 @@ func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
 // Patch counts a repeat of an Event.
 func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 	return s.events.PatchWithEventNamespaceWithContext(s.ctx, e, data)
+}
+
+// quietTenureEnds passes a broadcaster's log lines on, but for the failed writes of Events held
+// because the shard's tenure ended (a TenureOverError), which it passes on as information at
+// verbosity 1: a replica's hold on a shard ending is expected (a handover), not an error, and
+// the broadcaster retries such an Event until the tenure is extended or the engine stops.
+type quietTenureEnds struct{ logr.LogSink }
+
+// Error logs err at error level unless it is a tenure's end.
+func (q quietTenureEnds) Error(err error, msg string, keysAndValues ...any) {
+	if !errors.As(err, new(*TenureOverError)) {
+		q.LogSink.Error(err, msg, keysAndValues...)
+		return
+	}
+	if q.LogSink.Enabled(1) {
+		q.LogSink.Info(1, msg, append(keysAndValues, "err", err)...)
+	}
+}
+
+// WithValues and WithName keep the wrapper on the sinks they derive.
+func (q quietTenureEnds) WithValues(keysAndValues ...any) logr.LogSink {
+	return quietTenureEnds{q.LogSink.WithValues(keysAndValues...)}
+}
+func (q quietTenureEnds) WithName(name string) logr.LogSink {
+	return quietTenureEnds{q.LogSink.WithName(name)}
 }
 
 // of returns the recorder of obj's line.

@@ -1,25 +1,99 @@
-package engine
+package engine_test
 
 import (
 	"context"
 	"errors"
-	"io"
+	"fmt"
 	"net/http"
-	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
+	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/shard"
 )
 
-// The engine's Events are fenced as its other writes are: under a tenure that ended, the
-// recorder's write is tried and not sent; within one, or with no tenure, it is sent.
+// roundTripper is a function that is an http.RoundTripper.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// eventsNamespace makes a namespace of the shared control plane for one test's Events.
+func eventsNamespace(t *testing.T, ctx context.Context, kube kubernetes.Interface, name string) string {
+	t.Helper()
+	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-", "(", "", ")", "").Replace(name))
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	return ns
+}
+
+// fencedClient is a client of the real API server whose writes go through the engine's fence, as
+// the engine's own do; tried counts the writes the fence was asked to send, once sent or refused.
+func fencedClient(t *testing.T) (kube kubernetes.Interface, tried *atomic.Int32) {
+	t.Helper()
+	cfg := rest.CopyConfig(shared.Get(t).Config)
+	tried = &atomic.Int32{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		fenced := engine.FenceWrites(rt)
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodGet {
+				defer tried.Add(1)
+			}
+			return fenced.RoundTrip(req)
+		})
+	})
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube, tried
+}
+
+// logLines is a logr sink that keeps the lines logged to it: errors apart from the rest.
+type logLines struct {
+	mu           *sync.Mutex
+	errors, info *[]string
+}
+
+func newLogLines() logLines {
+	return logLines{mu: &sync.Mutex{}, errors: new([]string), info: new([]string)}
+}
+func (l logLines) Init(logr.RuntimeInfo)  {}
+func (l logLines) Enabled(level int) bool { return level <= 1 }
+func (l logLines) Info(level int, msg string, kv ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*l.info = append(*l.info, fmt.Sprint(msg, kv))
+}
+func (l logLines) Error(err error, msg string, kv ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*l.errors = append(*l.errors, fmt.Sprint(msg, ": ", err))
+}
+func (l logLines) WithValues(...any) logr.LogSink { return l }
+func (l logLines) WithName(string) logr.LogSink   { return l }
+func (l logLines) lines() (errors, info []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), *l.errors...), append([]string(nil), *l.info...)
+}
+
+// The engine's Events are fenced as its other writes are, on the real API server: under a
+// tenure that ended, the recorder's write is tried and not sent, and the broadcaster says so at
+// verbosity 1, not as an error (a hold ending is expected); within one, or with no tenure, the
+// Event is created.
 func TestEventsOfAnEndedTenureAreNotSent(t *testing.T) {
 	var ended, held shard.Tenure
 	ended.Extend(time.Now().Add(-time.Minute), 10*time.Second)
@@ -31,89 +105,87 @@ func TestEventsOfAnEndedTenureAreNotSent(t *testing.T) {
 	}{
 		{"ended", &ended, false},
 		{"held", &held, true},
-		{"no tenure (no leader election)", nil, true},
+		{"no tenure", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			received := make(chan string, 16)
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				body, _ := io.ReadAll(r.Body)
-				received <- r.Method + " " + r.URL.Path
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusCreated)
-				w.Write(body)
-			}))
-			defer srv.Close()
-			// writes the fence was asked to send, counted once sent or refused: when one is
-			// counted, the server has received it if it was sent.
-			var tried atomic.Int32
-			transport := roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-				defer tried.Add(1)
-				return fenceWrites(http.DefaultTransport).RoundTrip(req)
-			})
-			kube, err := kubernetes.NewForConfigAndClient(&rest.Config{Host: srv.URL}, &http.Client{Transport: transport})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			kube, tried := fencedClient(t)
+			ns := eventsNamespace(t, ctx, shared.Get(t).Clientset(), "events-"+tc.name)
+			logs := newLogLines()
+			rctx := klog.NewContext(ctx, logr.New(logs))
 			if tc.tenure != nil {
-				ctx = shard.WithTenure(ctx, tc.tenure)
+				rctx = shard.WithTenure(rctx, tc.tenure)
 			}
-			recorder, stop := newEventRecorder(ctx, kube, "")
+			recorder, stop := engine.NewEventRecorder(rctx, kube, "")
 			defer stop()
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "p", UID: "u1"}}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p", UID: "u1"}}
 			recorder.Event(pod, corev1.EventTypeNormal, "Tested", "an event")
-			deadline := time.After(30 * time.Second)
-			for tried.Load() == 0 {
-				select {
-				case <-deadline:
-					t.Fatal("the recorder tried no write in 30 s")
-				case <-time.After(10 * time.Millisecond):
+			events := func() int {
+				list, err := shared.Get(t).Clientset().CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					t.Fatal(err)
 				}
+				return len(list.Items)
 			}
-			if !tc.sent {
-				select {
-				case got := <-received:
-					t.Fatalf("sent %s under an ended tenure", got)
-				default:
-				}
+			if tc.sent {
+				clustertest.Eventually(t, ctx, "the Event created", func() error {
+					if n := events(); n != 1 {
+						return fmt.Errorf("%d Events", n)
+					}
+					return nil
+				})
 				return
 			}
-			select {
-			case got := <-received:
-				if got != "POST /api/v1/namespaces/team-a/events" {
-					t.Errorf("sent %s, want the Event's create", got)
+			clustertest.Eventually(t, ctx, "the recorder's write tried and its refusal logged", func() error {
+				if errs, info := logs.lines(); tried.Load() == 0 || len(errs)+len(info) == 0 {
+					return fmt.Errorf("%d writes tried, nothing logged", tried.Load())
 				}
-			case <-deadline:
-				t.Fatal("the Event was not sent in 30 s")
+				return nil
+			})
+			if n := events(); n != 0 {
+				t.Errorf("%d Events created under an ended tenure", n)
+			}
+			errs, info := logs.lines()
+			if len(errs) > 0 {
+				t.Fatalf("a tenure's end logged as an error: %q", errs)
+			}
+			if !strings.Contains(info[0], "hold on its shard ended") {
+				t.Errorf("the refusal logged as %q, want the hold's end named", info[0])
 			}
 		})
 	}
 }
 
-// eventSink's writes fail with a TenureOverError, unsent, once the tenure of its context ended.
+// eventSink's writes fail with a TenureOverError, unsent, once the tenure of its context ended:
+// the real API server holds no Event after them.
 func TestEventSinkStopsAtAnEndedTenure(t *testing.T) {
-	var sent atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { sent.Add(1) }))
-	defer srv.Close()
-	kube, err := kubernetes.NewForConfigAndClient(&rest.Config{Host: srv.URL}, &http.Client{Transport: fenceWrites(http.DefaultTransport)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kube, tried := fencedClient(t)
+	ns := eventsNamespace(t, ctx, shared.Get(t).Clientset(), "events-sink")
 	var ended shard.Tenure
 	ended.Extend(time.Now().Add(-time.Minute), 10*time.Second)
-	sink := eventSink{ctx: shard.WithTenure(context.Background(), &ended), events: kube.CoreV1().Events("")}
-	event := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "e"}}
+	sink := engine.NewEventSink(shard.WithTenure(ctx, &ended), kube.CoreV1().Events(""))
+	event := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "e"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "p"}, Reason: "Tested", Type: corev1.EventTypeNormal}
 	for name, write := range map[string]func() error{
 		"create": func() error { _, err := sink.Create(event); return err },
 		"update": func() error { _, err := sink.Update(event); return err },
 		"patch":  func() error { _, err := sink.Patch(event, []byte(`{"count":2}`)); return err },
 	} {
-		if err := write(); !errors.As(err, new(*TenureOverError)) {
+		if err := write(); !errors.As(err, new(*engine.TenureOverError)) {
 			t.Errorf("%s: err %v, want a TenureOverError", name, err)
 		}
 	}
-	if n := sent.Load(); n != 0 {
-		t.Errorf("%d writes sent under an ended tenure", n)
+	if n := tried.Load(); n != 3 {
+		t.Errorf("%d writes reached the fence, want 3", n)
+	}
+	list, err := shared.Get(t).Clientset().CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("%d Events on the API server after writes under an ended tenure", len(list.Items))
 	}
 }
