@@ -106,13 +106,6 @@ func (w *namespaceWatch) every(n int, ok func(*unstructured.Unstructured) bool) 
 	return true
 }
 
-// compareOutputs returns the difference between what the contenders made in namespaces a and
-// b: each Evaluator's status and each child's labels, annotations, owners and spec, with the
-// namespace, UIDs, versions and times masked. Empty means the same.
-func compareOutputs(t testing.TB, ctx context.Context, a, b string) string {
-	return cmp.Diff(outputs(t, ctx, a), outputs(t, ctx, b))
-}
-
 // outputs lists the comparable form of every Evaluator and child in ns, by kind and name.
 func outputs(t testing.TB, ctx context.Context, ns string) map[string]any {
 	out := map[string]any{}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,6 +31,8 @@ const fieldOwner = "evalsi-peer"
 type EvaluatorReconciler struct {
 	client.Client
 	Render render.Options
+	// Recorder writes an Event when the Ready condition changes, as the operator does.
+	Recorder record.EventRecorder
 }
 
 // evaluatorStatus is the part of an Evaluator's status the peer writes, the same fields as the
@@ -109,7 +113,31 @@ func (r *EvaluatorReconciler) updateStatus(ctx context.Context, ev *unstructured
 		return err
 	}
 	ev.Object["status"] = st
-	return r.Status().Update(ctx, ev)
+	if err := r.Status().Update(ctx, ev); err != nil {
+		return err
+	}
+	r.recordReady(ev, before, status)
+	return nil
+}
+
+// recordReady records an Event when Ready changed, by the operator's rule: not for the first
+// status of a new object unless it failed.
+func (r *EvaluatorReconciler) recordReady(ev *unstructured.Unstructured, before, status evaluatorStatus) {
+	was, now := meta.FindStatusCondition(before.Conditions, evalsi.ConditionReady), meta.FindStatusCondition(status.Conditions, evalsi.ConditionReady)
+	if now == nil {
+		return
+	}
+	if was == nil && (now.Status == metav1.ConditionTrue || now.Reason == evalsi.ReasonRollingOut) {
+		return
+	}
+	if was != nil && was.Status == now.Status && was.Reason == now.Reason {
+		return
+	}
+	kind := corev1.EventTypeNormal
+	if now.Status != metav1.ConditionTrue {
+		kind = corev1.EventTypeWarning
+	}
+	r.Recorder.Event(ev, kind, now.Reason, now.Message)
 }
 
 // rolledOut says whether the Deployment runs its current spec on every replica, or what it waits for.

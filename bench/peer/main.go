@@ -65,7 +65,7 @@ func main() {
 		log.Error(err, "creating the manager")
 		os.Exit(1)
 	}
-	r := &EvaluatorReconciler{Client: mgr.GetClient(), Render: render.Options{
+	r := &EvaluatorReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor(fieldOwner), Render: render.Options{
 		DefaultImage:     defaultImage,
 		VLLMImage:        render.DefaultVLLMImage,
 		SandboxNamespace: "evalsi-sandbox",
