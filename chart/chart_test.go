@@ -9,15 +9,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"evals.si/operator/cluster"
 	vocabulary "evals.si/operator/evalsi"
 	"evals.si/operator/internal/golden"
 	"evals.si/operator/internal/manifest"
+	"evals.si/operator/reconcile/process"
 )
 
 // charts and the values files that matter for each (testdata/chart/values/<chart>-<case>.yaml).
@@ -192,6 +196,42 @@ func TestChartsAdmitOnlyTheSupportedMinor(t *testing.T) {
 			if (err == nil) != ok {
 				t.Errorf("helm template %s --kube-version %s: err=%v, want admitted=%v", chart, v, err, ok)
 			}
+		}
+	}
+}
+
+// TestChartNamesTheOperatorsLeases: the uninstall hook may get and delete exactly the Leases the
+// operator's replicas write (process.OperatorLeases), for one shard and for several, so that
+// nothing of the operator's is left and no other Lease is touched.
+func TestChartNamesTheOperatorsLeases(t *testing.T) {
+	for _, shards := range []int{1, 3} {
+		out := helm(t, "template", "evalsi", "evalsi", "-n", "team-a", "--kube-version", "1.37.0", "--api-versions", "evals.si/v1alpha1",
+			"--set", "referenceEvalsid.enabled=true",
+			"--set", "operator.shards="+strconv.Itoa(shards), "--show-only", "templates/uninstall.yaml")
+		docs, err := manifest.Decode("uninstall.yaml", strings.NewReader(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, d := range docs {
+			if d.Object.GetKind() != "Role" {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(d.Object.Object, "rules")
+			for _, r := range rules {
+				rule := r.(map[string]any)
+				if groups, _ := rule["apiGroups"].([]any); len(groups) == 1 && groups[0] == "coordination.k8s.io" {
+					for _, n := range rule["resourceNames"].([]any) {
+						names = append(names, n.(string))
+					}
+				}
+			}
+		}
+		want := process.OperatorLeases(vocabulary.LeaderElectionID, shards)
+		slices.Sort(names)
+		slices.Sort(want)
+		if !slices.Equal(names, want) {
+			t.Errorf("%d shards: the hook's Role names Leases %v, want %v", shards, names, want)
 		}
 	}
 }

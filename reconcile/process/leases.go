@@ -66,29 +66,6 @@ func (t LeaseTimings) warmerGrace(round time.Duration) time.Duration {
 // it: replicas with another number slice the objects otherwise, and must not run beside it.
 const LabelShards = evalsi.Group + "/shards"
 
-// ShardLease is the name of the Lease of shard s of the operator whose leader election name is
-// name: name itself when the operator does not shard (as a single leader's Lease always was).
-func ShardLease(name string, s shard.Shard) string {
-	if s.IsWhole() {
-		return name
-	}
-	return name + "-shard-" + strconv.Itoa(s.Index)
-}
-
-// OperatorLeases are the names of every Lease the replicas of an operator of count shards may
-// write, whose leader election name is name: its one Lease when it does not shard; else each
-// shard's, each member slot's and the standby's (the chart's RBAC names the same).
-func OperatorLeases(name string, count int) []string {
-	if count <= 1 {
-		return []string{name}
-	}
-	var names []string
-	for i := range count {
-		names = append(names, ShardLease(name, shard.Shard{Index: i, Count: count}), MemberLease(name, i))
-	}
-	return append(names, StandbyLease(name))
-}
-
 // LeaseHolder returns who holds l at now, or "" when no one does: no holder, or not renewed
 // within its duration.
 func LeaseHolder(l *coordinationv1.Lease, now time.Time) string {
@@ -306,11 +283,6 @@ func (h *shardHolder) otherCountShard(ctx context.Context, now time.Time, read [
 func (h *shardHolder) labels() map[string]string {
 	return map[string]string{LabelShards: strconv.Itoa(h.count)}
 }
-
-// MemberLease is the name of member slot j of the operator whose leader election name is name.
-// A replica is counted while it holds a slot; there are as many slots as shards, since a
-// replica beyond them would hold no shard (it waits for a slot, as a standby).
-func MemberLease(name string, j int) string { return name + "-member-" + strconv.Itoa(j) }
 
 // renewMember renews this replica's member slot, or takes a free one, and returns the slots of
 // the other replicas of this number of shards as this replica judges them (observe), and whether

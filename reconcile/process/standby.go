@@ -15,12 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// StandbyLease is the name of the Lease of the replica next in line for a member slot, when every
-// slot is held (more replicas than shards). The replicas count it in for the shards of a member
-// that is gone, so that those shards move once, to it, rather than to them and then again to it
-// once it takes the gone member's slot. Replicas beyond it wait unseen.
-func StandbyLease(name string) string { return name + "-standby" }
-
 // readStandby reads the standby Lease: nil when there is none; served is false when this
 // replica may not read it (a chart before standby Leases does not name it: a standby then waits
 // unseen).
