@@ -88,6 +88,10 @@ func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 // the broadcaster retries such an Event until the tenure is extended or the engine stops.
 type quietTenureEnds struct{ logr.LogSink }
 
+// Init does nothing: the sink it wraps is a logger's already, shared by every other user of
+// klog, and initialising it again would write to it under their reads.
+func (quietTenureEnds) Init(logr.RuntimeInfo) {}
+
 // Error logs err at error level unless it is a tenure's end.
 func (q quietTenureEnds) Error(err error, msg string, keysAndValues ...any) {
 	if !errors.As(err, new(*TenureOverError)) {
