@@ -494,3 +494,54 @@ func TestRefusedPodsAreSaid(t *testing.T) {
 		return nil
 	})
 }
+
+// TestOrphanedChildrenStayOrphans deletes an Evaluator with its children orphaned while a
+// finalizer of another's keeps it from going: the garbage collector takes its owner reference
+// off the Deployment, and the engine, reconciling the Evaluator being deleted again and again,
+// must not put it back; once the Evaluator is gone, the Deployment stays.
+func TestOrphanedChildrenStayOrphans(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	e := startEngine(t, Config{Namespace: ns})
+	const hold = "test.evals.si/hold"
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
+		"metadata": map[string]any{"name": "judge", "finalizers": []any{hold}},
+		"spec":     map[string]any{"replicas": int64(1)},
+	}}
+	if _, err := client(evalsi.Evaluators, ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx, evalsi.Evaluators, ns, "judge", "True", "Available")
+	orphan := metav1.DeletePropagationOrphan
+	if err := client(evalsi.Evaluators, ns).Delete(ctx, "judge", metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "the Deployment orphaned", func() error {
+		if refs := getObj(t, ctx, evalsi.Deployments, ns, "judge-evaluator").GetOwnerReferences(); len(refs) != 0 {
+			return fmt.Errorf("owners %v", refs)
+		}
+		return nil
+	})
+	// A few reconciles of the Evaluator being deleted, each a chance to put the reference back:
+	// each queued by a change of its annotations.
+	before := e.Metrics().ReconcileCount("evaluator", "success")
+	for i := range 3 {
+		mergePatch(t, ctx, evalsi.Evaluators, ns, "judge", fmt.Sprintf(`{"metadata":{"annotations":{"test.evals.si/nudge":"%d"}}}`, i))
+		clustertest.Eventually(t, ctx, "the Evaluator reconciled again", func() error {
+			if n := e.Metrics().ReconcileCount("evaluator", "success"); n <= before {
+				return fmt.Errorf("%v reconciles", n)
+			}
+			before = e.Metrics().ReconcileCount("evaluator", "success")
+			return nil
+		})
+	}
+	if refs := getObj(t, ctx, evalsi.Deployments, ns, "judge-evaluator").GetOwnerReferences(); len(refs) != 0 {
+		t.Fatalf("the orphan's owner reference put back: %v", refs)
+	}
+	mergePatch(t, ctx, evalsi.Evaluators, ns, "judge", `{"metadata":{"finalizers":null}}`)
+	waitGone(t, ctx, evalsi.Evaluators, ns, "judge")
+	if d := getObj(t, ctx, evalsi.Deployments, ns, "judge-evaluator"); len(d.GetOwnerReferences()) != 0 {
+		t.Errorf("the orphan names an owner: %v", d.GetOwnerReferences())
+	}
+}

@@ -378,6 +378,12 @@ func (c *Controller) reconcileObject(ctx context.Context, key string, obj *unstr
 		}
 		r.Project = project
 	}
+	if obj.GetDeletionTimestamp() != nil && c.kind.Finalizer == "" {
+		// Being deleted, with no finalizer of the operator's to release: its children go with it
+		// (garbage collection) or stay as orphans. Applying them now would put back the owner
+		// reference the collector just took off an orphan, and the child would go after all.
+		return Outcome{}, nil
+	}
 	if k := c.kind; k.Validate != nil && obj.GetDeletionTimestamp() == nil && r.Refused == "" {
 		// An object that entered while the webhook was off meets the same rules here, once per
 		// generation.
