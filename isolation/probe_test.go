@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -139,13 +138,8 @@ func confinedCopy(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := sharedDir(t, 0o755)
-	b, err := os.ReadFile(self)
+	exe, err := podproc.CopyExecutable(self, sharedDir(t, 0o755), "probe.test")
 	if err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(dir, "probe.test")
-	if err := os.WriteFile(exe, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return exe

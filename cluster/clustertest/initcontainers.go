@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,8 +46,8 @@ func (k *Kubelet) RunInitContainers(t testing.TB, ctx context.Context, pod *core
 	if err := os.Chmod(root, 0o755); err != nil {
 		return err
 	}
-	bin := filepath.Join(root, "entrypoint")
-	if err := copyExecutable(k.Bin, bin); err != nil {
+	bin, err := podproc.CopyExecutable(k.Bin, root, "entrypoint")
+	if err != nil {
 		return fmt.Errorf("copying the entrypoint: %w", err)
 	}
 	var statuses []corev1.ContainerStatus
@@ -216,22 +215,4 @@ func isEmptyDir(spec corev1.PodSpec, name string) bool {
 		}
 	}
 	return false
-}
-
-// copyExecutable copies the file at from to an executable file at to.
-func copyExecutable(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -8,9 +8,11 @@ package podproc
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -155,4 +157,25 @@ func SilentAddress() (addr string, stop func(), err error) {
 	}
 	stop()
 	return "", nil, errors.New("the loopback listener kept answering")
+}
+
+// CopyExecutable copies the program at from into dir as name, executable by any user: a confined
+// process runs as another user than root, who may not enter go's build directories or a test's
+// temporary one (dir must be open to it). It returns the copy's path.
+func CopyExecutable(from, dir, name string) (string, error) {
+	in, err := os.Open(from)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	to := filepath.Join(dir, name)
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return "", err
+	}
+	return to, out.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"slices"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -99,7 +100,7 @@ func (q quietTenureEnds) Error(err error, msg string, keysAndValues ...any) {
 		return
 	}
 	if q.LogSink.Enabled(1) {
-		q.LogSink.Info(1, msg, append(keysAndValues, "err", err)...)
+		q.LogSink.Info(1, msg, slices.Concat(keysAndValues, []any{"err", err})...)
 	}
 }
 
