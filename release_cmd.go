@@ -18,6 +18,7 @@ import (
 	"evals.si/operator/reconcile"
 	"evals.si/operator/reconcile/process"
 	"evals.si/operator/shard"
+	"evals.si/operator/shard/holding"
 )
 
 func releaseFinalizersCommand() *cli.Command {
@@ -104,7 +105,7 @@ func leaseHeld(l *coordinationv1.Lease, err error, now time.Time) error {
 	case err != nil:
 		return fmt.Errorf("cannot read the operator's Lease, so a leader may still run: %w", err)
 	}
-	holder := process.LeaseHolder(l, now)
+	holder := holding.LeaseHolder(l, now)
 	if holder == "" {
 		return nil
 	}

@@ -23,6 +23,7 @@ import (
 	"evals.si/operator/evalsi"
 	operatorprocess "evals.si/operator/reconcile/process"
 	"evals.si/operator/shard"
+	"evals.si/operator/shard/holding"
 )
 
 var (
@@ -526,7 +527,7 @@ func (s *shardBench) heldBy(r *replica, count int) []int {
 	var held []int
 	for i := range count {
 		l, err := env.Clientset().CoordinationV1().Leases(s.ns).Get(s.ctx, operatorprocess.ShardLease(evalsi.LeaderElectionID, shard.Shard{Index: i, Count: count}), metav1.GetOptions{})
-		if err == nil && operatorprocess.LeaseHolder(l, time.Now()) == r.identity {
+		if err == nil && holding.LeaseHolder(l, time.Now()) == r.identity {
 			held = append(held, i)
 		}
 	}

@@ -30,6 +30,7 @@ import (
 	"evals.si/operator/evalsid"
 	"evals.si/operator/internal/manifest"
 	"evals.si/operator/reconcile/process"
+	"evals.si/operator/shard/holding"
 )
 
 var env *cluster.Cluster
@@ -225,7 +226,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			holders[process.LeaseHolder(l, time.Now())] = true
+			holders[holding.LeaseHolder(l, time.Now())] = true
 		}
 		if delete(holders, ""); len(holders) != 2 {
 			return fmt.Errorf("the shards' holders: %v", holders)
@@ -237,7 +238,7 @@ func TestChartsOnTheControlPlane(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if process.LeaseHolder(l, time.Now()) == "" {
+		if holding.LeaseHolder(l, time.Now()) == "" {
 			return errors.New("held by no one")
 		}
 		return nil

@@ -15,13 +15,13 @@ import (
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/evalsid"
-	"evals.si/operator/reconcile/engine"
+	"evals.si/operator/reconcile/engine/cached"
 )
 
 // BenchmarkCachedObjectBytes measures the heap one cached object takes, by kind, for an
 // autoscaled Evaluator and its children as the API server serves them once the pool is Ready:
 // as decoded, with managedFields dropped (the informers' transform before pruning), and as the
-// informers keep it now (engine.CachedForm). The side-by-side comparison with a controller-runtime
+// informers keep it now (cached.Form). The side-by-side comparison with a controller-runtime
 // operator is in package bench.
 func BenchmarkCachedObjectBytes(b *testing.B) {
 	needCluster(b)
@@ -73,9 +73,9 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 				u.SetManagedFields(nil)
 				return u, err
 			})
-			cached := heapPerObject(b, raw, func(raw []byte) (any, error) { return engine.CachedForm(raw, k.child) })
-			fmt.Printf("%-22s %10.0f %18.0f %10.0f\n", list.Items[0].GetKind(), decoded, noManaged, cached)
-			b.ReportMetric(cached, k.gvr.Resource+"-B")
+			inCache := heapPerObject(b, raw, func(raw []byte) (any, error) { return cached.Form(raw, k.child) })
+			fmt.Printf("%-22s %10.0f %18.0f %10.0f\n", list.Items[0].GetKind(), decoded, noManaged, inCache)
+			b.ReportMetric(inCache, k.gvr.Resource+"-B")
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/process"
 	"evals.si/operator/shard"
+	"evals.si/operator/shard/holding"
 )
 
 // TestFrozenReplicaWritesNothingOnceItsShardIsTaken runs two replicas of the operator as
@@ -66,7 +67,7 @@ func freezeReplica(t *testing.T, bin string, shards int) {
 		if l.Spec.AcquireTime != nil {
 			acquired = l.Spec.AcquireTime.Time
 		}
-		return process.LeaseHolder(l, time.Now()), acquired, nil
+		return holding.LeaseHolder(l, time.Now()), acquired, nil
 	}
 	var victim, other *replicaProcess
 	clustertest.Eventually(t, ctx, "the replicas sharing the shards", func() error {

@@ -24,6 +24,7 @@ import (
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/process"
 	"evals.si/operator/shard"
+	"evals.si/operator/shard/holding"
 )
 
 // TestShardedReplicas runs two replicas of the operator over three shards: together they hold
@@ -51,7 +52,7 @@ func TestShardedReplicas(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			h := process.LeaseHolder(l, time.Now())
+			h := holding.LeaseHolder(l, time.Now())
 			if h == "" {
 				return nil, fmt.Errorf("shard %d has no holder", i)
 			}
@@ -157,7 +158,7 @@ func TestShardedReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h := process.LeaseHolder(l, time.Now()); h != "" {
+		if h := holding.LeaseHolder(l, time.Now()); h != "" {
 			t.Errorf("shard %d still held by %s after every replica stopped", i, h)
 		}
 	}
@@ -313,7 +314,7 @@ func TestShardCountChangedByARollingUpdate(t *testing.T) {
 			case l.Labels[process.LabelShards] != strconv.Itoa(count):
 				out = append(out, "")
 			default:
-				out = append(out, process.LeaseHolder(l, time.Now()))
+				out = append(out, holding.LeaseHolder(l, time.Now()))
 			}
 		}
 		return out, nil
@@ -437,7 +438,7 @@ func leaseHolder(ctx context.Context, ns, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return process.LeaseHolder(l, time.Now()), nil
+	return holding.LeaseHolder(l, time.Now()), nil
 }
 
 // twoMembersAndStandby waits until three replicas over two shards of ns share them: it returns
@@ -546,7 +547,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 			if err != nil {
 				return err
 			}
-			h := process.LeaseHolder(l, time.Now())
+			h := holding.LeaseHolder(l, time.Now())
 			if i == 0 {
 				victim = h
 			}
@@ -590,7 +591,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 			if err != nil {
 				return err
 			}
-			h := process.LeaseHolder(l, time.Now())
+			h := holding.LeaseHolder(l, time.Now())
 			if !slices.Contains(survivors, h) {
 				return fmt.Errorf("shard %s held by %q", s, h)
 			}
@@ -663,7 +664,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 				if err != nil {
 					return err
 				}
-				if slices.Contains(survivors, process.LeaseHolder(l, time.Now())) {
+				if slices.Contains(survivors, holding.LeaseHolder(l, time.Now())) {
 					held++
 				}
 			}
@@ -695,7 +696,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 			if err != nil {
 				return err
 			}
-			if process.LeaseHolder(l, time.Now()) == victim && l.Spec.AcquireTime != nil {
+			if holding.LeaseHolder(l, time.Now()) == victim && l.Spec.AcquireTime != nil {
 				held[i] = l.Spec.AcquireTime.Time
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/unstructuredjson"
 )
 
@@ -36,12 +37,12 @@ var deployments = schema.GroupVersionResource{Group: "apps", Version: "v1", Reso
 const replicasHandoverManager = "evalsi-operator-replicas-handover"
 
 // Children maps a child's "Kind/namespace/name" to what the cache holds of it.
-type Children map[string]*Child
+type Children map[string]*cached.Child
 
 func childKey(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
 
 // Get returns the live child of kind in namespace called name, or nil.
-func (c Children) Get(kind, namespace, name string) *Child {
+func (c Children) Get(kind, namespace, name string) *cached.Child {
 	return c[childKey(kind, namespace, name)]
 }
 
@@ -68,7 +69,7 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 		}
 		informers[gvr.Resource] = inf
 		for _, c := range inf.ownedBy(string(owner.GetUID())) {
-			live[childKey(c.kind(), c.Namespace, c.Name)] = c
+			live[childKey(c.Kind(), c.Namespace, c.Name)] = c
 		}
 	}
 
@@ -126,7 +127,7 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 			c.warnRefused(owner, err)
 			return nil, err
 		}
-		c.Eventf(owner, corev1.EventTypeNormal, "Deleted", "deleted %s %s: no longer desired", stale.kind(), stale.Name)
+		c.Eventf(owner, corev1.EventTypeNormal, "Deleted", "deleted %s %s: no longer desired", stale.Kind(), stale.Name)
 	}
 	return out, nil
 }
@@ -159,8 +160,8 @@ func (c *Controller) warnRefused(owner *unstructured.Unstructured, err error) {
 type pendingApply struct {
 	key, why string
 	want     *unstructured.Unstructured
-	cur      *Child
-	obj      *Child
+	cur      *cached.Child
+	obj      *cached.Child
 	err      error
 }
 
@@ -180,7 +181,7 @@ func (e *Engine) applyWave(ctx context.Context, wave []pendingApply, informers m
 		}
 		wg.Go(func() {
 			if a.obj, a.err = e.apply(ctx, a.want, a.cur); a.err == nil && inf != nil {
-				inf.written.remember(a.obj)
+				inf.written.Remember(a.obj)
 			}
 		})
 	}
@@ -207,14 +208,14 @@ func applyWaves(stale []pendingApply) [][]pendingApply {
 // staleness says why live is not the applied form of want, or "" when it is: the rendering
 // changed (spec hash), or a field that want sets is no longer the operator's (drift: another
 // writer changed it). Fields others add or the API server defaults are not compared.
-func staleness(want *unstructured.Unstructured, live *Child) string {
+func staleness(want *unstructured.Unstructured, live *cached.Child) string {
 	if live == nil {
 		return "missing"
 	}
-	if want.GetAnnotations()[evalsi.AnnotationSpecHash] != live.specHash {
+	if want.GetAnnotations()[evalsi.AnnotationSpecHash] != live.SpecHash {
 		return "rendering changed"
 	}
-	if path := live.unowned(want); path != "" {
+	if path := live.Unowned(want); path != "" {
 		return "drifted at " + path
 	}
 	return ""
@@ -225,7 +226,7 @@ func staleness(want *unstructured.Unstructured, live *Child) string {
 // Deployment rendered without spec.replicas (a ScaledObject owns scaling) first hands its
 // replicas to a separate manager, if the operator owned them; cur is the cached live object, nil
 // when there is none.
-func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur *Child) (*Child, error) {
+func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur *cached.Child) (*cached.Child, error) {
 	gvr, ok := e.resourceOf(want.GetAPIVersion(), want.GetKind())
 	if !ok {
 		return nil, fmt.Errorf("no served resource of %s %s: its kind declares no such child", want.GetAPIVersion(), want.GetKind())
@@ -243,9 +244,9 @@ func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur
 	}
 	// The query of metav1.PatchOptions{FieldManager, Force: true, FieldValidation}, written out:
 	// the parameter codec converts the options by reflection at each call.
-	raw, err := rawResult(e.rest.Patch(types.ApplyPatchType).AbsPath(resourcePath(gvr, want.GetNamespace()), want.GetName()).
+	raw, err := cached.RawResult(e.rest.Patch(types.ApplyPatchType).AbsPath(cached.ResourcePath(gvr, want.GetNamespace()), want.GetName()).
 		Param("fieldManager", FieldManager).Param("force", "true").Param("fieldValidation", evalsi.ChildFieldValidation).
-		SetHeader("Accept", acceptChild).Body(body).Do(ctx))
+		SetHeader("Accept", cached.AcceptChild).Body(body).Do(ctx))
 	if apierrors.IsInvalid(err) {
 		// The spec rendered into something the API server rejects; retrying cannot help.
 		return nil, refusedChild(want, err)
@@ -253,7 +254,7 @@ func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur
 	if err != nil {
 		return nil, fmt.Errorf("applying %s %s/%s: %w", want.GetKind(), want.GetNamespace(), want.GetName(), err)
 	}
-	return decodeServedChild(raw)
+	return cached.DecodeServedChild(raw)
 }
 
 // rendering names one rendering of a child: its kind, name and spec hash.
@@ -313,17 +314,17 @@ func ownsReplicas(deploy *unstructured.Unstructured) (bool, error) {
 }
 
 // deleteChild deletes a child that is no longer desired, if it is still the object seen.
-func (e *Engine) deleteChild(ctx context.Context, child *Child) error {
-	gvr, ok := e.resourceOf(child.apiVersion(), child.kind())
+func (e *Engine) deleteChild(ctx context.Context, child *cached.Child) error {
+	gvr, ok := e.resourceOf(child.APIVersion(), child.Kind())
 	if !ok {
-		return fmt.Errorf("no served resource of %s %s", child.apiVersion(), child.kind())
+		return fmt.Errorf("no served resource of %s %s", child.APIVersion(), child.Kind())
 	}
 	uid := child.GetUID()
 	err := e.client.Resource(gvr).Namespace(child.Namespace).Delete(ctx, child.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid},
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting %s %s/%s: %w", child.kind(), child.Namespace, child.Name, err)
+		return fmt.Errorf("deleting %s %s/%s: %w", child.Kind(), child.Namespace, child.Name, err)
 	}
 	return nil
 }
@@ -336,7 +337,7 @@ func Staleness(want, live *unstructured.Unstructured) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	child, err := decodeChild(raw)
+	child, err := cached.DecodeChild(raw)
 	if err != nil {
 		return "", err
 	}

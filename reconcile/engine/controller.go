@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine/cached"
 )
 
 // Controller is the queue and workers of one kind, and what its Reconciler may use of the engine.
@@ -88,11 +89,11 @@ func (c *Controller) Followed() map[string]*unstructured.Unstructured { return c
 func (c *Controller) objects(followed bool) map[string]*unstructured.Unstructured {
 	out := map[string]*unstructured.Unstructured{}
 	for _, o := range c.inf.shared.GetStore().List() {
-		co := o.(*cachedOwner)
-		if followed && !co.followed || !c.e.cfg.Shard.Contains(string(co.GetUID())) {
+		co := o.(*cached.Owner)
+		if followed && !co.Followed || !c.e.cfg.Shard.Contains(string(co.GetUID())) {
 			continue
 		}
-		obj, err := co.object()
+		obj, err := co.Object()
 		if err != nil {
 			continue // its reconcile reports it
 		}
@@ -360,7 +361,7 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 	}
 	if written != nil {
 		// Kept until the informer shows it or a newer version.
-		c.inf.written.remember(written)
+		c.inf.written.Remember(written)
 	}
 	return outcome, err
 }

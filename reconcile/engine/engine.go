@@ -33,7 +33,7 @@ const FieldManager = evalsi.FieldManager
 
 // restClientConfig is the configuration of the engine's REST client, over rc: it sends JSON and
 // decodes errors in either media type, since built-in children are read as protobuf
-// (childproto.go) and the Status of a refused request comes in the media type its request
+// (cached/childproto.go) and the Status of a refused request comes in the media type its request
 // accepted.
 func restClientConfig(rc *rest.Config) *rest.Config {
 	c := dynamic.ConfigFor(rc)
@@ -46,7 +46,7 @@ type Engine struct {
 	cfg    Config
 	client dynamic.Interface
 	kube   kubernetes.Interface
-	// rest is a REST client for what the engine decodes itself: children (childListWatch, apply;
+	// rest is a REST client for what the engine decodes itself: children (cached.ChildListWatch, apply;
 	// protobuf where served) and owners and the answers to status writes (JSON).
 	rest     rest.Interface
 	recorder record.EventRecorder

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine/cached"
 )
 
 // informerKey names one informer: a resource in a namespace ("" for all).
@@ -21,9 +22,9 @@ type informerKey struct {
 
 // informer is a running shared informer and the operator's own writes it has not shown yet.
 // Informers keep only what the engine reads: a cached object is never written back, so nothing it
-// lacks can reach the API server. Children are decoded into a Child (childListWatch). Owners are
+// lacks can reach the API server. Children are decoded into a cached.Child (cached.ChildListWatch). Owners are
 // handed to render and their status is written from them, so they keep everything but
-// managedFields and kubectl's copy of the last applied object (cachedOwner, ownerListWatch).
+// managedFields and kubectl's copy of the last applied object (cached.Owner, cached.OwnerListWatch).
 type informer struct {
 	shared cache.SharedIndexInformer
 	// handled tells whether the engine's handler has had the informer's initial list.
@@ -31,9 +32,9 @@ type informer struct {
 	stop    chan struct{}
 	// written holds objects the operator just wrote, until the informer has seen them, so that
 	// a reconcile right after a write neither writes again nor conflicts with it.
-	written *recentWrites
+	written *cached.RecentWrites
 	// children holds a child informer's objects by controller owner (nil for owners).
-	children *childrenByOwner
+	children *cached.ChildrenByOwner
 	// strangers, of a child informer, holds the metadata of the objects of its resource and
 	// namespace that the operator did not make: the names its new children must not take.
 	strangers cache.SharedIndexInformer
@@ -45,12 +46,12 @@ func (i *informer) synced() bool {
 }
 
 // stranger returns the object the operator did not make that is called name in namespace, or nil.
-func (i *informer) stranger(namespace, name string) *Child {
+func (i *informer) stranger(namespace, name string) *cached.Child {
 	o, exists, err := i.strangers.GetStore().GetByKey(namespace + "/" + name)
 	if err != nil || !exists {
 		return nil
 	}
-	return o.(*Child)
+	return o.(*cached.Child)
 }
 
 // owner returns a copy of the owner of key: the informer's, or the operator's newer write of it;
@@ -60,29 +61,18 @@ func (i *informer) owner(key string) (*unstructured.Unstructured, error) {
 	if err != nil || !exists {
 		return nil, err
 	}
-	return i.written.newer(key, o.(*cachedOwner)).(*cachedOwner).object()
+	return i.written.Newer(key, o.(*cached.Owner)).(*cached.Owner).Object()
 }
 
 // ownedBy returns the children whose controller owner has the UID owner, each the informer's or
 // the operator's newer write of it, with those written but not shown yet.
-func (i *informer) ownedBy(owner string) []*Child {
-	cached := i.children.of(types.UID(owner))
-	written := i.written.ownedBy(owner)
-	out := make([]*Child, 0, len(cached)+len(written))
-	for _, c := range cached {
-		key := c.Namespace + "/" + c.Name
-		delete(written, key)
-		out = append(out, i.written.newer(key, c).(*Child))
-	}
-	for _, w := range written {
-		out = append(out, w.(*Child))
-	}
-	return out
+func (i *informer) ownedBy(owner string) []*cached.Child {
+	return i.children.OwnedBy(types.UID(owner), i.written)
 }
 
 // ensureInformer starts (once) an informer of gvr in namespace whose events go to enqueue. Child
 // informers select by the managed-by label and hold their children by controller owner
-// (childrenByOwner); their events go to the owner's controller (enqueueOwner). Objects are pruned
+// (cached.ChildrenByOwner); their events go to the owner's controller (enqueueOwner). Objects are pruned
 // to what the engine reads before they enter the cache.
 func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner *Kind, enqueue func(obj any)) *informer {
 	e.mu.Lock()
@@ -98,23 +88,23 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 		if s := e.cfg.Shard.LabelSelector(evalsi.LabelShardBucket); s != "" {
 			selector += "," + s
 		}
-		lw := childListWatch(e.rest, gvr, namespace, selector)
-		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &Child{}, cache.SharedIndexInformerOptions{
+		lw := cached.ChildListWatch(e.rest, gvr, namespace, selector)
+		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &cached.Child{}, cache.SharedIndexInformerOptions{
 			ResyncPeriod: e.cfg.Resync, ObjectDescription: gvr.String(),
 		})
 	} else {
-		var lw cache.ListerWatcherWithContext = ownerListWatch(e.rest, gvr, namespace, owner)
+		var lw cache.ListerWatcherWithContext = cached.OwnerListWatch(e.rest, gvr, namespace, owner.asks())
 		if !owner.Shared && !e.cfg.Shard.IsWhole() {
-			lw = shardListWatch(lw, e.cfg.Shard)
+			lw = cached.ShardListWatch(lw, e.cfg.Shard)
 		}
-		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &cachedOwner{}, cache.SharedIndexInformerOptions{
+		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &cached.Owner{}, cache.SharedIndexInformerOptions{
 			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, referrersIndex: indexByRefers}, ObjectDescription: gvr.String(),
 		})
 	}
-	i := &informer{shared: inf, stop: make(chan struct{}), written: newRecentWrites()}
+	i := &informer{shared: inf, stop: make(chan struct{}), written: cached.NewRecentWrites()}
 	if child {
-		i.children = newChildrenByOwner()
-		i.strangers = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(strangerListWatch(e.rest, gvr, namespace)), &Child{},
+		i.children = cached.NewChildrenByOwner()
+		i.strangers = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(cached.StrangerListWatch(e.rest, gvr, namespace)), &cached.Child{},
 			cache.SharedIndexInformerOptions{ObjectDescription: gvr.String() + " not the operator's"})
 	}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
@@ -123,17 +113,17 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	// event queues reads them.
 	handled, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if c, ok := obj.(*Child); ok {
-				i.children.set(nil, c)
+			if c, ok := obj.(*cached.Child); ok {
+				i.children.Set(nil, c)
 			}
-			if o, err := meta.Accessor(obj); err == nil && !i.written.seen(o) {
+			if o, err := meta.Accessor(obj); err == nil && !i.written.Seen(o) {
 				enqueue(obj)
 			}
 		},
 		UpdateFunc: func(old, obj any) {
-			if c, ok := obj.(*Child); ok {
-				was, _ := old.(*Child)
-				i.children.set(was, c)
+			if c, ok := obj.(*cached.Child); ok {
+				was, _ := old.(*cached.Child)
+				i.children.Set(was, c)
 			}
 			o, err := meta.Accessor(obj)
 			before, err2 := meta.Accessor(old)
@@ -142,7 +132,7 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 			}
 			resync := before.GetResourceVersion() == o.GetResourceVersion()
 			// A resync reconciles owners again; it tells a child's owner nothing.
-			if echo := i.written.seen(o); echo || resync && child {
+			if echo := i.written.Seen(o); echo || resync && child {
 				return
 			}
 			enqueue(obj)
@@ -151,11 +141,11 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if c, ok := obj.(*Child); ok {
-				i.children.delete(c)
+			if c, ok := obj.(*cached.Child); ok {
+				i.children.Delete(c)
 			}
 			if o, err := meta.Accessor(obj); err == nil {
-				i.written.seen(o)
+				i.written.Seen(o)
 			}
 			enqueue(obj)
 		},
@@ -233,7 +223,7 @@ func (e *Engine) enqueueOwner(obj any) {
 	if err != nil {
 		return
 	}
-	ref := controllerOf(child)
+	ref := cached.ControllerOf(child)
 	if ref.UID == "" {
 		return
 	}

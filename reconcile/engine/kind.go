@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"evals.si/operator/reconcile/engine/cached"
 )
 
 // Kind is one kind of object the engine runs a controller for: what it watches and owns, and the
@@ -81,4 +83,23 @@ type Request struct {
 	Refused string
 	// Controller is the object's controller: its kind and the engine's services.
 	Controller *Controller
+}
+
+// asks is what the kind asks of each version of its objects as they enter the cache (Followed,
+// Refers), nil when nothing.
+func (k *Kind) asks() *cached.Asks {
+	if k.Followed == nil && k.Refers == nil {
+		return nil
+	}
+	a := &cached.Asks{Followed: k.Followed}
+	if k.Refers != nil {
+		a.Refers = func(u *unstructured.Unstructured) []string {
+			var refs []string
+			for _, r := range k.Refers(u) {
+				refs = append(refs, r.String())
+			}
+			return refs
+		}
+	}
+	return a
 }

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"k8s.io/client-go/tools/cache"
+
+	"evals.si/operator/reconcile/engine/cached"
 )
 
 // referrersIndex indexes the objects of a kind with Refers by what they wait on (Ref.String).
@@ -9,8 +11,8 @@ const referrersIndex = "refers"
 
 // indexByRefers is the referrers index of a cached owner.
 func indexByRefers(obj any) ([]string, error) {
-	if co, ok := obj.(*cachedOwner); ok {
-		return co.refers, nil
+	if co, ok := obj.(*cached.Owner); ok {
+		return co.Refers, nil
 	}
 	return nil, nil
 }

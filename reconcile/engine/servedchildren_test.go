@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,11 @@ import (
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine"
+	"evals.si/operator/reconcile/engine/cached"
 )
+
+// sameChild compares Children field by field, the interned and unexported ones included.
+var sameChild = cmp.Exporter(func(reflect.Type) bool { return true })
 
 var (
 	deploymentsGVR     = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
@@ -92,11 +97,11 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 	}
 	get := func(gvr schema.GroupVersionResource, accept string) ([]byte, any) {
 		t.Helper()
-		raw, err := rc.Get().AbsPath(engine.ResourcePath(gvr, ns), "pool").SetHeader("Accept", accept).DoRaw(ctx)
+		raw, err := rc.Get().AbsPath(cached.ResourcePath(gvr, ns), "pool").SetHeader("Accept", accept).DoRaw(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		child, err := engine.CachedForm(raw, true)
+		child, err := cached.Form(raw, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +118,7 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 				t.Fatalf("%s was not served as protobuf: %.40q", gvr.Resource, raw)
 			}
 			_, fromJSON := get(gvr, "application/json")
-			if diff = cmp.Diff(fromJSON, fromProtobuf, engine.SameChild); diff == "" {
+			if diff = cmp.Diff(fromJSON, fromProtobuf, sameChild); diff == "" {
 				return fromProtobuf
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -125,7 +130,7 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 		served(gvr)
 	}
 
-	lw := engine.ChildListWatch(rc, deploymentsGVR, ns, evalsi.LabelManagedBy+"="+evalsi.ManagedBy)
+	lw := cached.ChildListWatch(rc, deploymentsGVR, ns, evalsi.LabelManagedBy+"="+evalsi.ManagedBy)
 	list, err := lw.ListWithContext(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +178,7 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 
 	// A refusal comes back in protobuf too, and reads as the API server's Status: what apply
 	// tells a terminal refusal (Invalid, naming the field) from a retry by.
-	err = rc.Get().AbsPath(engine.ResourcePath(deploymentsGVR, ns), "missing").SetHeader("Accept", engine.AcceptChild).Do(ctx).Error()
+	err = rc.Get().AbsPath(cached.ResourcePath(deploymentsGVR, ns), "missing").SetHeader("Accept", cached.AcceptChild).Do(ctx).Error()
 	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `"missing" not found`) {
 		t.Errorf("getting a missing Deployment: %v, want NotFound naming it", err)
 	}
@@ -182,8 +187,8 @@ func TestChildrenReadAsProtobufAreTheJSONChildren(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = rc.Patch(types.ApplyPatchType).AbsPath(engine.ResourcePath(deploymentsGVR, ns), "pool").Param("fieldManager", engine.FieldManager).
-		Param("force", "true").SetHeader("Accept", engine.AcceptChild).Body(body).Do(ctx).Error()
+	err = rc.Patch(types.ApplyPatchType).AbsPath(cached.ResourcePath(deploymentsGVR, ns), "pool").Param("fieldManager", engine.FieldManager).
+		Param("force", "true").SetHeader("Accept", cached.AcceptChild).Body(body).Do(ctx).Error()
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.replicas") {
 		t.Errorf("applying a negative replica count: %v, want Invalid naming spec.replicas", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/unstructuredjson"
 )
 
@@ -28,7 +29,7 @@ const refusedField = "refused"
 // writes the result when it differs from what obj holds; it records an Event when the Ready
 // condition changed. It returns the object written as the cache keeps it, or nil when nothing
 // was: nothing is written at steady state.
-func (e *Engine) writeStatus(ctx context.Context, c *Controller, obj *unstructured.Unstructured, st *Status, te *TerminalError) (*cachedOwner, error) {
+func (e *Engine) writeStatus(ctx context.Context, c *Controller, obj *unstructured.Unstructured, st *Status, te *TerminalError) (*cached.Owner, error) {
 	old, _, _ := unstructured.NestedMap(obj.Object, "status")
 	next := mergeStatus(old, st, te, obj.GetGeneration())
 	if SameJSON(old, next) {
@@ -39,12 +40,12 @@ func (e *Engine) writeStatus(ctx context.Context, c *Controller, obj *unstructur
 	if err != nil {
 		return nil, fmt.Errorf("encoding status: %w", err)
 	}
-	raw, err := rawResult(e.rest.Put().AbsPath(resourcePath(c.kind.Resource, obj.GetNamespace()), obj.GetName(), "status").
+	raw, err := cached.RawResult(e.rest.Put().AbsPath(cached.ResourcePath(c.kind.Resource, obj.GetNamespace()), obj.GetName(), "status").
 		Param("fieldManager", FieldManager).Body(body).Do(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("writing status: %w", err)
 	}
-	written, err := decodeOwner(raw)
+	written, err := cached.DecodeOwner(raw)
 	if err != nil {
 		return nil, fmt.Errorf("reading the status written: %w", err)
 	}
@@ -147,7 +148,7 @@ func refused(obj *unstructured.Unstructured) string {
 		if m["type"] != evalsi.ConditionStalled || m["status"] != "True" {
 			continue
 		}
-		if g, ok := number(m["observedGeneration"]); !ok || int64(g) != obj.GetGeneration() {
+		if g, ok := unstructuredjson.Number(m["observedGeneration"]); !ok || int64(g) != obj.GetGeneration() {
 			return ""
 		}
 		what, _, _ := unstructured.NestedString(obj.Object, "status", refusedField)

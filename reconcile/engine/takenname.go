@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/reconcile/engine/cached"
 )
 
 // nameRecheck is how often an object whose child's name another object holds looks again: the
@@ -41,7 +43,7 @@ func claimName(inf *informer, want, owner *unstructured.Unstructured) error {
 	if held == nil {
 		return nil
 	}
-	ref := controllerOf(held)
+	ref := cached.ControllerOf(held)
 	if ref.UID == owner.GetUID() {
 		return nil
 	}

@@ -17,6 +17,7 @@ import (
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/shard"
+	"evals.si/operator/shard/holding"
 )
 
 // LeaseTimings are the timings of every Lease a replica holds: it renews each every RetryPeriod
@@ -66,19 +67,6 @@ func (t LeaseTimings) warmerGrace(round time.Duration) time.Duration {
 // it: replicas with another number slice the objects otherwise, and must not run beside it.
 const LabelShards = evalsi.Group + "/shards"
 
-// LeaseHolder returns who holds l at now, or "" when no one does: no holder, or not renewed
-// within its duration.
-func LeaseHolder(l *coordinationv1.Lease, now time.Time) string {
-	s := l.Spec
-	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
-		return ""
-	}
-	if now.After(s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)) {
-		return ""
-	}
-	return *s.HolderIdentity
-}
-
 // observation is a Lease's version and when this replica first saw it.
 type observation struct {
 	resourceVersion string
@@ -91,12 +79,12 @@ type observation struct {
 // elector does not; this replica reads the Leases every RetryPeriod, so that a killed holder's
 // shard is taken about a Lease duration after its last renewal.
 // It also reports whether that holder, another replica, is late: l has not changed for
-// LeaseTimings.late; then it notes when l runs out (shardHolder.expires). A Lease that ran out
+// LeaseTimings.Late; then it notes when l runs out (shardHolder.expires). A Lease that ran out
 // still naming another replica is expired: its holder stopped renewing it, not released it.
-func (h *shardHolder) observe(l *coordinationv1.Lease, now time.Time) shardLease {
+func (h *shardHolder) observe(l *coordinationv1.Lease, now time.Time) holding.Lease {
 	s := l.Spec
 	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.LeaseDurationSeconds == nil {
-		return shardLease{}
+		return holding.Lease{}
 	}
 	o, ok := h.seen[l.Name]
 	if !ok || o.resourceVersion != l.ResourceVersion {
@@ -104,7 +92,7 @@ func (h *shardHolder) observe(l *coordinationv1.Lease, now time.Time) shardLease
 		h.seen[l.Name] = o
 	}
 	if *s.HolderIdentity == h.id {
-		return shardLease{holder: h.id}
+		return holding.Lease{Holder: h.id}
 	}
 	duration := time.Duration(*s.LeaseDurationSeconds) * time.Second
 	quiet := now.Sub(o.since)
@@ -113,13 +101,13 @@ func (h *shardHolder) observe(l *coordinationv1.Lease, now time.Time) shardLease
 		renewed = s.RenewTime.Time
 	}
 	if quiet > duration {
-		return shardLease{expired: true, renewed: renewed}
+		return holding.Lease{Expired: true, Renewed: renewed}
 	}
 	late := quiet > h.timings.late()
 	if expires := o.since.Add(duration); late && (h.expires.IsZero() || expires.Before(h.expires)) {
 		h.expires = expires
 	}
-	return shardLease{holder: *s.HolderIdentity, late: late, renewed: renewed}
+	return holding.Lease{Holder: *s.HolderIdentity, Late: late, Renewed: renewed}
 }
 
 // take makes this replica the holder of the Lease name, which it judged free, unless another
@@ -142,7 +130,7 @@ func (h *shardHolder) take(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if holder := h.observe(l, now.Time).holder; holder != "" && holder != h.id {
+	if holder := h.observe(l, now.Time).Holder; holder != "" && holder != h.id {
 		return false, nil
 	}
 	transitions := int32(0)
@@ -183,27 +171,13 @@ func (h *shardHolder) release(name string) (bool, error) {
 	return err == nil, err
 }
 
-// shardLease is a Lease (a shard's or a member slot's) as this replica judges it (observe): who
-// holds it ("" for no one), and whether that holder, another replica, is late to renew it.
-type shardLease struct {
-	holder string
-	late   bool
-	// expired is whether the Lease is free because another replica stopped renewing it (it ran
-	// out still naming that replica), not because it was released.
-	expired bool
-	// renewed is the Lease's spec.renewTime when another replica holds it or held it until it
-	// ran out: every replica reads the same, and a dead holder's shards go late for each replica
-	// in the order of their last renewals (assignLate).
-	renewed time.Time
-}
-
 // holders returns each shard's Lease now, and, when replicas with another number of shards hold
 // a Lease, which: the Leases of this count carry it (LabelShards), the first Lease of the other
 // family (the single Lease when this replica shards, the first shard's when it does not) is read
 // too, and so is every shard Lease labelled with another number (otherCountShard). A rolling
 // change of --shards is safe: the new replicas take nothing until the old ones have stopped.
-func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]shardLease, string, error) {
-	out, conflict := map[int]shardLease{}, ""
+func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]holding.Lease, string, error) {
+	out, conflict := map[int]holding.Lease{}, ""
 	names := make([]string, 0, h.count+1)
 	for i := range h.count {
 		names = append(names, ShardLease(h.name, shard.Shard{Index: i, Count: h.count}))
@@ -224,8 +198,8 @@ func (h *shardHolder) holders(ctx context.Context, now time.Time) (map[int]shard
 			return nil, "", err
 		}
 		observed := h.observe(l, now)
-		if count := cmp.Or(l.Labels[LabelShards], "1"); observed.holder != "" && (i == h.count || count != strconv.Itoa(h.count)) {
-			conflict = fmt.Sprintf("%s holds Lease %s with --shards=%s", observed.holder, name, count)
+		if count := cmp.Or(l.Labels[LabelShards], "1"); observed.Holder != "" && (i == h.count || count != strconv.Itoa(h.count)) {
+			conflict = fmt.Sprintf("%s holds Lease %s with --shards=%s", observed.Holder, name, count)
 		}
 		if i < h.count {
 			out[i] = observed
@@ -272,8 +246,8 @@ func (h *shardHolder) otherCountShard(ctx context.Context, now time.Time, read [
 		if l.Name != h.name && !strings.HasPrefix(l.Name, h.name+"-shard-") || slices.Contains(read, l.Name) {
 			continue // a member slot or the standby (its holder holds no shard by it), or read already
 		}
-		if observed := h.observe(l, now); observed.holder != "" {
-			return fmt.Sprintf("%s holds Lease %s with --shards=%s", observed.holder, l.Name, l.Labels[LabelShards]), nil
+		if observed := h.observe(l, now); observed.Holder != "" {
+			return fmt.Sprintf("%s holds Lease %s with --shards=%s", observed.Holder, l.Name, l.Labels[LabelShards]), nil
 		}
 	}
 	return "", nil
@@ -288,7 +262,7 @@ func (h *shardHolder) labels() map[string]string {
 // the other replicas of this number of shards as this replica judges them (observe), and whether
 // this replica took its slot just now (joined). h.member is its own slot ("" when every slot is
 // held by others); it keeps the standby Lease too (keepStandby).
-func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []shardLease, joined bool, err error) {
+func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []holding.Lease, joined bool, err error) {
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
 	// The standby Lease first: a standby takes a slot, then releases it, so that this replica
 	// finds it either standing by or holding the slot, never neither (then it would count itself
@@ -310,7 +284,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 			return nil, false, err
 		}
 		switch observed := h.observe(l, now); {
-		case observed.holder == h.id && mine == "":
+		case observed.Holder == h.id && mine == "":
 			renewed, err := h.renew(ctx, l, now)
 			if err != nil {
 				return nil, false, err
@@ -318,7 +292,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 			if renewed {
 				mine = name
 			}
-		case observed.holder == "":
+		case observed.Holder == "":
 			free = append(free, name)
 		case l.Labels[LabelShards] == strconv.Itoa(h.count):
 			// A replica with another number of shards reconciles nothing beside this one
@@ -366,27 +340,27 @@ func (h *shardHolder) renew(ctx context.Context, l *coordinationv1.Lease, now ti
 //     replica that died or was cut off renewed its slot last in a round that may have come after
 //     its shards' last renewals, and until the slot is late too it would be counted live, given
 //     its own shards to warm (assignLate), and keep their share from the others.
-func countMembers(others []shardLease, holders map[int]shardLease) (peers []string, gone int) {
+func countMembers(others []holding.Lease, holders map[int]holding.Lease) (peers []string, gone int) {
 	for _, m := range others {
-		held, onTime := renewals(m.holder, holders)
-		if onTime == 0 && (m.late || held > 0) {
+		held, onTime := renewals(m.Holder, holders)
+		if onTime == 0 && (m.Late || held > 0) {
 			gone++
 			continue
 		}
-		peers = append(peers, m.holder)
+		peers = append(peers, m.Holder)
 	}
 	return peers, gone
 }
 
 // renewals counts the shard Leases of holders that replica holds, and those it is not late to
 // renew.
-func renewals(replica string, holders map[int]shardLease) (held, onTime int) {
+func renewals(replica string, holders map[int]holding.Lease) (held, onTime int) {
 	for _, l := range holders {
-		if l.holder != replica {
+		if l.Holder != replica {
 			continue
 		}
 		held++
-		if !l.late {
+		if !l.Late {
 			onTime++
 		}
 	}

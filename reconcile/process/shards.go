@@ -1,22 +1,16 @@
 package process
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"evals.si/operator/shard"
+	"evals.si/operator/shard/holding"
 )
 
 // shardHolder holds a fair share of an operator's shards for one replica: ceil(shards / live
@@ -30,7 +24,9 @@ import (
 // over. With more replicas than shards, the first replica without a slot holds the standby
 // Lease (StandbyLease): when a member is gone, every replica counts it in, so that it, not
 // another member, takes the gone member's shards, and its slot once that runs out. Every Lease
-// has a name known in advance, so that RBAC can name them all.
+// has a name known in advance, so that RBAC can name them all. Which shards it takes, drains and
+// warms at each round is decided by package holding from what it read; this type reads and writes
+// the Leases and runs the engines.
 //
 // While a late holder's Lease runs out, the replicas that will take its shards warm them: they
 // start the shards' engines without writes (engine.Config.Writable), which list, watch and
@@ -72,9 +68,8 @@ type shardHolder struct {
 	// runs again then, not up to a RetryPeriod later.
 	expires time.Time
 
-	mu     sync.Mutex
-	tries  map[int]*shardTry
-	byHash map[int]uint64
+	mu    sync.Mutex
+	tries map[int]*shardTry
 	// tenures are how long this replica may still write each shard's objects, extended by each
 	// renewal of the shard's Lease (tenureLock), and carried by the contexts of its engines.
 	tenures map[int]*shard.Tenure
@@ -135,32 +130,10 @@ func (h *shardHolder) tenure(i int) *shard.Tenure {
 	return t
 }
 
-// shardTry is an elector of one shard's Lease and, while it leads, the shard's engine.
-type shardTry struct {
-	shard.Shard
-	// stopElector ends the elector, which then releases the Lease if it holds it.
-	stopElector context.CancelFunc
-	elector     chan struct{}
-	mu          sync.Mutex
-	leading     bool
-	// engine runs while the elector leads (nil before).
-	engine *shardEngine
-}
-
-func (t *shardTry) isLeading() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.leading
-}
-
 // holdShards holds shards for this replica (identity id) until ctx ends or an engine fails.
 func holdShards(ctx context.Context, h *shardHolder) error {
-	h.tries, h.warm, h.byHash, h.errc, h.seen = map[int]*shardTry{}, map[int]*shardEngine{}, map[int]uint64{}, make(chan error, h.count), map[string]observation{}
+	h.tries, h.warm, h.errc, h.seen = map[int]*shardTry{}, map[int]*shardEngine{}, make(chan error, h.count), map[string]observation{}
 	h.warmer, h.freeSince, h.tenures = map[int]string{}, map[int]time.Time{}, map[int]*shard.Tenure{}
-	for i := range h.count {
-		// Replicas starting together try different shards first.
-		h.byHash[i] = rendezvous(h.id, i)
-	}
 	defer h.leave()
 	defer h.stopAll()
 	t := time.NewTimer(h.timings.RetryPeriod)
@@ -192,8 +165,8 @@ func holdShards(ctx context.Context, h *shardHolder) error {
 // the shards of late holders that it would take.
 func (h *shardHolder) rebalance(ctx context.Context) {
 	now := time.Now()
-	n := 1                  // the replicas holding member slots, this one among them if it holds one
-	var others []shardLease // the other replicas' member slots
+	n := 1                     // the replicas holding member slots, this one among them if it holds one
+	var others []holding.Lease // the other replicas' member slots
 	if h.count > 1 {
 		slots, joined, err := h.renewMember(ctx, now)
 		if err != nil {
@@ -253,28 +226,8 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	}
 	h.peers = peers
 	share := (h.count + members - 1) / members
-	h.dropTaken(holders)
-	leading := h.drain(share, members, "more replicas share the shards")
-	tries := 0
-	for _, t := range h.current() {
-		if !t.isLeading() {
-			tries++
-		}
-	}
 	h.assignLate(holders, share, now)
-	var free []int
-	h.mu.Lock()
-	for i := range h.count {
-		if _, ok := h.tries[i]; !ok && holders[i].holder == "" && !h.leftToWarmer(i, now) {
-			free = append(free, i)
-		}
-	}
-	h.mu.Unlock()
-	h.byPreference(free) // the warmed first
-	want := max(share-leading-tries, 0)
-	for _, i := range free[:min(want, len(free))] {
-		h.try(ctx, shard.Shard{Index: i, Count: h.count})
-	}
+	h.act(ctx, h.round(holders, share, now), members, "more replicas share the shards")
 	h.warmLate(ctx, holders)
 }
 
@@ -282,184 +235,51 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 // by, or replicas of another number of shards reconcile (why, for the log). n is the replicas
 // counted, for the log too.
 func (h *shardHolder) standAside(ctx context.Context, n int, why string) {
-	h.drain(0, n, why)
+	h.act(ctx, h.round(nil, 0, time.Now()), n, why)
 	h.warmLate(ctx, nil)
 }
 
-// rendezvous is the rendezvous hash of replica id and shard i: each replica prefers the shards
-// that hash best with its identity.
-func rendezvous(id string, i int) uint64 {
-	f := fnv.New64a()
-	fmt.Fprintf(f, "%s/%d", id, i)
-	return f.Sum64()
-}
-
-// byPreference sorts shards most preferred first: those this replica warms, then by its
-// rendezvous hash.
-func (h *shardHolder) byPreference(shards []int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	slices.SortFunc(shards, func(a, b int) int {
-		_, wa := h.warm[a]
-		_, wb := h.warm[b]
-		if wa != wb {
-			if wa {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(h.byHash[b], h.byHash[a])
-	})
-}
-
-// dropTaken drops the shards this replica tries or leads whose Lease another replica holds: it
-// took a free one first (this replica tries another instead), or took one this replica led,
-// which only a replica whose renewals stopped for a Lease duration sees (a process stopped and
-// resumed). Its elector would notice that only once its renewals have failed for a renew
-// deadline; the shard's tenure has kept the engine from writing since.
-func (h *shardHolder) dropTaken(holders map[int]shardLease) {
-	for _, t := range h.current() {
-		if holder := holders[t.Index].holder; holder != "" && holder != h.id {
-			h.drop(t)
-		}
-	}
-}
-
-// drain drops the least preferred shards this replica leads beyond fair (why: more replicas
-// share the shards, or standAside's reason), and returns how many it still leads.
-func (h *shardHolder) drain(fair, members int, why string) int {
-	var leading []*shardTry
+// round is what this replica knows at this round, for holding.Decide: the shards' Leases
+// (holders, nil when it stands aside), its share, and the shards it leads, tries and warms.
+func (h *shardHolder) round(holders map[int]holding.Lease, share int, now time.Time) holding.Round {
+	r := holding.Round{Self: h.id, Count: h.count, Share: share, Leases: holders}
 	for _, t := range h.current() {
 		if t.isLeading() {
-			leading = append(leading, t)
+			r.Leading = append(r.Leading, t.Index)
+		} else {
+			r.Trying = append(r.Trying, t.Index)
 		}
 	}
-	slices.SortFunc(leading, func(a, b *shardTry) int { return cmp.Compare(h.byHash[a.Index], h.byHash[b.Index]) })
-	for len(leading) > fair {
-		h.log.Info("draining a shard", "why", why, "shard", leading[0].String(), "replicas", members, "fairShare", fair)
-		h.drop(leading[0])
-		leading = leading[1:]
-	}
-	return len(leading)
-}
-
-// current returns the shards this replica tries or leads.
-func (h *shardHolder) current() []*shardTry {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]*shardTry, 0, len(h.tries))
-	for _, t := range h.tries {
-		out = append(out, t)
+	for i := range h.warm {
+		r.Warm = append(r.Warm, i)
 	}
-	return out
-}
-
-// try takes s's Lease, which rebalance found free, and starts an elector that renews it; while
-// it leads, s's engine runs. The elector does not take the Lease itself: it would wait a Lease
-// duration from its own first sight of it, after this replica has already waited one.
-func (h *shardHolder) try(ctx context.Context, s shard.Shard) {
-	name := ShardLease(h.name, s)
-	if taken, err := h.take(ctx, name); err != nil || !taken {
-		if err != nil {
-			h.log.Warn("taking a shard's Lease", "shard", s.String(), "err", err)
+	for i := range h.count {
+		if holders[i].Holder == "" && h.leftToWarmer(i, now) {
+			r.LeftToOthers = append(r.LeftToOthers, i)
 		}
-		return
 	}
-	lock := &tenureLock{
-		Interface: &resourcelock.LeaseLock{
-			LeaseMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: name}, Client: h.kube.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: h.id}, Labels: h.labels(),
-		},
-		tenure: h.tenure(s.Index), deadline: h.timings.RenewDeadline,
-	}
-	// The elector's context is not ctx: on shutdown the engine stops first, then the Lease is
-	// released (stopAll), never the other way round.
-	ectx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	t := &shardTry{Shard: s, stopElector: stop, elector: make(chan struct{})}
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, LeaseDuration: h.timings.LeaseDuration, RenewDeadline: h.timings.RenewDeadline, RetryPeriod: h.timings.RetryPeriod,
-		Name: name,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) { h.lead(lctx, t) },
-			OnStoppedLeading: func() {
-				t.mu.Lock()
-				engine := t.engine
-				t.leading = false
-				t.mu.Unlock()
-				engine.halt()
-				if ectx.Err() == nil {
-					h.log.Warn("lost a shard's Lease; its engine stopped", "shard", s.String(), "lease", name)
-				}
-			},
-		},
-	})
-	if err != nil {
-		h.errc <- fmt.Errorf("configuring the elector of shard %s: %w", s, err)
-		return
-	}
-	h.mu.Lock()
-	h.tries[s.Index] = t
-	h.mu.Unlock()
-	go func() {
-		defer close(t.elector)
-		le.Run(ectx)
-		// Lost or released: the shard is free for this replica to try again.
-		h.mu.Lock()
-		if h.tries[s.Index] == t {
-			delete(h.tries, s.Index)
-		}
-		h.mu.Unlock()
-		h.heldChanged()
-	}()
+	return r
 }
 
-// lead runs s's engine while t's elector leads (lctx): the warm one when this replica warmed s,
-// which may now write, else a new one.
-func (h *shardHolder) lead(lctx context.Context, t *shardTry) {
-	h.mu.Lock()
-	e, warm := h.warm[t.Index]
-	delete(h.warm, t.Index)
-	h.mu.Unlock()
-	if warm {
-		close(e.writable)
-	} else {
-		e = h.startEngine(lctx, t.Shard, nil)
+// act carries out holding.Decide's plan for r: drops the shards another replica took, drains
+// those beyond the share (why, and the replicas counted, for the log), and tries free ones.
+func (h *shardHolder) act(ctx context.Context, r holding.Round, members int, why string) {
+	plan := holding.Decide(r)
+	tries := map[int]*shardTry{}
+	for _, t := range h.current() {
+		tries[t.Index] = t
 	}
-	t.mu.Lock()
-	t.leading, t.engine = true, e
-	t.mu.Unlock()
-	h.log.Info("holding a shard", "shard", t.String(), "lease", ShardLease(h.name, t.Shard), "identity", h.id, "warm", warm)
-	h.heldChanged()
-	select {
-	case <-lctx.Done():
-		e.halt() // a warm engine runs under the holder's context, not lctx
-	case <-e.done:
+	for _, i := range plan.Drop {
+		h.drop(tries[i])
 	}
-	if e.err != nil {
-		h.errc <- fmt.Errorf("shard %s: %w", t.Shard, e.err)
+	for _, i := range plan.Drain {
+		h.log.Info("draining a shard", "why", why, "shard", tries[i].String(), "replicas", members, "fairShare", r.Share)
+		h.drop(tries[i])
 	}
-}
-
-// drop stops t's engine, waits for it to end, ends its elector, and only then releases the
-// Lease (the elector's own release on cancel would not wait for the engine).
-func (h *shardHolder) drop(t *shardTry) {
-	t.mu.Lock()
-	engine := t.engine
-	t.mu.Unlock()
-	engine.halt()
-	t.stopElector()
-	<-t.elector
-	released, err := h.release(ShardLease(h.name, t.Shard))
-	if err != nil {
-		h.log.Warn("releasing a shard's Lease; it expires instead", "shard", t.String(), "err", err)
-		return
-	}
-	switch {
-	case engine == nil:
-	case released:
-		h.log.Info("released a shard", "shard", t.String(), "identity", h.id)
-	default:
-		h.log.Warn("stopped a shard whose Lease another replica holds", "shard", t.String(), "identity", h.id)
+	for _, i := range plan.Try {
+		h.try(ctx, shard.Shard{Index: i, Count: h.count})
 	}
 }
 

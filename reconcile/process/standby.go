@@ -13,6 +13,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"evals.si/operator/shard/holding"
 )
 
 // readStandby reads the standby Lease: nil when there is none; served is false when this
@@ -46,27 +48,27 @@ func (h *shardHolder) keepStandby(ctx context.Context, now time.Time, l *coordin
 	if !served {
 		return nil
 	}
-	var observed shardLease
+	var observed holding.Lease
 	if l != nil {
 		observed = h.observe(l, now)
 	}
 	var err error
 	switch {
-	case observed.holder == h.id && h.member != "":
+	case observed.Holder == h.id && h.member != "":
 		// It holds a slot now: the next replica in line may stand by.
 		_, err = h.release(name)
 		return err
-	case observed.holder == h.id:
+	case observed.Holder == h.id:
 		h.standby, err = h.renew(ctx, l, now)
 		return err
-	case observed.holder == "" && h.member == "":
+	case observed.Holder == "" && h.member == "":
 		h.standby, err = h.take(ctx, name)
 		return err
-	case observed.holder != "" && l.Labels[LabelShards] == strconv.Itoa(h.count):
+	case observed.Holder != "" && l.Labels[LabelShards] == strconv.Itoa(h.count):
 		// Counted until its Lease runs out, late or not: it renews it in its rounds of reads,
 		// which take seconds on a busy machine, most of all while it warms a shard. Dropped
 		// while late, it would leave the others to warm the shard it warms.
-		h.standbyPeer = observed.holder
+		h.standbyPeer = observed.Holder
 	}
 	return nil
 }

@@ -9,74 +9,21 @@ import (
 	"time"
 
 	"evals.si/operator/shard"
+	"evals.si/operator/shard/holding"
 )
 
-// assignLate gives each shard of a late holder one warmer among this replica and its peers: in
-// the order of the Leases' last renewals (then of the shards), the one that hashes best with the
-// shard (rendezvous hashing) among those below share with the shards they hold and were given.
-// Every replica computes the same from the same Leases, so one warms each shard, not all. A shard
-// keeps its warmer while its Lease is free, and its warmer's load counts it; it loses the warmer
-// once the Lease is held again. A shard whose holder's Lease ran out before this replica saw it
-// late is given one too, as the others gave it. Replicas whose rounds saw a dead holder's shards
-// go late in different steps still agree: each saw them go late in the order of their last
-// renewals, the order in which they are given.
-func (h *shardHolder) assignLate(holders map[int]shardLease, share int, now time.Time) {
-	load := map[string]int{}
-	for _, l := range holders {
-		if l.holder != "" && !l.late {
-			load[l.holder]++
-		}
-	}
-	candidates := append([]string{h.id}, h.peers...)
-	order := make([]int, h.count)
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return holders[a].renewed.Compare(holders[b].renewed) })
-	for _, i := range order {
-		l := holders[i]
-		if l.holder != "" {
+// assignLate gives each shard of a late holder one warmer among this replica and its peers
+// (holding.Warmers: every replica computes the same from the same Leases, so one warms each
+// shard), and notes when this replica first saw each free shard free (leftToWarmer).
+func (h *shardHolder) assignLate(holders map[int]holding.Lease, share int, now time.Time) {
+	for i := range h.count {
+		if holders[i].Holder != "" {
 			delete(h.freeSince, i)
 		} else if _, seen := h.freeSince[i]; !seen {
 			h.freeSince[i] = now
 		}
-		w, given := h.warmer[i]
-		switch {
-		case l.holder == "" && given:
-			// A free shard keeps its warmer, which takes it first: counted where it was given,
-			// so that the shards after it are given as by a replica that saw them all late in
-			// one round.
-			load[w]++
-		case l.late || l.expired:
-			// Its holder is late, or died before this replica saw it late (a round of its reads
-			// took longer than the late window): it gets the warmer the others give it, never
-			// its late holder (one still counted live renews another shard on time).
-			if best := bestWarmer(candidates, load, share, i, l.holder); best != "" {
-				h.warmer[i] = best
-				load[best]++
-			} else {
-				delete(h.warmer, i)
-			}
-		default:
-			// Held on time, or released by its holder: no one warms it.
-			delete(h.warmer, i)
-		}
 	}
-}
-
-// bestWarmer returns the candidate but holder below share (with the shards it holds and was
-// given, load) that hashes best with shard i, or "" when all are at their share.
-func bestWarmer(candidates []string, load map[string]int, share, i int, holder string) string {
-	best, bestHash := "", uint64(0)
-	for _, c := range candidates {
-		if c == holder || load[c] >= share {
-			continue
-		}
-		if hash := rendezvous(c, i); best == "" || hash > bestHash {
-			best, bestHash = c, hash
-		}
-	}
-	return best
+	h.warmer = holding.Warmers(h.count, share, holders, append([]string{h.id}, h.peers...), h.warmer)
 }
 
 // leftToWarmer reports whether this replica leaves free shard i to another replica that warmed
@@ -94,7 +41,7 @@ func (h *shardHolder) leftToWarmer(i int, now time.Time) bool {
 // warmLate stops the warm engines of shards whose Lease is held again by a replica on time (it
 // was only slow, or another took it) or that another replica now warms, then warms the shards of
 // late holders that assignLate gave this replica. nil holders stops them all.
-func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease) {
+func (h *shardHolder) warmLate(ctx context.Context, holders map[int]holding.Lease) {
 	var stopped []*shardEngine
 	var late []int
 	h.mu.Lock()
@@ -111,7 +58,7 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease) 
 			continue
 		default:
 		}
-		if ok && (l.late && h.warmer[i] == h.id || l.holder == "" || l.holder == h.id) {
+		if ok && (l.Late && h.warmer[i] == h.id || l.Holder == "" || l.Holder == h.id) {
 			continue
 		}
 		delete(h.warm, i)
@@ -120,7 +67,7 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease) 
 	for i, l := range holders {
 		_, warm := h.warm[i]
 		_, tried := h.tries[i]
-		if l.late && h.warmer[i] == h.id && !warm && !tried {
+		if l.Late && h.warmer[i] == h.id && !warm && !tried {
 			late = append(late, i)
 		}
 	}
@@ -131,7 +78,7 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]shardLease) 
 	slices.Sort(late)
 	for _, i := range late {
 		s := shard.Shard{Index: i, Count: h.count}
-		h.log.Info("warming a shard: its holder is late to renew its Lease", "shard", s.String(), "holder", holders[i].holder)
+		h.log.Info("warming a shard: its holder is late to renew its Lease", "shard", s.String(), "holder", holders[i].Holder)
 		e := h.startEngine(ctx, s, make(chan struct{}))
 		h.mu.Lock()
 		h.warm[i] = e

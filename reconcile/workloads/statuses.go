@@ -9,6 +9,7 @@ import (
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine"
+	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/render"
 )
 
@@ -18,7 +19,7 @@ import (
 
 // poolStatus is the status of an Evaluator (or, with sandbox, a SandboxClass) whose pool rendered
 // as pool and whose Deployment has rolled out as r.
-func poolStatus(pool render.Pool, sandbox bool, r engine.Rollout) *engine.Status {
+func poolStatus(pool render.Pool, sandbox bool, r cached.Rollout) *engine.Status {
 	fields := map[string]any{"replicas": nil, "readyReplicas": nil}
 	if sandbox {
 		fields["namespace"] = pool.Namespace
@@ -51,7 +52,7 @@ func poolStatus(pool render.Pool, sandbox bool, r engine.Rollout) *engine.Status
 // checkpointServerStatus is the status of a CheckpointServer that serves as served and whose
 // Deployment has rolled out as r: Ready only once the current spec is rolled out and one of its
 // replicas passes /health, so a spec change is not Ready on the old revision's replica.
-func checkpointServerStatus(served render.Served, r engine.Rollout) *engine.Status {
+func checkpointServerStatus(served render.Served, r cached.Rollout) *engine.Status {
 	fields := map[string]any{
 		"endpoint":        served.Endpoint,
 		"servedModelName": served.ModelName,

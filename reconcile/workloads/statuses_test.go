@@ -13,6 +13,7 @@ import (
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine"
+	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/render"
 )
 
@@ -29,20 +30,20 @@ func ready(st *engine.Status) engine.Condition {
 }
 
 // rolledOut is the rollout of a Deployment whose replicas all run the current spec.
-func rolledOut(replicas int64) engine.Rollout {
-	return engine.Rollout{Done: true, Replicas: replicas, Ready: replicas}
+func rolledOut(replicas int64) cached.Rollout {
+	return cached.Rollout{Done: true, Replicas: replicas, Ready: replicas}
 }
 
 func TestPoolStatus(t *testing.T) {
 	for name, tc := range map[string]struct {
 		pool        render.Pool
 		sandbox     bool
-		deploy      engine.Rollout
+		deploy      cached.Rollout
 		status      string
 		reason      string
 		autoscaling any
 	}{
-		"Deployment not made yet": {pool: render.Pool{Deployment: "judge-evaluator", Replicas: 2}, deploy: engine.Rollout{Message: "waiting"},
+		"Deployment not made yet": {pool: render.Pool{Deployment: "judge-evaluator", Replicas: 2}, deploy: cached.Rollout{Message: "waiting"},
 			status: "False", reason: evalsi.ReasonRollingOut, autoscaling: "Fixed"},
 		"rolled out, fixed replicas": {pool: render.Pool{Deployment: "judge-evaluator", Replicas: 2}, deploy: rolledOut(2),
 			status: "True", reason: evalsi.ReasonAvailable, autoscaling: "Fixed"},
@@ -71,14 +72,14 @@ func TestPoolStatus(t *testing.T) {
 func TestCheckpointServerStatus(t *testing.T) {
 	served := render.Served{Deployment: "m-vllm", Endpoint: "http://m-vllm.team-a.svc:8000/v1", ModelName: "m"}
 	for name, tc := range map[string]struct {
-		deploy engine.Rollout
+		deploy cached.Rollout
 		status string
 		reason string
 	}{
-		"not made yet":        {engine.Rollout{Message: "waiting for the Deployment to be created"}, "False", evalsi.ReasonRollingOut},
+		"not made yet":        {cached.Rollout{Message: "waiting for the Deployment to be created"}, "False", evalsi.ReasonRollingOut},
 		"scaled to zero":      {rolledOut(0), "False", evalsi.ReasonNoReplicas},
 		"a replica serves":    {rolledOut(1), "True", evalsi.ReasonServing},
-		"old revision serves": {engine.Rollout{Message: "0 of 1 replicas run the current spec", Replicas: 1, Ready: 1}, "False", evalsi.ReasonRollingOut},
+		"old revision serves": {cached.Rollout{Message: "0 of 1 replicas run the current spec", Replicas: 1, Ready: 1}, "False", evalsi.ReasonRollingOut},
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := checkpointServerStatus(served, tc.deploy)

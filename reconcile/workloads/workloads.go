@@ -19,6 +19,7 @@ import (
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine"
+	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/render"
 )
 
@@ -130,7 +131,7 @@ func (p pools) Reconcile(ctx context.Context, r *engine.Request) (engine.Outcome
 		return engine.Outcome{}, err
 	}
 	deploy := live.Get("Deployment", res.Pool.Namespace, res.Pool.Deployment)
-	rollout := engine.RolloutOf(deploy)
+	rollout := cached.RolloutOf(deploy)
 	st := poolStatus(res.Pool, p.sandbox, rollout)
 	if !p.sandbox || res.Pool.Deployment == "" {
 		return engine.Outcome{Status: st}, nil
@@ -171,7 +172,7 @@ func (cs checkpointServers) Reconcile(ctx context.Context, r *engine.Request) (e
 		return engine.Outcome{}, err
 	}
 	deploy := live.Get("Deployment", r.Object.GetNamespace(), res.Served.Deployment)
-	return engine.Outcome{Status: checkpointServerStatus(res.Served, engine.RolloutOf(deploy))}, nil
+	return engine.Outcome{Status: checkpointServerStatus(res.Served, cached.RolloutOf(deploy))}, nil
 }
 
 // stringAt returns the string at path in obj, "" when there is none.

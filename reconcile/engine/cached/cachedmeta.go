@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"encoding/hex"
@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// cachedMeta is the metadata a cache keeps of an object (a Child, a cachedOwner): its type and
+// cachedMeta is the metadata a cache keeps of an object (a Child, a Owner): its type and
 // identity, whether it is being deleted, and annotations only on a watch's bookmark (the end of
 // its initial events, which the reflector reads). It is a metav1.Object and answers
 // runtime.Object's GetObjectKind, as the informer machinery needs, in 104 bytes where a
@@ -45,8 +45,8 @@ func (m *cachedMeta) deepCopy() cachedMeta {
 }
 
 // apiVersion and kind are the object's type.
-func (m *cachedMeta) apiVersion() string { return m.typ.Value().APIVersion }
-func (m *cachedMeta) kind() string       { return m.typ.Value().Kind }
+func (m *cachedMeta) APIVersion() string { return m.typ.Value().APIVersion }
+func (m *cachedMeta) Kind() string       { return m.typ.Value().Kind }
 
 // GetObjectKind returns the object's type; it cannot be set.
 func (m *cachedMeta) GetObjectKind() schema.ObjectKind { return &fixedKind{m.typ.Value()} }

@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"encoding/json"
@@ -120,7 +120,7 @@ func parsedFieldSet(h unique.Handle[string]) (*fieldSet, error) {
 // writer changed it, which moves its ownership to that writer), or "" when it owns them all.
 // Server-side apply keeps a field's value while its owner does, so ownership is the drift check:
 // it needs no copy of the values, and a value the API server normalizes is not drift.
-func (c *Child) unowned(want *unstructured.Unstructured) string {
+func (c *Child) Unowned(want *unstructured.Unstructured) string {
 	if c.owned == (unique.Handle[string]{}) {
 		return "."
 	}
@@ -138,7 +138,7 @@ func (c *Child) unowned(want *unstructured.Unstructured) string {
 		delete(meta, "namespace")
 		top["metadata"] = meta
 	}
-	return ownership{owner: string(controllerOf(c).UID)}.uncovered(fs, top)
+	return ownership{owner: string(ControllerOf(c).UID)}.uncovered(fs, top)
 }
 
 // ownership holds a rendering to a field set whose controller owner's UID is ownerPlaceholder:
@@ -215,8 +215,8 @@ func (o ownership) keyMatches(keyFields, m map[string]any) bool {
 		if kv == ownerPlaceholder && o.owner != "" {
 			kv = o.owner
 		}
-		if en, ok := number(ev); ok {
-			if kn, _ := number(kv); kn != en {
+		if en, ok := unstructuredjson.Number(ev); ok {
+			if kn, _ := unstructuredjson.Number(kv); kn != en {
 				return false
 			}
 		} else if ev != kv {

@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"bytes"
@@ -20,9 +20,9 @@ const evaluatorJSON = `{"apiVersion":"evals.si/v1alpha1","kind":"Evaluator","met
 "managedFields":[{"manager":"kubectl","operation":"Apply","apiVersion":"evals.si/v1alpha1","fieldsV1":{"f:spec":{}}}]},
 "spec":{"image":"judge:1","replicas":2,"weights":[0.5,1e3]},"status":{"observedGeneration":3}}`
 
-// TestOwnersFromJSON checks that an owner decoded from its JSON (cachedOwnerFromJSON, which cuts
+// TestOwnersFromJSON checks that an owner decoded from its JSON (ownerFromJSON, which cuts
 // managedFields and kubectl's copy out of the JSON without decoding the rest) is the owner the
-// cache kept when it decoded the whole object (newCachedOwner), case by case.
+// cache kept when it decoded the whole object (NewOwner), case by case.
 func TestOwnersFromJSON(t *testing.T) {
 	for name, raw := range map[string]string{
 		"everything":           evaluatorJSON,
@@ -33,7 +33,7 @@ func TestOwnersFromJSON(t *testing.T) {
 		"deleting, finalizers": `{"apiVersion":"evals.si/v1alpha1","kind":"EvalRun","metadata":{"name":"r","namespace":"n","uid":"u","deletionTimestamp":"2026-12-01T00:00:00Z","finalizers":["evals.si/run"]},"status":{"runId":"x"}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := cachedOwnerFromJSON([]byte(raw), nil)
+			got, err := ownerFromJSON([]byte(raw), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,14 +48,14 @@ func TestOwnersFromJSON(t *testing.T) {
 
 // wholeCachedOwner is raw decoded whole, as the cache kept owners before; a bookmark keeps its
 // annotation, as the reflector read it from the dynamic client's object.
-func wholeCachedOwner(t testing.TB, raw []byte) *cachedOwner {
+func wholeCachedOwner(t testing.TB, raw []byte) *Owner {
 	t.Helper()
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(raw); err != nil {
 		t.Fatal(err)
 	}
 	end, bookmark := u.GetAnnotations()[metav1.InitialEventsAnnotationKey]
-	co, err := newCachedOwner(u, nil)
+	co, err := NewOwner(u, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,13 +66,13 @@ func wholeCachedOwner(t testing.TB, raw []byte) *cachedOwner {
 }
 
 // compareObjects fails t when the two cached owners decode to different objects.
-func compareObjects(t testing.TB, want, got *cachedOwner) {
+func compareObjects(t testing.TB, want, got *Owner) {
 	t.Helper()
-	w, err := want.object()
+	w, err := want.Object()
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := got.object()
+	g, err := got.Object()
 	if err != nil {
 		t.Fatalf("decoding %s: %v", got.raw, err)
 	}
@@ -98,7 +98,7 @@ func normalized(t testing.TB, u *unstructured.Unstructured) map[string]any {
 	return out.Object
 }
 
-// FuzzOwnerFromJSON feeds cachedOwnerFromJSON arbitrary JSON: it never panics, and whatever the
+// FuzzOwnerFromJSON feeds ownerFromJSON arbitrary JSON: it never panics, and whatever the
 // whole decoding accepts, it keeps as the same object and identity.
 func FuzzOwnerFromJSON(f *testing.F) {
 	f.Add([]byte(evaluatorJSON))
@@ -106,7 +106,7 @@ func FuzzOwnerFromJSON(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"v","kind":"K","metadata":{"generation":1.5}}`))
 	f.Add([]byte(`{"apiVersion":"v","kind":"K","metadata":null,"spec":{"a":{"b":[1,2,{"c":null}]}}}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		got, err := cachedOwnerFromJSON(raw, nil)
+		got, err := ownerFromJSON(raw, nil)
 		u := &unstructured.Unstructured{}
 		if u.UnmarshalJSON(raw) != nil || err != nil {
 			return
@@ -136,6 +136,6 @@ func FuzzOwnerWatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		w := newStreamWatch(io.NopCloser(bytes.NewReader(stream)), jsonEvents(func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, nil) }))
 		defer w.Stop()
-		checkEvents[*cachedOwner](t, drain(t, w))
+		checkEvents[*Owner](t, drain(t, w))
 	})
 }

@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"bytes"
@@ -65,8 +65,8 @@ func TestChildWatchDecodesEachEvent(t *testing.T) {
 	}
 	want := &deployment{replicas: &replicas, status: rolloutCounts{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3, AvailableReplicas: 2,
 		PodsRefused: `pods "pool-7c9d" is forbidden: exceeded quota: compute`}}
-	if diff := cmp.Diff(want, added.deployment, cmp.AllowUnexported(deployment{})); diff != "" || added.specHash != "h1" {
-		t.Errorf("Deployment (-want +got):\n%s, spec hash %q", diff, added.specHash)
+	if diff := cmp.Diff(want, added.deployment, cmp.AllowUnexported(deployment{})); diff != "" || added.SpecHash != "h1" {
+		t.Errorf("Deployment (-want +got):\n%s, spec hash %q", diff, added.SpecHash)
 	}
 	if owned := added.owned.Value(); added.owned == (unique.Handle[string]{}) || !strings.Contains(owned, ownerPlaceholder) || strings.Contains(owned, "f:status") {
 		t.Errorf("the operator's field set is %q, want its apply's with the owner's UID factored out", owned)

@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"slices"
@@ -7,22 +7,22 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// childrenByOwner holds a child informer's children by the UID of their controller owner. The
+// ChildrenByOwner holds a child informer's children by the UID of their controller owner. The
 // informer's one event handler keeps it, before it routes the event, so a reconcile that an event
 // queued reads the children as of that event at least. A client-go index would keep a set (a
 // map) per owner, and an owner has one child of each resource: the sets took more memory than
 // the children, and reading one costs a lookup in the store per child.
-type childrenByOwner struct {
+type ChildrenByOwner struct {
 	mu sync.RWMutex
 	by map[types.UID][]*Child
 }
 
-func newChildrenByOwner() *childrenByOwner {
-	return &childrenByOwner{by: map[types.UID][]*Child{}}
+func NewChildrenByOwner() *ChildrenByOwner {
+	return &ChildrenByOwner{by: map[types.UID][]*Child{}}
 }
 
 // of returns the children of owner.
-func (x *childrenByOwner) of(owner types.UID) []*Child {
+func (x *ChildrenByOwner) Of(owner types.UID) []*Child {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return slices.Clone(x.by[owner])
@@ -30,13 +30,13 @@ func (x *childrenByOwner) of(owner types.UID) []*Child {
 
 // set records c, added or changed, in place of old (nil when added): a child whose controller
 // owner changed moves to the new owner's.
-func (x *childrenByOwner) set(old, c *Child) {
+func (x *ChildrenByOwner) Set(old, c *Child) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if old != nil && controllerOf(old).UID != controllerOf(c).UID {
+	if old != nil && ControllerOf(old).UID != ControllerOf(c).UID {
 		x.remove(old)
 	}
-	owner := controllerOf(c).UID
+	owner := ControllerOf(c).UID
 	if owner == "" {
 		return
 	}
@@ -49,15 +49,15 @@ func (x *childrenByOwner) set(old, c *Child) {
 }
 
 // delete forgets c.
-func (x *childrenByOwner) delete(c *Child) {
+func (x *ChildrenByOwner) Delete(c *Child) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.remove(c)
 }
 
 // remove forgets c; x.mu is held.
-func (x *childrenByOwner) remove(c *Child) {
-	owner := controllerOf(c).UID
+func (x *ChildrenByOwner) remove(c *Child) {
+	owner := ControllerOf(c).UID
 	children := slices.DeleteFunc(x.by[owner], sameObject(c))
 	if len(children) == 0 {
 		delete(x.by, owner)
@@ -69,4 +69,21 @@ func (x *childrenByOwner) remove(c *Child) {
 // sameObject matches the children of c's namespace and name, at any version.
 func sameObject(c *Child) func(*Child) bool {
 	return func(o *Child) bool { return o.Name == c.Name && o.Namespace == c.Namespace }
+}
+
+// OwnedBy returns the children whose controller owner has the UID owner, each the index's or its
+// newer write in written, with those written but not in the index yet.
+func (x *ChildrenByOwner) OwnedBy(owner types.UID, written *RecentWrites) []*Child {
+	indexed := x.Of(owner)
+	unseen := written.OwnedBy(string(owner))
+	out := make([]*Child, 0, len(indexed)+len(unseen))
+	for _, c := range indexed {
+		key := c.Namespace + "/" + c.Name
+		delete(unseen, key)
+		out = append(out, written.Newer(key, c).(*Child))
+	}
+	for _, w := range unseen {
+		out = append(out, w.(*Child))
+	}
+	return out
 }

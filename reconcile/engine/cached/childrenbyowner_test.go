@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"slices"
@@ -13,7 +13,7 @@ import (
 func cachedChildOf(name, version, owner string) *Child {
 	c := &Child{cachedMeta: cachedMeta{Name: name, Namespace: "ns", ResourceVersion: version}}
 	if owner != "" {
-		c.controller = unique.Make(controllerRef{Kind: "Evaluator", Name: "e", UID: types.UID(owner)})
+		c.controller = unique.Make(ControllerRef{Kind: "Evaluator", Name: "e", UID: types.UID(owner)})
 	}
 	return c
 }
@@ -74,19 +74,19 @@ func TestOwnedBy(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			inf := &informer{children: newChildrenByOwner(), written: newRecentWrites()}
+			index, written := NewChildrenByOwner(), NewRecentWrites()
 			for _, ev := range tc.events {
 				if ev.deleted {
-					inf.children.delete(ev.obj)
+					index.Delete(ev.obj)
 				} else {
-					inf.children.set(ev.old, ev.obj)
+					index.Set(ev.old, ev.obj)
 				}
 			}
 			for _, c := range tc.written {
-				inf.written.remember(c)
+				written.Remember(c)
 			}
 			var got []string
-			for _, c := range inf.ownedBy(tc.owner) {
+			for _, c := range index.OwnedBy(types.UID(tc.owner), written) {
 				got = append(got, c.Name+"@"+c.ResourceVersion)
 			}
 			slices.Sort(got)

@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"encoding/json"
@@ -11,54 +11,52 @@ import (
 	"evals.si/operator/unstructuredjson"
 )
 
-// cachedOwner is what the engine keeps of an owner (an object of the operator's kinds) in its
+// Owner is what the engine keeps of an owner (an object of the operator's kinds) in its
 // cache: its identity, for the cache's keys, indexes and versions, and the object as JSON without
 // managedFields and kubectl's last-applied copy (pruneOwner). JSON takes a third of the heap of
 // the same object decoded into maps, and every reconcile decodes a copy of its own, which it may
 // change: the cache is never written through.
-type cachedOwner struct {
+type Owner struct {
 	cachedMeta
 	raw []byte
-	// followed is the kind's Followed verdict of this version.
-	followed bool
-	// refers are the kind's Refers of this version (Ref.String), for the referrers index.
-	refers []string
+	// Followed is the kind's Followed verdict of this version (Asks).
+	Followed bool
+	// Refers are the kind's Refers of this version (Asks), for the referrers index.
+	Refers []string
 }
 
-// newCachedOwner keeps of u, an owner as the API server returned it, what the engine reads, and
-// what its kind k (nil: none) asks of each version (Followed, Refers); u is pruned in place.
-func newCachedOwner(u *unstructured.Unstructured, k *Kind) (*cachedOwner, error) {
+// NewOwner keeps of u, an owner as the API server returned it, what the engine reads, and
+// what its kind asks of each version (a, nil for nothing); u is pruned in place.
+func NewOwner(u *unstructured.Unstructured, a *Asks) (*Owner, error) {
 	pruneOwner(u)
 	raw, err := unstructuredjson.Marshal(u.Object)
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s %s/%s for the cache: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	id := objectIdentity{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration()}
-	co := &cachedOwner{cachedMeta: id.cachedMeta(u.GetAPIVersion(), u.GetKind()), raw: raw}
-	if k != nil && k.Followed != nil {
-		co.followed = k.Followed(u)
+	co := &Owner{cachedMeta: id.cachedMeta(u.GetAPIVersion(), u.GetKind()), raw: raw}
+	if a != nil && a.Followed != nil {
+		co.Followed = a.Followed(u)
 	}
-	if k != nil && k.Refers != nil {
-		for _, r := range k.Refers(u) {
-			co.refers = append(co.refers, r.String())
-		}
+	if a != nil && a.Refers != nil {
+		co.Refers = a.Refers(u)
 	}
 	return co, nil
 }
 
-// cachedOwnerFromJSON keeps of raw, an owner of kind k (nil: none) as the API server serves it,
-// what the engine reads, as newCachedOwner does. Only a kind that asks something of each version
-// (Followed, Refers) has it decoded whole; of the others only the identity and metadata are
+// ownerFromJSON keeps of raw, an owner as the API server serves it,
+// what the engine reads, as NewOwner does. Only an owner whose kind asks something of each
+// version (a) is decoded whole; of the others only the identity and metadata are
 // decoded, and managedFields and kubectl's copy cut from the JSON, the rest kept as it came. A
 // watch's bookmark keeps its end-of-initial-events annotation, which the reflector reads.
-func cachedOwnerFromJSON(raw []byte, k *Kind) (*cachedOwner, error) {
-	if k != nil && (k.Followed != nil || k.Refers != nil) {
+func ownerFromJSON(raw []byte, a *Asks) (*Owner, error) {
+	if a != nil && (a.Followed != nil || a.Refers != nil) {
 		u := &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(raw); err != nil {
 			return nil, fmt.Errorf("decoding an owner: %w", err)
 		}
 		bookmark, isBookmark := u.GetAnnotations()[metav1.InitialEventsAnnotationKey]
-		co, err := newCachedOwner(u, k)
+		co, err := NewOwner(u, a)
 		if err == nil && isBookmark {
 			co.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: bookmark}
 		}
@@ -107,17 +105,17 @@ func cachedOwnerFromJSON(raw []byte, k *Kind) (*cachedOwner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding an owner for the cache: %w", err)
 	}
-	co := &cachedOwner{cachedMeta: id.cachedMeta(apiVersion, kind), raw: pruned}
+	co := &Owner{cachedMeta: id.cachedMeta(apiVersion, kind), raw: pruned}
 	if end, ok := annotations[metav1.InitialEventsAnnotationKey]; ok {
 		co.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: end}
 	}
 	return co, nil
 }
 
-// decodeOwner keeps raw, an owner as the API server answered a write, as the cache would until
+// DecodeOwner keeps raw, an owner as the API server answered a write, as the cache would until
 // the informer shows it: its identity is decoded, and the rest stays as it came (pruned when it
 // is decoded, by object).
-func decodeOwner(raw []byte) (*cachedOwner, error) {
+func DecodeOwner(raw []byte) (*Owner, error) {
 	var j struct {
 		APIVersion string         `json:"apiVersion"`
 		Kind       string         `json:"kind"`
@@ -126,22 +124,22 @@ func decodeOwner(raw []byte) (*cachedOwner, error) {
 	if err := json.Unmarshal(raw, &j); err != nil {
 		return nil, fmt.Errorf("decoding an owner: %w", err)
 	}
-	return &cachedOwner{cachedMeta: j.Metadata.cachedMeta(j.APIVersion, j.Kind), raw: raw}, nil
+	return &Owner{cachedMeta: j.Metadata.cachedMeta(j.APIVersion, j.Kind), raw: raw}, nil
 }
 
 // object decodes a copy of the owner.
-func (o *cachedOwner) object() (*unstructured.Unstructured, error) {
+func (o *Owner) Object() (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(o.raw); err != nil {
-		return nil, fmt.Errorf("decoding %s %s/%s from the cache: %w", o.kind(), o.Namespace, o.Name, err)
+		return nil, fmt.Errorf("decoding %s %s/%s from the cache: %w", o.Kind(), o.Namespace, o.Name, err)
 	}
 	pruneOwner(u)
 	return u, nil
 }
 
-// DeepCopyObject returns a copy of o (a cachedOwner is a runtime.Object, as the informer
+// DeepCopyObject returns a copy of o (a Owner is a runtime.Object, as the informer
 // machinery needs); the JSON is shared, as it never changes.
-func (o *cachedOwner) DeepCopyObject() runtime.Object {
+func (o *Owner) DeepCopyObject() runtime.Object {
 	out := *o
 	out.cachedMeta = o.cachedMeta.deepCopy()
 	return &out
@@ -163,12 +161,12 @@ func pruneOwner(u *unstructured.Unstructured) {
 	}
 }
 
-// CachedForm returns what the engine's caches keep of raw, an object as the API server serves
+// Form returns what the engine's caches keep of raw, an object as the API server serves
 // it (JSON, or protobuf for a built-in child): a Child for a child (one labelled managed-by),
 // else the owner's pruned JSON. Benchmarks measure its size.
-func CachedForm(raw []byte, child bool) (any, error) {
+func Form(raw []byte, child bool) (any, error) {
 	if child {
-		return decodeServedChild(raw)
+		return DecodeServedChild(raw)
 	}
-	return cachedOwnerFromJSON(raw, nil)
+	return ownerFromJSON(raw, nil)
 }

@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"encoding/json"
@@ -55,7 +55,7 @@ func FuzzChildDecodersAgainstTyped(f *testing.F) {
 		want := map[string]any{
 			"name": name, "namespace": namespace, "resourceVersion": rv, "generation": generation,
 			"uid": types.UID("0b7e6a3c-9d1f-4e2a-8c5b-7f3e2d1c0b9a"), "deleting": deleting,
-			"specHash": hash, "controller": controllerRef{APIVersion: "evals.si/v1alpha1", Kind: ownerKind, Name: ownerName, UID: "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"},
+			"SpecHash": hash, "controller": ControllerRef{APIVersion: "evals.si/v1alpha1", Kind: ownerKind, Name: ownerName, UID: "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"},
 			"replicas": &wantReplicas,
 			"status": rolloutCounts{ObservedGeneration: generation, Replicas: int64(int32(ready)), ReadyReplicas: int64(int32(ready)),
 				UpdatedReplicas: int64(int32(available)), AvailableReplicas: int64(int32(available)), PodsRefused: map[bool]string{true: message}[refused]},
@@ -65,13 +65,13 @@ func FuzzChildDecodersAgainstTyped(f *testing.F) {
 			t.Skip("not JSON:", err) // invalid UTF-8 is replaced by encoding/json, not refused
 		}
 		for codec, raw := range map[string][]byte{"protobuf": protobufOf(t, d), "json": asJSON} {
-			c, err := decodeServedChild(raw)
+			c, err := DecodeServedChild(raw)
 			if err != nil {
 				t.Fatalf("%s: decoding what apimachinery encoded: %v", codec, err)
 			}
 			got := map[string]any{
 				"name": c.GetName(), "namespace": c.GetNamespace(), "resourceVersion": c.GetResourceVersion(), "generation": c.GetGeneration(),
-				"uid": c.GetUID(), "deleting": c.GetDeletionTimestamp() != nil, "specHash": c.specHash, "controller": controllerOf(c),
+				"uid": c.GetUID(), "deleting": c.GetDeletionTimestamp() != nil, "SpecHash": c.SpecHash, "controller": ControllerOf(c),
 				"replicas": c.deployment.replicas, "status": c.deployment.status,
 			}
 			want := maps.Clone(want)
@@ -82,8 +82,8 @@ func FuzzChildDecodersAgainstTyped(f *testing.F) {
 				if err := json.Unmarshal(asJSON, &back); err != nil {
 					t.Fatal(err)
 				}
-				want["name"], want["namespace"], want["resourceVersion"], want["specHash"] = back.Name, back.Namespace, back.ResourceVersion, back.Annotations[evalsi.AnnotationSpecHash]
-				want["controller"] = controllerRef{APIVersion: "evals.si/v1alpha1", Kind: back.OwnerReferences[1].Kind, Name: back.OwnerReferences[1].Name, UID: back.OwnerReferences[1].UID}
+				want["name"], want["namespace"], want["resourceVersion"], want["SpecHash"] = back.Name, back.Namespace, back.ResourceVersion, back.Annotations[evalsi.AnnotationSpecHash]
+				want["controller"] = ControllerRef{APIVersion: "evals.si/v1alpha1", Kind: back.OwnerReferences[1].Kind, Name: back.OwnerReferences[1].Name, UID: back.OwnerReferences[1].UID}
 				if refused {
 					s := want["status"].(rolloutCounts)
 					s.PodsRefused = back.Status.Conditions[0].Message

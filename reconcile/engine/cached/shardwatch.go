@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"context"
@@ -12,18 +12,18 @@ import (
 	"evals.si/operator/shard"
 )
 
-// shardListWatch lists and watches, through lw, only the owners of s: it asks the API server for
+// ShardListWatch lists and watches, through lw, only the owners of s: it asks the API server for
 // them (shardSelector, served where the ShardedListAndWatch feature gate is on; an API server
 // without it answers every owner), and drops the others before they reach the cache, so that a
 // replica holds only its shard's owners either way. An owner's UID never changes: it never moves
 // between shards.
-func shardListWatch(lw cache.ListerWatcherWithContext, s shard.Shard) cache.ListerWatcherWithContext {
+func ShardListWatch(lw cache.ListerWatcherWithContext, s shard.Shard) cache.ListerWatcherWithContext {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 			options.ShardSelector = s.Selector()
 			obj, err := lw.ListWithContext(ctx, options)
-			if list, ok := obj.(*cachedList[*cachedOwner]); ok {
-				list.Items = slices.DeleteFunc(list.Items, func(o *cachedOwner) bool { return !s.Contains(string(o.GetUID())) })
+			if list, ok := obj.(*cachedList[*Owner]); ok {
+				list.Items = slices.DeleteFunc(list.Items, func(o *Owner) bool { return !s.Contains(string(o.GetUID())) })
 			}
 			return obj, err
 		},
@@ -37,7 +37,7 @@ func shardListWatch(lw cache.ListerWatcherWithContext, s shard.Shard) cache.List
 				if ev.Type == watch.Bookmark || ev.Type == watch.Error {
 					return ev, true
 				}
-				o, ok := ev.Object.(*cachedOwner)
+				o, ok := ev.Object.(*Owner)
 				return ev, !ok || s.Contains(string(o.GetUID()))
 			}), nil
 		},

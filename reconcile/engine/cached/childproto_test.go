@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"bytes"
@@ -56,18 +56,18 @@ func deploymentProtobuf(t testing.TB) []byte {
 // A child read from protobuf is the Child read from its JSON: identity, owner, spec hash, the
 // operator's field set, replicas, rollout counts and the refusal of its pods.
 func TestProtobufChildIsTheJSONChild(t *testing.T) {
-	fromJSON, err := decodeChild([]byte(deploymentJSON))
+	fromJSON, err := DecodeChild([]byte(deploymentJSON))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromProtobuf, err := decodeServedChild(deploymentProtobuf(t))
+	fromProtobuf, err := DecodeServedChild(deploymentProtobuf(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(fromJSON, fromProtobuf, sameChild); diff != "" {
 		t.Errorf("protobuf against JSON (-json +protobuf):\n%s", diff)
 	}
-	if fromProtobuf.deployment == nil || fromProtobuf.deployment.status.ReadyReplicas != 2 || fromProtobuf.specHash != "h1" ||
+	if fromProtobuf.deployment == nil || fromProtobuf.deployment.status.ReadyReplicas != 2 || fromProtobuf.SpecHash != "h1" ||
 		fromProtobuf.deployment.status.PodsRefused != `pods "pool-7c9d" is forbidden: exceeded quota: compute` {
 		t.Errorf("the Deployment lost what a Child keeps: %+v", fromProtobuf)
 	}
@@ -107,7 +107,7 @@ func TestProtobufChildList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := decodeChild([]byte(deploymentJSON))
+	want, err := DecodeChild([]byte(deploymentJSON))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func FuzzDecodeServedChild(f *testing.F) {
 	f.Add(deploymentProtobuf(f)[len(protobufMagic):])
 	f.Add([]byte{0x12, 0x02, 0x0a, 0x00})
 	f.Fuzz(func(t *testing.T, msg []byte) {
-		c, err := decodeServedChild(append(bytes.Clone(protobufMagic), msg...))
+		c, err := DecodeServedChild(append(bytes.Clone(protobufMagic), msg...))
 		if err == nil && c == nil {
 			t.Error("no Child and no error")
 		}
@@ -171,7 +171,7 @@ func BenchmarkDecodeDeployment(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(c.raw)))
 			for b.Loop() {
-				if _, err := decodeServedChild(c.raw); err != nil {
+				if _, err := DecodeServedChild(c.raw); err != nil {
 					b.Fatal(err)
 				}
 			}

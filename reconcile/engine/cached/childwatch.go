@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"context"
@@ -23,10 +23,10 @@ import (
 // Deployment's status changes with each pod), and decoding each whole object into maps, only for
 // the cache's transform to drop all but a few fields, was the largest cost of converging.
 
-// childListWatch lists and watches the children of resource gvr in namespace ("" for all) that
+// ChildListWatch lists and watches the children of resource gvr in namespace ("" for all) that
 // match selector, over rc (the engine's REST client), as protobuf where gvr serves it.
-func childListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector string) *cache.ListWatch {
-	return streamListWatch(rc, gvr, namespace, selector, acceptChild, acceptChild,
+func ChildListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace, selector string) *cache.ListWatch {
+	return streamListWatch(rc, gvr, namespace, selector, AcceptChild, AcceptChild,
 		func(raw []byte) (runtime.Object, error) { return decodeServedChildList(raw) }, childEventReader)
 }
 
@@ -39,10 +39,10 @@ const (
 	acceptMetadata     = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 )
 
-// strangerListWatch lists and watches the metadata of the objects of resource gvr in namespace
+// StrangerListWatch lists and watches the metadata of the objects of resource gvr in namespace
 // that the operator did not make (strangerSelector), decoded into Child: the names a new child
 // must not take (claimName).
-func strangerListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace string) *cache.ListWatch {
+func StrangerListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace string) *cache.ListWatch {
 	return streamListWatch(rc, gvr, namespace, strangerSelector, acceptMetadataList, acceptMetadata,
 		func(raw []byte) (runtime.Object, error) { return decodeServedChildList(raw) }, childEventReader)
 }
@@ -68,7 +68,7 @@ func streamListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespa
 		if selector != "" {
 			options.LabelSelector = selector
 		}
-		r := rc.Get().AbsPath(resourcePath(gvr, namespace)).VersionedParams(&options, metav1.ParameterCodec)
+		r := rc.Get().AbsPath(ResourcePath(gvr, namespace)).VersionedParams(&options, metav1.ParameterCodec)
 		if accept != "" {
 			r.SetHeader("Accept", accept)
 		}
@@ -76,7 +76,7 @@ func streamListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespa
 	}
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
-			raw, err := rawResult(request(options, listAccept).Do(ctx))
+			raw, err := RawResult(request(options, listAccept).Do(ctx))
 			if err != nil {
 				return nil, err
 			}
@@ -93,8 +93,8 @@ func streamListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespa
 	}
 }
 
-// resourcePath is the API path of gvr's objects in namespace ("" for all namespaces).
-func resourcePath(gvr schema.GroupVersionResource, namespace string) string {
+// ResourcePath is the API path of gvr's objects in namespace ("" for all namespaces).
+func ResourcePath(gvr schema.GroupVersionResource, namespace string) string {
 	path := "/apis/" + gvr.Group + "/" + gvr.Version
 	if gvr.Group == "" {
 		path = "/api/" + gvr.Version
@@ -105,16 +105,16 @@ func resourcePath(gvr schema.GroupVersionResource, namespace string) string {
 	return path + "/" + gvr.Resource
 }
 
-// rawResult returns the body of a request's result, or its error as the API server's Status
+// RawResult returns the body of a request's result, or its error as the API server's Status
 // says it (Result.Raw alone gives only the HTTP code's generic message).
-func rawResult(res rest.Result) ([]byte, error) {
+func RawResult(res rest.Result) ([]byte, error) {
 	if err := res.Error(); err != nil {
 		return nil, err
 	}
 	return res.Raw()
 }
 
-// cachedList is a list of what a cache keeps of objects (a Child, a cachedOwner): what a list
+// cachedList is a list of what a cache keeps of objects (a Child, a Owner): what a list
 // request returns, as the reflector reads it.
 type cachedList[T runtime.Object] struct {
 	metav1.TypeMeta

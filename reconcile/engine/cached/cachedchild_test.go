@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"testing"
@@ -55,12 +55,12 @@ func TestUnownedFields(t *testing.T) {
 				"metadata": map[string]any{"name": "n", "namespace": "ns", "labels": map[string]any{"app": "a"}},
 				"spec":     tc.spec,
 			}}
-			if got := c.unowned(want); got != tc.want {
+			if got := c.Unowned(want); got != tc.want {
 				t.Errorf("unowned = %q, want %q", got, tc.want)
 			}
 		})
 	}
-	if got := (&Child{}).unowned(&unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"a": "b"}}}); got == "" {
+	if got := (&Child{}).Unowned(&unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"a": "b"}}}); got == "" {
 		t.Error("a child the operator never applied is not drifted")
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"encoding/json"
@@ -22,9 +22,9 @@ type Child struct {
 	cachedMeta
 	// controller is the controller owner's reference (zero when it has none), interned: a
 	// rendering's children share one. Other owners are not kept: the engine reads none.
-	controller unique.Handle[controllerRef]
-	// specHash is the child's spec-hash annotation: the rendering it was applied from.
-	specHash string
+	controller unique.Handle[ControllerRef]
+	// SpecHash is the child's spec-hash annotation: the rendering it was applied from.
+	SpecHash string
 	// owned is the FieldsV1 JSON of the operator's apply with the controller owner's UID replaced
 	// by ownerPlaceholder, interned: children rendered alike share one copy. It is the zero
 	// Handle when the operator never applied this child (or another manager took every field).
@@ -40,28 +40,28 @@ type deployment struct {
 	status   rolloutCounts
 }
 
-// controllerRef is a controller owner's reference as a Child keeps it (without
+// ControllerRef is a controller owner's reference as a Child keeps it (without
 // blockOwnerDeletion, which the engine does not read).
-type controllerRef struct {
+type ControllerRef struct {
 	APIVersion, Kind, Name string
 	UID                    types.UID
 }
 
 // GetOwnerReferences returns the controller owner's reference, the only one a Child keeps.
 func (c *Child) GetOwnerReferences() []metav1.OwnerReference {
-	if c.controller == (unique.Handle[controllerRef]{}) {
+	if c.controller == (unique.Handle[ControllerRef]{}) {
 		return nil
 	}
 	r := c.controller.Value()
 	return []metav1.OwnerReference{{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID, Controller: new(true)}}
 }
 
-// controllerOf returns obj's controller owner's reference (zero when it has none); of a Child
+// ControllerOf returns obj's controller owner's reference (zero when it has none); of a Child
 // without building a metav1.OwnerReference.
-func controllerOf(obj metav1.Object) controllerRef {
+func ControllerOf(obj metav1.Object) ControllerRef {
 	if c, ok := obj.(*Child); ok {
-		if c.controller == (unique.Handle[controllerRef]{}) {
-			return controllerRef{}
+		if c.controller == (unique.Handle[ControllerRef]{}) {
+			return ControllerRef{}
 		}
 		return c.controller.Value()
 	}
@@ -69,13 +69,13 @@ func controllerOf(obj metav1.Object) controllerRef {
 }
 
 // controllerIn returns the controller owner's reference among refs (zero when none is).
-func controllerIn(refs []metav1.OwnerReference) controllerRef {
+func controllerIn(refs []metav1.OwnerReference) ControllerRef {
 	for _, r := range refs {
 		if r.Controller != nil && *r.Controller {
-			return controllerRef{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID}
+			return ControllerRef{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID}
 		}
 	}
-	return controllerRef{}
+	return ControllerRef{}
 }
 
 // rolloutCounts are the Deployment status fields a rollout is read from (absent reads as 0).
@@ -155,8 +155,8 @@ type objectIdentity struct {
 	Generation      int64     `json:"generation"`
 }
 
-// decodeChild decodes a child's JSON into what the engine keeps of it.
-func decodeChild(raw []byte) (*Child, error) {
+// DecodeChild decodes a child's JSON into what the engine keeps of it.
+func DecodeChild(raw []byte) (*Child, error) {
 	var j childJSON
 	if err := json.Unmarshal(raw, &j); err != nil {
 		return nil, fmt.Errorf("decoding a child: %w", err)
@@ -172,16 +172,16 @@ func (j *childJSON) cached() (*Child, error) {
 	if ref := controllerIn(m.OwnerReferences); ref.UID != "" {
 		c.controller = unique.Make(ref)
 	}
-	c.specHash = m.Annotations[evalsi.AnnotationSpecHash]
+	c.SpecHash = m.Annotations[evalsi.AnnotationSpecHash]
 	if end, ok := m.Annotations[metav1.InitialEventsAnnotationKey]; ok {
 		c.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: end}
 	}
 	for _, e := range m.ManagedFields {
-		if e.Manager != FieldManager || e.Operation != string(metav1.ManagedFieldsOperationApply) || e.Subresource != "" {
+		if e.Manager != evalsi.FieldManager || e.Operation != string(metav1.ManagedFieldsOperationApply) || e.Subresource != "" {
 			continue
 		}
 		owned := string(e.FieldsV1)
-		if uid := controllerOf(c).UID; uid != "" {
+		if uid := ControllerOf(c).UID; uid != "" {
 			owned = strings.ReplaceAll(owned, string(uid), ownerPlaceholder)
 		}
 		c.owned = unique.Make(owned)
@@ -228,20 +228,4 @@ func (c *Child) DeepCopyObject() runtime.Object {
 		out.deployment = &d
 	}
 	return &out
-}
-
-// number returns v as a float64 when it is a JSON number (int64 or float64 in unstructured
-// content).
-func number(v any) (float64, bool) {
-	switch n := v.(type) {
-	case int64:
-		return float64(n), true
-	case int32:
-		return float64(n), true
-	case int:
-		return float64(n), true
-	case float64:
-		return n, true
-	}
-	return 0, false
 }

@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"strconv"
@@ -13,12 +13,12 @@ import (
 // that missed it relists within that time).
 const writtenTTL = time.Minute
 
-// recentWrites holds the objects the operator just wrote until its informer shows them or a newer
+// RecentWrites holds the objects the operator just wrote until its informer shows them or a newer
 // version, so that a reconcile right after a write reads what it wrote: it neither writes again
 // nor conflicts with itself. Unlike client-go's MutationCache, a lookup costs the same however
 // many writes are remembered (children are indexed by owner), and a write is forgotten as soon as
 // the informer catches up, so that steady state keeps no second copy of any object.
-type recentWrites struct {
+type RecentWrites struct {
 	mu      sync.Mutex
 	objs    map[string]recentWrite // by namespace/name
 	byOwner map[string]map[string]bool
@@ -34,18 +34,18 @@ type recentWrite struct {
 	expires time.Time
 }
 
-func newRecentWrites() *recentWrites {
-	return &recentWrites{objs: map[string]recentWrite{}, byOwner: map[string]map[string]bool{}}
+func NewRecentWrites() *RecentWrites {
+	return &RecentWrites{objs: map[string]recentWrite{}, byOwner: map[string]map[string]bool{}}
 }
 
 // remember keeps obj, just written, unless a newer version of it is remembered already.
-func (w *recentWrites) remember(obj metav1.Object) {
+func (w *RecentWrites) Remember(obj metav1.Object) {
 	key, err := cache.MetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return
 	}
 	r := recentWrite{obj: obj, version: versionOf(obj), expires: time.Now().Add(writtenTTL)}
-	r.owner = string(controllerOf(obj).UID)
+	r.owner = string(ControllerOf(obj).UID)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if time.Since(w.swept) > writtenTTL {
@@ -72,7 +72,7 @@ func (w *recentWrites) remember(obj metav1.Object) {
 // seen forgets the write of obj's key once the informer shows obj at the same or a newer version
 // (a delete included). It reports whether obj is the operator's own write coming back: the very
 // version remembered, which tells a reconcile nothing it did not know when it wrote it.
-func (w *recentWrites) seen(obj metav1.Object) (echo bool) {
+func (w *RecentWrites) Seen(obj metav1.Object) (echo bool) {
 	key, err := cache.MetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return false
@@ -91,7 +91,7 @@ func (w *recentWrites) seen(obj metav1.Object) (echo bool) {
 }
 
 // newer returns the remembered write of key when it is newer than cached, else cached.
-func (w *recentWrites) newer(key string, cached metav1.Object) metav1.Object {
+func (w *RecentWrites) Newer(key string, cached metav1.Object) metav1.Object {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r, ok := w.live(key)
@@ -102,7 +102,7 @@ func (w *recentWrites) newer(key string, cached metav1.Object) metav1.Object {
 }
 
 // ownedBy returns the remembered writes whose controller owner has the UID owner, by key.
-func (w *recentWrites) ownedBy(owner string) map[string]metav1.Object {
+func (w *RecentWrites) OwnedBy(owner string) map[string]metav1.Object {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := map[string]metav1.Object{}
@@ -115,7 +115,7 @@ func (w *recentWrites) ownedBy(owner string) map[string]metav1.Object {
 }
 
 // live returns the write of key unless it expired (then it is dropped). w.mu is held.
-func (w *recentWrites) live(key string) (recentWrite, bool) {
+func (w *RecentWrites) live(key string) (recentWrite, bool) {
 	r, ok := w.objs[key]
 	if ok && time.Now().After(r.expires) {
 		w.drop(key, r)
@@ -125,7 +125,7 @@ func (w *recentWrites) live(key string) (recentWrite, bool) {
 }
 
 // drop forgets the write r of key. w.mu is held.
-func (w *recentWrites) drop(key string, r recentWrite) {
+func (w *RecentWrites) drop(key string, r recentWrite) {
 	delete(w.objs, key)
 	if keys := w.byOwner[r.owner]; keys != nil {
 		delete(keys, key)

@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"testing"
@@ -87,5 +87,5 @@ func TestCachedMetaReadOnly(t *testing.T) {
 			t.Error("setting the type did not panic")
 		}
 	}()
-	(&cachedOwner{}).GetObjectKind().SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("Status"))
+	(&Owner{}).GetObjectKind().SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("Status"))
 }

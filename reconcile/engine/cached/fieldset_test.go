@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"encoding/json"
@@ -23,11 +23,11 @@ func TestUnownedOwnerReference(t *testing.T) {
 		"another owner's UID": {refUID: "u-2", want: ".metadata.ownerReferences[0]"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := &Child{owned: unique.Make(owned), controller: unique.Make(controllerRef{Kind: "Evaluator", Name: "e", UID: "u-1"})}
+			c := &Child{owned: unique.Make(owned), controller: unique.Make(ControllerRef{Kind: "Evaluator", Name: "e", UID: "u-1"})}
 			want := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{
 				"ownerReferences": []any{map[string]any{"kind": "Evaluator", "name": "e", "uid": tc.refUID}},
 			}}}
-			if got := c.unowned(want); got != tc.want {
+			if got := c.Unowned(want); got != tc.want {
 				t.Errorf("unowned = %q, want %q", got, tc.want)
 			}
 		})
@@ -46,7 +46,7 @@ func TestParseFieldSetErrors(t *testing.T) {
 				t.Errorf("parseFieldSet(%s) = nil error", raw)
 			}
 			c := &Child{owned: unique.Make(raw)}
-			if got := c.unowned(&unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"a": "b"}}}); got != "." {
+			if got := c.Unowned(&unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"a": "b"}}}); got != "." {
 				t.Errorf("unowned = %q, want %q", got, ".")
 			}
 		})
@@ -72,7 +72,7 @@ func BenchmarkUnowned(b *testing.B) {
 	}
 	for b.Loop() {
 		for i, c := range children {
-			if p := c.unowned(wants[i]); p != "" {
+			if p := c.Unowned(wants[i]); p != "" {
 				b.Fatalf("%s: unowned at %s", wants[i].GetKind(), p)
 			}
 		}

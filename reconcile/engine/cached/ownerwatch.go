@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"encoding/json"
@@ -13,25 +13,25 @@ import (
 )
 
 // Owners, like children, are listed and watched decoded straight into what the cache keeps
-// (cachedOwnerFromJSON; owners are custom resources, which are served as JSON only), not through
+// (ownerFromJSON; owners are custom resources, which are served as JSON only), not through
 // the dynamic client, which decoded every object into maps only for the cache to encode it back
 // to JSON.
 
-// ownerListWatch lists and watches the objects of kind k's resource gvr in namespace ("" for
+// OwnerListWatch lists and watches the owners of resource gvr in namespace ("" for
 // all) over rc (the engine's REST client), as JSON (custom resources serve nothing else).
-func ownerListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace string, k *Kind) *cache.ListWatch {
+func OwnerListWatch(rc rest.Interface, gvr schema.GroupVersionResource, namespace string, a *Asks) *cache.ListWatch {
 	return streamListWatch(rc, gvr, namespace, "", "", "",
-		func(raw []byte) (runtime.Object, error) { return decodeOwnerList(raw, k) },
-		jsonEvents(func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, k) }))
+		func(raw []byte) (runtime.Object, error) { return decodeOwnerList(raw, a) },
+		jsonEvents(func(dec *json.Decoder) (watch.Event, error) { return decodeOwnerEvent(dec, a) }))
 }
 
-// decodeOwnerList decodes a list response of kind k's objects.
-func decodeOwnerList(raw []byte, k *Kind) (*cachedList[*cachedOwner], error) {
-	return decodeList(raw, func(item *json.RawMessage) (*cachedOwner, error) { return cachedOwnerFromJSON(*item, k) })
+// decodeOwnerList decodes a list response of owners, answering a of each.
+func decodeOwnerList(raw []byte, a *Asks) (*cachedList[*Owner], error) {
+	return decodeList(raw, func(item *json.RawMessage) (*Owner, error) { return ownerFromJSON(*item, a) })
 }
 
-// decodeOwnerEvent decodes the next event of a stream of kind k's objects.
-func decodeOwnerEvent(dec *json.Decoder, k *Kind) (watch.Event, error) {
+// decodeOwnerEvent decodes the next event of a stream of owners, answering a of each.
+func decodeOwnerEvent(dec *json.Decoder, a *Asks) (watch.Event, error) {
 	var ev struct {
 		Type   watch.EventType `json:"type"`
 		Object json.RawMessage `json:"object"`
@@ -48,7 +48,7 @@ func decodeOwnerEvent(dec *json.Decoder, k *Kind) (watch.Event, error) {
 		status.Status = metav1.StatusFailure
 		return watch.Event{Type: watch.Error, Object: status}, nil
 	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
-		o, err := cachedOwnerFromJSON(ev.Object, k)
+		o, err := ownerFromJSON(ev.Object, a)
 		if err != nil {
 			return undecodable(err), nil
 		}

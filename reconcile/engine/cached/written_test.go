@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"testing"
@@ -66,23 +66,23 @@ func TestRecentWrites(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			w := newRecentWrites()
+			w := NewRecentWrites()
 			for _, o := range tc.written {
-				w.remember(o)
+				w.Remember(o)
 			}
 			echo := false
 			for _, o := range tc.seen {
-				echo = w.seen(o)
+				echo = w.Seen(o)
 			}
 			if echo != tc.wantEcho {
 				t.Errorf("seen reported echo %v, want %v", echo, tc.wantEcho)
 			}
 			if tc.cached != nil {
-				if v := w.newer("ns/a", tc.cached).GetResourceVersion(); v != tc.wantVersion {
+				if v := w.Newer("ns/a", tc.cached).GetResourceVersion(); v != tc.wantVersion {
 					t.Errorf("newer: got version %q, want %q", v, tc.wantVersion)
 				}
 			}
-			if n := len(w.ownedBy("u1")); n != tc.wantOwned {
+			if n := len(w.OwnedBy("u1")); n != tc.wantOwned {
 				t.Errorf("ownedBy: got %d, want %d", n, tc.wantOwned)
 			}
 		})
