@@ -1,0 +1,151 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+
+	"evals.si/operator/evalsi"
+)
+
+// StopAPIServer kills kube-apiserver, as an outage does: clients' connections are refused until
+// StartAPIServer. Everything else keeps running.
+func (c *Cluster) StopAPIServer() {
+	if p := c.process("kube-apiserver"); p != nil {
+		p.stop(0)
+	}
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, with the same port and
+// arguments, and returns once it is ready.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	for i, p := range c.procs {
+		if p.name != "kube-apiserver" {
+			continue
+		}
+		if !p.exited() {
+			return nil
+		}
+		n, err := p.restart()
+		if err != nil {
+			return err
+		}
+		c.procs[i] = n
+		hc, err := rest.HTTPClientFor(c.Config)
+		if err != nil {
+			return err
+		}
+		return n.poll(ctx, 100*time.Millisecond, httpOK(hc, c.Config.Host+"/readyz"))
+	}
+	return fmt.Errorf("no kube-apiserver to start")
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error {
+	ports, err := freePortList(1)
+	if err != nil {
+		return err
+	}
+	host := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	egress, err := c.net.writeEgressConfig(c.Dir)
+	if err != nil {
+		return err
+	}
+	var extra []string
+	if c.opts.AuditPolicy != "" {
+		policy := filepath.Join(c.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(c.opts.AuditPolicy), 0o600); err != nil {
+			return err
+		}
+		c.AuditLog = filepath.Join(c.Dir, "audit.log")
+		// Blocking mode writes each event as its request completes, so a reader that notes the
+		// log's size at a moment counts exactly the requests completed before it.
+		extra = []string{"--audit-policy-file=" + policy, "--audit-log-path=" + c.AuditLog,
+			"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0"}
+	}
+	if len(c.opts.FeatureGates) > 0 {
+		extra = append(extra, "--feature-gates="+strings.Join(c.opts.FeatureGates, ","))
+	}
+	admission, err := writeAdmissionConfig(c.Dir, c.pki)
+	if err != nil {
+		return err
+	}
+	extra = append(extra, "--admission-control-config-file="+admission)
+	p, err := c.start("kube-apiserver", bin, append([]string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports[0]),
+		"--tls-cert-file=" + c.pki.ServingCert, "--tls-private-key-file=" + c.pki.ServingKey,
+		"--client-ca-file=" + c.pki.CACert,
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + c.pki.SAPub,
+		"--service-account-signing-key-file=" + c.pki.SAKey,
+		"--api-audiences=https://kubernetes.default.svc",
+		"--authorization-mode=Node,RBAC",
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--allow-privileged=true",
+		// Nodes are created by the harness; the node lifecycle controller, which would lift
+		// this admission plugin's not-ready taint, is not run.
+		"--disable-admission-plugins=TaintNodesByCondition",
+		"--enable-priority-and-fairness=false",
+		// The kubernetes Service cannot point at a loopback address.
+		"--endpoint-reconciler-type=none",
+		// A namespace's deletion sends one DeleteCollection per resource, which deletes one object
+		// at a time by default: with a benchmark's 10,000 Evaluators, several timed out at the
+		// request timeout (60 s) and the namespace took several passes. A namespace of 5,000
+		// ConfigMaps went in 12.6 s with one worker, 10.0 s with these.
+		"--delete-collection-workers=8",
+		// Webhooks and aggregated APIs by Service go through the service network.
+		"--egress-selector-config-file=" + egress,
+	}, extra...)...)
+	if err != nil {
+		return err
+	}
+	c.Config = &rest.Config{
+		Host: host,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile: c.pki.CACert, CertFile: c.pki.AdminCert, KeyFile: c.pki.AdminKey,
+		},
+		QPS: 200, Burst: 400,
+	}
+	if err := c.writeKubeconfig(); err != nil {
+		return err
+	}
+	hc, err := rest.HTTPClientFor(c.Config)
+	if err != nil {
+		return err
+	}
+	if err := p.poll(ctx, 200*time.Millisecond, httpOK(hc, host+"/readyz")); err != nil {
+		return err
+	}
+	return c.checkVersion()
+}
+
+// checkVersion asks the API server its version and refuses any but the supported minor: the
+// binaries may come from KUBEBUILDER_ASSETS, which says nothing of what they are.
+func (c *Cluster) checkVersion() error {
+	disc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	v, err := disc.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("asking the API server its version: %w", err)
+	}
+	return supportedMinor(v)
+}
+
+// supportedMinor refuses a server version of any minor but evalsi.KubernetesMinor.
+func supportedMinor(v *version.Info) error {
+	if minor := evalsi.MinorOf(v); minor != evalsi.KubernetesMinor {
+		return fmt.Errorf("the API server is Kubernetes %s (%s); the tests run on %s only", minor, v.GitVersion, evalsi.KubernetesMinor)
+	}
+	return nil
+}
