@@ -53,12 +53,24 @@
 //
 // # Adding a kind
 //
-// Write a package beside workloads, runs and monitors with a function that returns its
-// engine.Kind (resource, children, finalizer, Validate, Reconciler), add it to kinds in
-// operator.go, and give the charts' Roles its resources. Its Reconciler renders bare children:
-// SyncChildren stamps them (engine.StampChild). The engine needs nothing else:
-// reconcile/engine/toykind_test.go adds one, a Greeting that renders a bare ConfigMap, in one
-// file, and runs it on one shard of two.
+// One row in the vocabulary's table (evalsi.Kinds: kind, resource, scope, controller name,
+// whether it renders pods) is read by the schemas, render's dispatch and name rules, the webhook's
+// rules, make dev's table and the test that keeps the engine neutral. What is left, about ten
+// files:
+//   - evalsi/evalsi.go and evalsi/kinds.go: its resource and its row;
+//   - schemas/<kind>.json: its spec's schema (the file the row names);
+//   - render: its spec's Go type, decoding and renderer (renderers, held to the table by
+//     TestEveryKindRenders), and its golden files under testdata/render;
+//   - a package beside workloads, runs and monitors whose function returns its engine.Kind
+//     (engine.NewKind of its row, with children, finalizer, Validate and Reconciler), added to
+//     kinds in operator.go; its Reconciler renders bare children, which SyncChildren stamps
+//     (engine.StampChild);
+//   - chart/evalsi-crds: its CRD, its line in the webhook's rules (_helpers.tpl) and, for a
+//     namespaced kind, its ClusterRole and the binder's name; chart/evalsi: its RoleBinding.
+//     TestChartsListEveryKind holds these lists to the table.
+//
+// The engine needs nothing else: reconcile/engine/toykind_test.go adds one, a Greeting that
+// renders a bare ConfigMap, in one file, and runs it on one shard of two.
 //
 // # Why not controller-runtime
 //

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"evals.si/operator/evalsi"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -33,22 +34,36 @@ func Object(obj *unstructured.Unstructured, opts Options) (Result, error) {
 			return r, err
 		}
 	}
-	var err error
-	switch obj.GetKind() {
-	case "Evaluator":
-		r.Objects, r.Pool, err = Evaluator(obj, opts)
-	case "SandboxClass":
-		r.Objects, r.Pool, err = SandboxClass(obj, opts)
-	case "CheckpointServer":
-		r.Objects, r.Served, err = CheckpointServer(obj, opts)
-	case "EvalRun":
-		_, err = RunSpec(obj)
-	case "OnlineEvalPolicy":
-		_, err = PolicySpec(obj)
-	case "TraceSource":
-		_, err = TraceSourceSpec(obj)
-	}
+	err := renderers[obj.GetKind()](obj, opts, &r)
 	return r, err
+}
+
+// renderers render each evals.si kind into r (TestEveryKindRenders holds them to evalsi.Kinds).
+var renderers = map[string]func(obj *unstructured.Unstructured, opts Options, r *Result) error{
+	evalsi.EvaluatorKind.Kind: func(obj *unstructured.Unstructured, opts Options, r *Result) (err error) {
+		r.Objects, r.Pool, err = Evaluator(obj, opts)
+		return err
+	},
+	evalsi.SandboxClassKind.Kind: func(obj *unstructured.Unstructured, opts Options, r *Result) (err error) {
+		r.Objects, r.Pool, err = SandboxClass(obj, opts)
+		return err
+	},
+	evalsi.CheckpointServerKind.Kind: func(obj *unstructured.Unstructured, opts Options, r *Result) (err error) {
+		r.Objects, r.Served, err = CheckpointServer(obj, opts)
+		return err
+	},
+	evalsi.EvalRunKind.Kind: func(obj *unstructured.Unstructured, _ Options, _ *Result) error {
+		_, err := RunSpec(obj)
+		return err
+	},
+	evalsi.OnlineEvalPolicyKind.Kind: func(obj *unstructured.Unstructured, _ Options, _ *Result) error {
+		_, err := PolicySpec(obj)
+		return err
+	},
+	evalsi.TraceSourceKind.Kind: func(obj *unstructured.Unstructured, _ Options, _ *Result) error {
+		_, err := TraceSourceSpec(obj)
+		return err
+	},
 }
 
 // WriteYAML writes objs as a YAML stream, keys sorted, so the same objects always print the same.

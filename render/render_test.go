@@ -2,13 +2,18 @@ package render
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/golden"
 	"evals.si/operator/reconcile/engine"
 )
@@ -71,4 +76,16 @@ func readObject(t *testing.T, path string) *unstructured.Unstructured {
 		t.Fatal(err)
 	}
 	return &unstructured.Unstructured{Object: m}
+}
+
+// TestEveryKindRenders holds render's dispatch to the vocabulary's table of kinds: each kind has
+// one renderer, and nothing else has.
+func TestEveryKindRenders(t *testing.T) {
+	var want []string
+	for _, k := range evalsi.Kinds {
+		want = append(want, k.Kind)
+	}
+	if diff := cmp.Diff(want, slices.Collect(maps.Keys(renderers)), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("renderers' kinds (-evalsi.Kinds +renderers):\n%s", diff)
+	}
 }

@@ -45,19 +45,20 @@ func checkIdentity(obj *unstructured.Unstructured) error {
 	}
 	checkMetadata(obj, &ps)
 	name := obj.GetName()
-	switch obj.GetKind() {
-	case "Evaluator", "SandboxClass":
-		// The name is a label value of every child and part of the Deployment's name.
-		ps.addAll("/metadata/name", validation.IsDNS1123Label(name))
-	case "CheckpointServer":
+	k, ok := evalsi.KindNamed(obj.GetKind())
+	switch {
+	case !ok:
+		return schemas.Errors{{Pointer: "/kind", Message: "\"" + obj.GetKind() + "\" is not an evals.si kind"}}
+	case k == evalsi.CheckpointServerKind:
 		// The Service is <name>-vllm, a DNS-1035 label: a letter first, 63 characters at most.
 		if errs := validation.IsDNS1035Label(name + "-vllm"); len(errs) > 0 {
 			ps.add("/metadata/name", "must start with a letter and have at most 58 lowercase letters, digits and '-': the Service %s-vllm is a DNS-1035 label", name)
 		}
-	case "EvalRun", "OnlineEvalPolicy", "TraceSource":
-		ps.addAll("/metadata/name", validation.IsDNS1123Subdomain(name))
+	case k.Workload:
+		// The name is a label value of every child and part of the Deployment's name.
+		ps.addAll("/metadata/name", validation.IsDNS1123Label(name))
 	default:
-		return schemas.Errors{{Pointer: "/kind", Message: "\"" + obj.GetKind() + "\" is not an evals.si kind"}}
+		ps.addAll("/metadata/name", validation.IsDNS1123Subdomain(name))
 	}
 	return ps.err()
 }
@@ -82,7 +83,7 @@ func checkMetadata(obj *unstructured.Unstructured, ps *problems) {
 	}
 	if v, ok := annotations[evalsi.AnnotationTTLAfterFinished]; ok {
 		at := pointer("/metadata/annotations").at(evalsi.AnnotationTTLAfterFinished)
-		if obj.GetKind() != "EvalRun" {
+		if obj.GetKind() != evalsi.EvalRunKind.Kind {
 			ps.add(at, "only an EvalRun expires after it finished")
 		} else if _, _, err := evalsi.ParseTTL(v); err != nil {
 			ps.add(at, "%s", err.Error())

@@ -21,22 +21,14 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/evalsi"
 )
 
 //go:embed *.json
 var files embed.FS
 
 const base = "https://evals.si/schemas/"
-
-// kindSchemas maps each kind to its schema file.
-var kindSchemas = map[string]string{
-	"EvalRun":          "evalrun.json",
-	"OnlineEvalPolicy": "onlineevalpolicy.json",
-	"TraceSource":      "tracesource.json",
-	"Evaluator":        "evaluator.json",
-	"SandboxClass":     "sandboxclass.json",
-	"CheckpointServer": "checkpointserver.json",
-}
 
 // FieldError is one problem with an object: the JSON pointer of the field and a sentence.
 type FieldError struct {
@@ -80,12 +72,12 @@ var compiled = sync.OnceValues(func() (map[string]*jsonschema.Schema, error) {
 		}
 	}
 	out := map[string]*jsonschema.Schema{}
-	for kind, file := range kindSchemas {
-		s, err := c.Compile(base + file)
+	for _, k := range evalsi.Kinds {
+		s, err := c.Compile(base + k.SchemaFile())
 		if err != nil {
-			return nil, fmt.Errorf("compiling %s: %w", file, err)
+			return nil, fmt.Errorf("compiling %s: %w", k.SchemaFile(), err)
 		}
-		out[kind] = s
+		out[k.Kind] = s
 	}
 	return out, nil
 })
@@ -93,11 +85,11 @@ var compiled = sync.OnceValues(func() (map[string]*jsonschema.Schema, error) {
 // Source returns the JSON schema of kind's spec as written, and the shared definitions it refers
 // to (common.json), for tests that compare the schema with the Go types that decode the spec.
 func Source(kind string) (schema, common []byte, err error) {
-	file, ok := kindSchemas[kind]
+	k, ok := evalsi.KindNamed(kind)
 	if !ok {
 		return nil, nil, fmt.Errorf("%q is not an evals.si kind", kind)
 	}
-	if schema, err = files.ReadFile(file); err != nil {
+	if schema, err = files.ReadFile(k.SchemaFile()); err != nil {
 		return nil, nil, err
 	}
 	common, err = files.ReadFile("common.json")

@@ -24,7 +24,7 @@ func Configurations(name, url string) (*admissionregistrationv1.ValidatingWebhoo
 	rules := func(ops ...admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
 		return []admissionregistrationv1.RuleWithOperations{{Operations: ops, Rule: admissionregistrationv1.Rule{
 			APIGroups: []string{evalsi.Group}, APIVersions: []string{evalsi.Version},
-			Resources: []string{"evalruns", "onlineevalpolicies", "tracesources", "evaluators", "sandboxclasses", "checkpointservers"},
+			Resources: evalsi.Resources(evalsi.Kinds),
 		}}}
 	}
 	validateURL, mutateURL := url+ValidatePath, url+MutatePath

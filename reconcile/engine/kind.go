@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine/cached"
 )
 
@@ -102,4 +103,10 @@ func (k *Kind) asks() *cached.Asks {
 		}
 	}
 	return a
+}
+
+// NewKind returns the Kind of k, an API kind from the vocabulary's table, with its controller
+// name, kind, resource and scope; the caller adds what it watches, owns and needs.
+func NewKind(k evalsi.APIKind) *Kind {
+	return &Kind{Controller: k.Controller, Name: k.Kind, Resource: k.Resource, Namespaced: k.Namespaced}
 }

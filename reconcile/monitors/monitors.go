@@ -11,7 +11,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"evals.si/operator/apiclient"
 	"evals.si/operator/evalsi"
@@ -50,13 +49,13 @@ func (so serverObject) conflict(held string) error {
 }
 
 // kind returns the engine Kind of so.
-func (so serverObject) kind(controller, name string, gvr schema.GroupVersionResource, finalizer string, api *apiclient.Client) *engine.Kind {
-	return &engine.Kind{
-		Controller: controller, Name: name, Resource: gvr, Namespaced: true, Finalizer: finalizer,
-		Validate:   func(obj *unstructured.Unstructured) error { return render.Validate(obj, render.Limits{}) },
-		Reconciler: engine.Managed(finalizer, so),
-		Off:        apiOff(api),
-	}
+func (so serverObject) kind(api evalsi.APIKind, finalizer string, client *apiclient.Client) *engine.Kind {
+	k := engine.NewKind(api)
+	k.Finalizer = finalizer
+	k.Validate = func(obj *unstructured.Unstructured) error { return render.Validate(obj, render.Limits{}) }
+	k.Reconciler = engine.Managed(finalizer, so)
+	k.Off = apiOff(client)
+	return k
 }
 
 // apiOff keeps the kinds kept in evalsid off without a client of it.

@@ -39,5 +39,5 @@ func Policies(api *apiclient.Client) *engine.Kind {
 			return err
 		},
 	}
-	return so.kind("onlineevalpolicy", "OnlineEvalPolicy", evalsi.OnlineEvalPolicies, evalsi.FinalizerDeletePolicy, api)
+	return so.kind(evalsi.OnlineEvalPolicyKind, evalsi.FinalizerDeletePolicy, api)
 }

@@ -41,7 +41,7 @@ func TraceSources(api *apiclient.Client) *engine.Kind {
 			return err
 		},
 	}
-	return so.kind("tracesource", "TraceSource", evalsi.TraceSources, evalsi.FinalizerDeleteTraceSource, api)
+	return so.kind(evalsi.TraceSourceKind, evalsi.FinalizerDeleteTraceSource, api)
 }
 
 // traceSourceFields are the status fields of what the server holds: its ingest endpoint, removed

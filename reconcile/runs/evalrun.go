@@ -48,21 +48,18 @@ func Kind(api *apiclient.Client, opts Options) *engine.Kind {
 		opts.PollInterval = 10 * time.Second
 	}
 	r := &evalRuns{api: api, opts: opts}
-	return &engine.Kind{
-		Controller: "evalrun", Name: "EvalRun", Resource: evalsi.EvalRuns, Namespaced: true,
-		Finalizer:  evalsi.FinalizerCancelRun,
-		Validate:   func(obj *unstructured.Unstructured) error { return render.Validate(obj, render.Limits{}) },
-		Reconciler: engine.Managed(evalsi.FinalizerCancelRun, r),
-		Run:        r.follow,
-		Followed:   running,
-		Refers:     waitsOn,
-		Off: func() string {
-			if api == nil {
-				return "no evalsid URL (--api-url)"
-			}
-			return ""
-		},
+	k := engine.NewKind(evalsi.EvalRunKind)
+	k.Finalizer = evalsi.FinalizerCancelRun
+	k.Validate = func(obj *unstructured.Unstructured) error { return render.Validate(obj, render.Limits{}) }
+	k.Reconciler = engine.Managed(evalsi.FinalizerCancelRun, r)
+	k.Run, k.Followed, k.Refers = r.follow, running, waitsOn
+	k.Off = func() string {
+		if api == nil {
+			return "no evalsid URL (--api-url)"
+		}
+		return ""
 	}
+	return k
 }
 
 // waitsOn is what an EvalRun without a run yet waits on: its SandboxClass and its target
@@ -73,10 +70,10 @@ func waitsOn(obj *unstructured.Unstructured) []engine.Ref {
 	}
 	var refs []engine.Ref
 	if class, _, _ := unstructured.NestedString(obj.Object, "spec", "sandboxClass"); class != "" {
-		refs = append(refs, engine.Ref{Kind: "SandboxClass", Key: class})
+		refs = append(refs, engine.Ref{Kind: evalsi.SandboxClassKind.Kind, Key: class})
 	}
 	if server, _, _ := unstructured.NestedString(obj.Object, "spec", "target", "checkpointServer"); server != "" {
-		refs = append(refs, engine.Ref{Kind: "CheckpointServer", Key: obj.GetNamespace() + "/" + server})
+		refs = append(refs, engine.Ref{Kind: evalsi.CheckpointServerKind.Kind, Key: obj.GetNamespace() + "/" + server})
 	}
 	return refs
 }

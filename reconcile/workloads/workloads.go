@@ -45,44 +45,39 @@ var (
 
 // Evaluators is the Evaluator kind.
 func Evaluators(opts Options) *engine.Kind {
-	return &engine.Kind{
-		Controller: "evaluator", Name: "Evaluator", Resource: evalsi.Evaluators, Namespaced: true,
-		Children:   poolChildren,
-		Reconciler: pools{opts: opts},
-		Refers:     usesClass,
-	}
+	k := engine.NewKind(evalsi.EvaluatorKind)
+	k.Children = poolChildren
+	k.Reconciler = pools{opts: opts}
+	k.Refers = usesClass
+	return k
 }
 
 // usesClass is the SandboxClass an Evaluator names, whose coming, going or change of
 // allowedNamespaces decides whether it may have a pool.
 func usesClass(obj *unstructured.Unstructured) []engine.Ref {
 	if class := stringAt(obj, "spec", "sandboxClass"); class != "" {
-		return []engine.Ref{{Kind: "SandboxClass", Key: class}}
+		return []engine.Ref{{Kind: evalsi.SandboxClassKind.Kind, Key: class}}
 	}
 	return nil
 }
 
 // SandboxClasses is the SandboxClass kind: cluster-scoped, with its pools in the sandbox namespace.
 func SandboxClasses(opts Options) *engine.Kind {
-	return &engine.Kind{
-		Controller: "sandboxclass", Name: "SandboxClass", Resource: evalsi.SandboxClasses,
-		Children:       classChildren,
-		ChildNamespace: opts.Render.SandboxNamespace,
-		Reconciler:     pools{opts: opts, sandbox: true},
-		// Evaluators and EvalRuns of every shard read their class.
-		Shared: true,
-	}
+	k := engine.NewKind(evalsi.SandboxClassKind)
+	k.Children = classChildren
+	k.ChildNamespace = opts.Render.SandboxNamespace
+	k.Reconciler = pools{opts: opts, sandbox: true}
+	k.Shared = true // Evaluators and EvalRuns of every shard read their class.
+	return k
 }
 
 // CheckpointServers is the CheckpointServer kind.
 func CheckpointServers(opts Options) *engine.Kind {
-	return &engine.Kind{
-		Controller: "checkpointserver", Name: "CheckpointServer", Resource: evalsi.CheckpointServers, Namespaced: true,
-		Children:   []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.Services, evalsi.NetworkPolicies},
-		Reconciler: checkpointServers{opts: opts},
-		// EvalRuns of every shard read and wait on their target server.
-		Shared: true,
-	}
+	k := engine.NewKind(evalsi.CheckpointServerKind)
+	k.Children = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.Services, evalsi.NetworkPolicies}
+	k.Reconciler = checkpointServers{opts: opts}
+	k.Shared = true // EvalRuns of every shard read and wait on their target server.
+	return k
 }
 
 // render renders r's object with the options of this reconcile: autoscaling when KEDA's

@@ -279,11 +279,8 @@ type Row struct {
 // devTable lists every evals.si resource with its Ready condition.
 func devTable(ctx context.Context, c *cluster.Cluster) ([]Row, error) {
 	var rows []Row
-	for _, gvr := range []schema.GroupVersionResource{
-		evalsi.Evaluators, evalsi.SandboxClasses, evalsi.CheckpointServers,
-		evalsi.EvalRuns, evalsi.OnlineEvalPolicies, evalsi.TraceSources,
-	} {
-		list, err := c.Dynamic().Resource(gvr).List(ctx, metav1.ListOptions{})
+	for _, k := range evalsi.Kinds {
+		list, err := c.Dynamic().Resource(k.Resource).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
