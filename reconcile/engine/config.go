@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 
 	"evals.si/operator/shard"
 )
@@ -51,6 +52,9 @@ type Config struct {
 	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor
 	// (with a warning); by default the engine refuses to.
 	AllowUnsupportedMinor bool
+	// Clock is the time of status transitions and of the tenure check (clock.RealClock when
+	// nil).
+	Clock clock.PassiveClock
 }
 
 // Tenancy decides where an object may act.

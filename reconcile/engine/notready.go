@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/clock"
 )
 
 // notReadyObjects is, for one controller of one engine, since when each object it reconciled
@@ -15,6 +16,7 @@ import (
 // they are counted once it holds its shard (held).
 type notReadyObjects struct {
 	controller string
+	clock      clock.PassiveClock
 	held       func() bool
 	mu         sync.Mutex
 	since      map[string]time.Time
@@ -41,7 +43,7 @@ func (n *notReadyObjects) observe(key string, obj *unstructured.Unstructured) {
 		}
 	}
 	if _, ok := n.since[key]; !ok {
-		n.since[key] = now()
+		n.since[key] = n.clock.Now()
 	}
 }
 
@@ -55,6 +57,8 @@ type notReadyGauges struct {
 	mu             sync.Mutex
 	sets           map[*notReadyObjects]struct{}
 	controllers    map[string]bool
+	// clock is the time the gauges are read at (clock.RealClock but in tests).
+	clock clock.PassiveClock
 }
 
 func newNotReadyGauges() *notReadyGauges {
@@ -65,13 +69,14 @@ func newNotReadyGauges() *notReadyGauges {
 			"How long the object that has been not Ready longest has been so (since its Ready condition's last transition), by controller; 0 when every object is Ready.", []string{"controller"}, nil),
 		sets:        map[*notReadyObjects]struct{}{},
 		controllers: map[string]bool{},
+		clock:       clock.RealClock{},
 	}
 }
 
 // forController returns the set of a new controller's objects, counted while held says its
 // engine holds its shard; release it when the controller has stopped.
 func (g *notReadyGauges) forController(name string, held func() bool) *notReadyObjects {
-	n := &notReadyObjects{controller: name, held: held, since: map[string]time.Time{}}
+	n := &notReadyObjects{controller: name, clock: g.clock, held: held, since: map[string]time.Time{}}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sets[n] = struct{}{}
@@ -116,7 +121,7 @@ func (g *notReadyGauges) Collect(ch chan<- prometheus.Metric) {
 		n.mu.Unlock()
 	}
 	g.mu.Unlock()
-	at := now()
+	at := g.clock.Now()
 	for name, v := range by {
 		longest := 0.0
 		if !v.oldest.IsZero() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // TestNotReadyGauges: objects not Ready count from their Ready condition's last transition (or
@@ -15,9 +16,7 @@ import (
 // only while their engine holds its shard.
 func TestNotReadyGauges(t *testing.T) {
 	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
-	clock := t0.Add(time.Hour)
-	defer func(old func() time.Time) { now = old }(now)
-	now = func() time.Time { return clock }
+	clock := testingclock.NewFakePassiveClock(t0.Add(time.Hour))
 
 	object := func(ready string, since time.Time) *unstructured.Unstructured {
 		status := map[string]any{}
@@ -36,12 +35,13 @@ evalsi_objects_not_ready_longest_seconds{controller="evaluator"} %g
 `, count, longest)
 	}
 	g := newNotReadyGauges()
+	g.clock = clock
 	held := true
 	n := g.forController("evaluator", func() bool { return held })
 	n.observe("team-a/broken", object("False", t0))
 	n.observe("team-a/fine", object("True", t0))
 	n.observe("team-a/new", object("", time.Time{})) // no Ready yet: counted from now, t0+1h
-	clock = t0.Add(2 * time.Hour)
+	clock.SetTime(t0.Add(2 * time.Hour))
 
 	for _, step := range []struct {
 		name    string
@@ -50,7 +50,7 @@ evalsi_objects_not_ready_longest_seconds{controller="evaluator"} %g
 		longest float64
 	}{
 		{"one not Ready for 2h, one for 1h", func() {}, 2, 7200},
-		{"the old one Ready again", func() { n.observe("team-a/broken", object("True", clock)) }, 1, 3600},
+		{"the old one Ready again", func() { n.observe("team-a/broken", object("True", clock.Now())) }, 1, 3600},
 		{"seen again without Ready: its first sighting kept", func() { n.observe("team-a/new", object("", time.Time{})) }, 1, 3600},
 		{"deleted", func() { n.observe("team-a/new", nil) }, 0, 0},
 		{"a shard's object not held (a warm engine)", func() { n.observe("team-a/warm", object("False", t0)); held = false }, 0, 0},

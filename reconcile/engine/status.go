@@ -18,9 +18,6 @@ import (
 	"evals.si/operator/unstructuredjson"
 )
 
-// now is the clock of lastTransitionTime.
-var now = func() time.Time { return time.Now().UTC() }
-
 // refusedField is the status field that says what was refused for observedGeneration (a
 // TerminalError's Refused), beside the Stalled condition: the engine's one memory of a refusal.
 const refusedField = "refused"
@@ -31,7 +28,7 @@ const refusedField = "refused"
 // was: nothing is written at steady state.
 func (e *Engine) writeStatus(ctx context.Context, c *Controller, obj *unstructured.Unstructured, st *Status, te *TerminalError) (*cached.Owner, error) {
 	old, _, _ := unstructured.NestedMap(obj.Object, "status")
-	next := mergeStatus(old, st, te, obj.GetGeneration())
+	next := mergeStatus(old, st, te, obj.GetGeneration(), e.cfg.Clock.Now())
 	if SameJSON(old, next) {
 		return nil, nil
 	}
@@ -66,8 +63,9 @@ func (e *Engine) writeStatus(ctx context.Context, c *Controller, obj *unstructur
 
 // mergeStatus returns old with st merged in (Status says how) and observedGeneration set. A
 // terminal error te sets Ready=False and Stalled=True with its reason and message, over any Ready
-// of st, and records what it refused; without one, Stalled and that record go.
-func mergeStatus(old map[string]any, st *Status, te *TerminalError, generation int64) map[string]any {
+// of st, and records what it refused; without one, Stalled and that record go. A condition that
+// is new or whose status flipped has its lastTransitionTime set to at.
+func mergeStatus(old map[string]any, st *Status, te *TerminalError, generation int64, at time.Time) map[string]any {
 	next := maps.Clone(old)
 	if next == nil {
 		next = map[string]any{}
@@ -124,7 +122,7 @@ func mergeStatus(old map[string]any, st *Status, te *TerminalError, generation i
 		delete(last, c.Type)
 		meta.SetStatusCondition(&conds, metav1.Condition{
 			Type: c.Type, Status: metav1.ConditionStatus(c.Status), Reason: c.Reason, Message: c.Message,
-			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now()),
+			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(at.UTC()),
 		})
 	}
 	delete(next, "conditions")
