@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
+	"evals.si/operator/apiclient"
+	evalsiv1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
 )
@@ -150,5 +153,31 @@ func startEvalsid(b *testing.B, ctx context.Context, op string) (p *process, add
 			b.Fatalf("evalsid did not answer: %v\n%s", err, p.logs())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// runsAtEvalsid counts the runs the reference evalsid at addr holds for project, asking it with
+// the token in tokenFile: its run ids are numbered from run-000001 in the order it made them, so
+// it asks for them a batch at a time until a batch finds none.
+func runsAtEvalsid(ctx context.Context, addr, tokenFile, project string) (int, error) {
+	api, err := apiclient.New(apiclient.Options{URL: "http://" + addr, TokenFile: tokenFile})
+	if err != nil {
+		return 0, err
+	}
+	const batch = 1000
+	found := 0
+	for from := 1; ; from += batch {
+		ids := make([]string, batch)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("run-%06d", from+i)
+		}
+		resp, err := api.Runs.BatchGetRuns(ctx, connect.NewRequest(&evalsiv1.BatchGetRunsRequest{Project: project, Ids: ids}))
+		if err != nil {
+			return 0, fmt.Errorf("asking evalsid for runs %s to %s: %w", ids[0], ids[batch-1], err)
+		}
+		if len(resp.Msg.Runs) == 0 {
+			return found, nil
+		}
+		found += len(resp.Msg.Runs)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -41,8 +40,9 @@ var (
 // one in its place), deletes 100 of its pools' Deployments right after, and reports how long
 // the others took to reconcile every owner of its shards and make those Deployments again. Over
 // all of it, the API server's audit log must show each write of an object received while its
-// writer held the object's shard (0 double writers), and each EvalRun must keep the one run it
-// has (0 duplicate runs).
+// writer was the holder its shard's Lease last named (0 double writers, judged from the audit log
+// alone), evalsid must hold one run per EvalRun, counted there, and each EvalRun must keep the
+// run it has (0 duplicate runs).
 func BenchmarkShards(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
 	defer cancel()
@@ -71,7 +71,7 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	// it with -pods=false, which starts no ReplicaSet controller.
 	evalsid, apiAddr, apiToken := startEvalsid(b, ctx, op)
 	defer evalsid.stop()
-	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, from: mark(), holds: map[string][]hold{}, counts: map[string]int{}}
+	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, from: mark()}
 
 	// The objects, made and converged by one replica.
 	first := s.startReplicas(1)
@@ -106,26 +106,26 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 			rows[len(rows)-1].kills = s.kill(replicas, *shardKills)
 		}
 	}
-	duplicates := 0
+	changed := 0
 	for key, id := range runIDsOf(runs.GetStore().List()) {
 		if runIDs[key] != id {
-			duplicates++
+			changed++
 		}
 	}
-	// The last replicas still run (they release the EvalRuns' finalizers below): what they held
-	// so far.
-	for _, r := range replicas {
-		s.recordHolds(r)
+	// The runs evalsid holds, counted there: one per EvalRun, whatever the replicas believed.
+	held, err := runsAtEvalsid(ctx, s.apiAddr, s.apiToken, ns)
+	if err != nil {
+		b.Fatal(err)
 	}
 	doubles, checked, err := s.doubleWriters()
 	if err != nil {
 		b.Fatal(err)
 	}
 	fmt.Print(shardTable(rows, len(s.uids), len(runIDs)))
-	fmt.Printf("audit log: %d writes of owners and children by the replicas, %d received while their writer did not hold the object's shard; EvalRuns whose run changed (a second run): %d of %d\n",
-		checked, doubles, duplicates, len(runIDs))
-	if doubles > 0 || duplicates > 0 {
-		b.Errorf("%d double writes, %d duplicate runs", doubles, duplicates)
+	fmt.Printf("audit log: %d writes of owners and children by the replicas, %d received while their writer was not the holder its shard's Lease last named; evalsid holds %d runs for %d EvalRuns; EvalRuns whose run changed: %d\n",
+		checked, doubles, held, len(runIDs), changed)
+	if doubles > 0 || held != len(runIDs) || changed > 0 {
+		b.Errorf("%d double writes, %d runs at evalsid for %d EvalRuns, %d EvalRuns whose run changed", doubles, held, len(runIDs), changed)
 	}
 	// The EvalRuns' finalizer is released by the replicas that hold their shards: the namespace
 	// is deleted while the last ones run. It is slow, not stuck: 2,000 Evaluators' namespace
@@ -147,17 +147,8 @@ type shardBench struct {
 	from              auditMark
 	w                 *namespaceWatch
 	uids              map[string]string // the owners' UIDs by "kind/name"
-	holds             map[string][]hold // by replica identity
-	counts            map[string]int    // each replica's number of shards
-	killedAt          map[string]time.Time
 	ownersByBucket    [shard.Buckets]int
 	churns            int // the measures' churns so far
-}
-
-// hold is a span of time a replica held a shard.
-type hold struct {
-	shard      int
-	from, till time.Time
 }
 
 // replica is a running replica of the operator.
@@ -179,7 +170,6 @@ func (s *shardBench) startReplicas(n int) []*replica {
 	var out []*replica
 	for range n {
 		r := s.startReplica(c)
-		s.counts[r.identity] = n
 		out = append(out, r)
 	}
 	s.waitBalanced(out)
@@ -215,34 +205,6 @@ func (s *shardBench) waitBalanced(replicas []*replica) {
 func (s *shardBench) stopReplicas(replicas []*replica) {
 	for _, r := range replicas {
 		r.stop()
-		s.recordHolds(r)
-	}
-}
-
-// recordHolds reads from r's log the spans it held each shard; a shard still held when its log
-// ends was held until r was killed.
-func (s *shardBench) recordHolds(r *replica) {
-	open := map[int]time.Time{}
-	for _, l := range r.logLines() {
-		i, _, _ := strings.Cut(l.Shard, "/")
-		idx, err := strconv.Atoi(i)
-		if err != nil {
-			continue
-		}
-		switch l.Msg {
-		case "holding a shard":
-			open[idx] = l.Time
-		case "released a shard", "lost a shard's Lease; its engine stopped", "stopped a shard whose Lease another replica holds":
-			s.holds[r.identity] = append(s.holds[r.identity], hold{shard: idx, from: open[idx], till: l.Time})
-			delete(open, idx)
-		}
-	}
-	for idx, from := range open {
-		till, killed := s.killedAt[r.identity]
-		if !killed {
-			till = time.Now() // stopped without logging its release: its Lease expired
-		}
-		s.holds[r.identity] = append(s.holds[r.identity], hold{shard: idx, from: from, till: till})
 	}
 }
 
@@ -568,9 +530,6 @@ func takeover(survivors []*replica, held []int, count int, t0 time.Time) (taken,
 // spread again and every replica is settled.
 func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
 	count := len(replicas)
-	if s.killedAt == nil {
-		s.killedAt = map[string]time.Time{}
-	}
 	var out []time.Duration
 	for k := range n {
 		victim := replicas[k%count]
@@ -589,11 +548,9 @@ func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
 			}
 		}
 		t0 := time.Now()
-		s.killedAt[victim.identity] = t0
 		victim.cmd.Process.Kill()
 		<-victim.done
 		victim.done <- nil
-		s.recordHolds(victim)
 		// What the others must repair, not only look at: pools of the killed replica's shards
 		// lose their Deployment right after the kill.
 		var sample []string
@@ -641,7 +598,6 @@ func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
 		fmt.Fprintf(os.Stderr, "kill %d: shards %v (%.0f owners, %d pools' Deployments deleted) reconciled and repaired by the others %.1f s after the SIGKILL (Leases taken at %.1f s, %d of them cold; their engines synced at %.1f s)\n",
 			k+1, held, owners, len(sample), took.Seconds(), taken.Sub(t0).Seconds(), cold, synced.Sub(t0).Seconds())
 		replicas[k%count] = s.startReplica(victim.c)
-		s.counts[replicas[k%count].identity] = count
 		s.waitBalanced(replicas)
 		// The next kill is of a settled set, as the first was (measure waits for it): the new
 		// replica has reconciled the shard it took, cold, and every replica is quiet. Killed
@@ -654,29 +610,20 @@ func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
 	return out
 }
 
-// doubleWriters reads the audit log since the benchmark began and counts the writes of owners
-// (their status) and of children by a replica that did not hold the object's shard when the API
-// server received the write; it returns that count and how many writes it checked.
+// doubleWriters reads the audit log since the benchmark began, and nothing else of the
+// replicas, and counts the writes of owners (their status) and of children by a replica that was
+// not the holder of the object's shard Lease when the API server received the write: the holder
+// its last successful write of that Lease named, before the write was received (the Lease's
+// writes are logged with their bodies, auditPolicy). Two replicas that both believed they held a
+// shard are both caught: only one of them can have written the Lease last. It returns that count
+// and how many writes it checked.
 func (s *shardBench) doubleWriters() (doubles, checked int, err error) {
-	f, err := os.Open(env.AuditLog)
+	events, err := auditEvents(s.from, mark())
 	if err != nil {
 		return 0, 0, err
 	}
-	defer f.Close()
-	to := mark()
-	sc := bufio.NewScanner(io.NewSectionReader(f, int64(s.from), int64(to-s.from)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var ev struct {
-			UserAgent string    `json:"userAgent"`
-			Received  time.Time `json:"requestReceivedTimestamp"`
-			ObjectRef struct {
-				Resource, Namespace, Name string
-			} `json:"objectRef"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return 0, 0, fmt.Errorf("reading the audit log: %w", err)
-		}
+	leases := leaseHolders(events, s.ns, evalsi.LeaderElectionID)
+	for _, ev := range events {
 		id, ok := identityOf(ev.UserAgent)
 		if !ok || ev.ObjectRef.Namespace != s.ns {
 			continue
@@ -696,24 +643,14 @@ func (s *shardBench) doubleWriters() (doubles, checked int, err error) {
 			continue // made before the sharded replicas ran
 		}
 		checked++
-		if !s.held(id, uid, ev.Received) {
+		if !leases.heldBy(id, uid, ev.Received) {
 			doubles++
 			if doubles <= 10 {
-				fmt.Fprintf(os.Stderr, "double writer: %s wrote %s %s at %s without holding its shard\n", id, ev.ObjectRef.Resource, ev.ObjectRef.Name, ev.Received.Format(time.RFC3339Nano))
+				fmt.Fprintf(os.Stderr, "double writer: %s wrote %s %s at %s without holding its shard's Lease\n", id, ev.ObjectRef.Resource, ev.ObjectRef.Name, ev.Received.Format(time.RFC3339Nano))
 			}
 		}
 	}
-	return doubles, checked, sc.Err()
-}
-
-// held reports whether replica id held the shard of the owner uid at t.
-func (s *shardBench) held(id, uid string, t time.Time) bool {
-	for _, h := range s.holds[id] {
-		if !t.Before(h.from) && !t.After(h.till) && (shard.Shard{Index: h.shard, Count: s.counts[id]}).Contains(uid) {
-			return true
-		}
-	}
-	return false
+	return doubles, checked, nil
 }
 
 // identityOf returns the replica identity in an operator's user agent
