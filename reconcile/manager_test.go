@@ -71,9 +71,9 @@ func TestManagerLeadsServesHealthAndMetrics(t *testing.T) {
 	for _, c := range []struct{ url, want string }{
 		{"http://" + health + "/healthz", "ok"},
 		{"http://" + health + "/readyz", "ok"},
-		{"http://" + metrics + "/metrics", `evalsi_reconcile_total{controller="evaluator",result="success"}`},
-		{"http://" + metrics + "/metrics", `evalsi_workqueue_depth{name="evaluator"}`},
-		{"http://" + metrics + "/metrics", `evalsi_kube_requests_total{code="201",resource="deployments",verb="PATCH"}`},
+		{"http://" + metrics + "/metrics", `evalsi_reconcile_total{controller="evaluator",result="success",shard="0/1"}`},
+		{"http://" + metrics + "/metrics", `evalsi_workqueue_depth{name="evaluator",shard="0/1"}`},
+		{"http://" + metrics + "/metrics", `evalsi_kube_requests_total{code="201",resource="deployments",shard="0/1",verb="PATCH"}`},
 		{"http://" + metrics + "/metrics", `evalsi_kubernetes_version_supported{supported_minor="1.37",version="v1.37.`},
 		{"http://" + profiles + "/debug/pprof/", "goroutine"},
 	} {

@@ -46,12 +46,12 @@ type heldKeys struct {
 }
 
 func newController(e *Engine, k *Kind) *Controller {
-	m := e.metrics.queues.forQueue(k.Controller)
+	m := e.metrics.queues.forQueue(k.Controller, e.cfg.Shard.String(), e.Writable)
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Controller, MetricsProvider: m},
 	)
-	return &Controller{e: e, kind: k, queue: q, metrics: m, notReady: e.metrics.notReady.forController(k.Controller, e.Writable)}
+	return &Controller{e: e, kind: k, queue: q, metrics: m, notReady: e.metrics.notReady.forController(k.Controller, e.cfg.Shard.String(), e.Writable)}
 }
 
 // Kind returns the controller's kind.
@@ -308,7 +308,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.e.log.Error("reconcile failed; retrying", "controller", c.kind.Controller, "key", key, "err", err)
 		c.queue.AddRateLimited(key)
 	}
-	c.e.metrics.observeReconcile(c.kind.Controller, result, time.Since(start))
+	c.e.metrics.observeReconcile(c.kind.Controller, c.e.cfg.Shard.String(), result, time.Since(start))
 	return true
 }
 

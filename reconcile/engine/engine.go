@@ -114,7 +114,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	rc := rest.CopyConfig(cfg.Rest)
 	limitPerResource(rc)
-	rc.Wrap(m.countRequests)
+	rc.Wrap(m.countRequests(cfg.Shard.String()))
 	// Outside the count: a write the tenure stops is never sent.
 	rc.Wrap(fenceWrites)
 	hc, err := rest.HTTPClientFor(rc)
@@ -208,6 +208,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer func() {
 		e.stopInformers()
 		wg.Wait()
+		// Its shard's series go with it: its holder counts them from now on.
+		e.metrics.forgetShard(e.cfg.Shard.String())
 	}()
 	wg.Add(1)
 	// While objects wait on an external API, one is retried every canaryInterval (waiters.go).

@@ -13,7 +13,11 @@ import (
 	"evals.si/operator/evalsi"
 )
 
-// Metrics are the engine's Prometheus metrics, in a registry of their own.
+// Metrics are the engine's Prometheus metrics, in a registry of their own. The engines of one
+// replica's shards share them, and label what each records by its shard ("0/3"; "0/1" when the
+// operator does not shard): the gauges count only the shards the replica holds, and the series
+// of a shard go when its engine stops (forgetShard), so that a shard's series come from its
+// holder, not from every replica that once held or warmed it.
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -43,17 +47,17 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "evalsi_reconcile_total",
-			Help: "Reconciles by controller and result (success, requeue, conflict, error, terminal; held: a warm shard's, which waits to write).",
-		}, []string{"controller", "result"}),
+			Help: "Reconciles by controller, shard and result (success, requeue, conflict, error, terminal; held: a warm shard's, which waits to write).",
+		}, []string{"controller", "shard", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "evalsi_reconcile_duration_seconds",
-			Help:    "Time one reconcile took, by controller.",
+			Help:    "Time one reconcile took, by controller and shard.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}, []string{"controller"}),
+		}, []string{"controller", "shard"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "evalsi_kube_requests_total",
-			Help: "Requests to the Kubernetes API server by verb, resource and status code.",
-		}, []string{"verb", "resource", "code"}),
+			Help: "Requests to the Kubernetes API server by verb, resource, status code and the shard of the engine that sent them.",
+		}, []string{"verb", "resource", "code", "shard"}),
 		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "evalsi_api_calls_total",
 			Help: "Calls to evalsid by method and result code.",
@@ -93,9 +97,19 @@ func (m *Metrics) setServerVersion(v string, supported bool) {
 	m.server.WithLabelValues(v, evalsi.KubernetesMinor).Set(value)
 }
 
-func (m *Metrics) observeReconcile(controller, result string, d time.Duration) {
-	m.reconciles.WithLabelValues(controller, result).Inc()
-	m.duration.WithLabelValues(controller).Observe(d.Seconds())
+func (m *Metrics) observeReconcile(controller, shard, result string, d time.Duration) {
+	m.reconciles.WithLabelValues(controller, shard, result).Inc()
+	m.duration.WithLabelValues(controller, shard).Observe(d.Seconds())
+}
+
+// forgetShard drops the series of shard: its engine stopped, and another replica (or a later
+// engine of this one) counts it from now on.
+func (m *Metrics) forgetShard(shard string) {
+	only := prometheus.Labels{"shard": shard}
+	m.reconciles.DeletePartialMatch(only)
+	m.duration.DeletePartialMatch(only)
+	m.requests.DeletePartialMatch(only)
+	m.queues.forgetShard(only)
 }
 
 // KubeRequests returns the count of requests with verb to resource ("" for any) so far (tests
@@ -151,8 +165,13 @@ func (m *Metrics) ObserveAPICall(method, code string) {
 	m.apiCalls.WithLabelValues(method, code).Inc()
 }
 
-// countRequests wraps a client transport to count requests by verb, resource and code.
-func (m *Metrics) countRequests(rt http.RoundTripper) http.RoundTripper {
+// countRequests returns the wrapper of the transport of shard's engine that counts its requests
+// by verb, resource and code.
+func (m *Metrics) countRequests(shard string) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper { return m.countRequestsOf(shard, rt) }
+}
+
+func (m *Metrics) countRequestsOf(shard string, rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
 		code := "error"
@@ -163,7 +182,7 @@ func (m *Metrics) countRequests(rt http.RoundTripper) http.RoundTripper {
 		if req.URL.Query().Get("watch") == "true" {
 			verb = "WATCH"
 		}
-		m.requests.WithLabelValues(verb, resourceOf(req.URL.Path), code).Inc()
+		m.requests.WithLabelValues(verb, resourceOf(req.URL.Path), code, shard).Inc()
 		return resp, err
 	})
 }

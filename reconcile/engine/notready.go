@@ -16,6 +16,7 @@ import (
 // they are counted once it holds its shard (held).
 type notReadyObjects struct {
 	controller string
+	shard      string
 	clock      clock.PassiveClock
 	held       func() bool
 	mu         sync.Mutex
@@ -47,16 +48,15 @@ func (n *notReadyObjects) observe(key string, obj *unstructured.Unstructured) {
 	}
 }
 
-// notReadyGauges collects, by controller, how many objects are not Ready and for how long the
-// oldest has not been, over the controllers of the engines that hold their shard (a replica
-// runs one for each shard it holds or warms); a controller's objects leave the series when its
-// engine stops, so that a shard is counted by its holder alone. A controller once seen stays
-// in the series, at 0.
+// notReadyGauges collects, by controller and shard, how many objects are not Ready and for how
+// long the oldest has not been, over the controllers of the engines that hold their shard (a
+// replica runs one for each shard it holds or warms); a controller's objects leave the series
+// when its engine stops, so that a shard is counted by its holder alone. A held shard whose
+// objects are all Ready is in the series at 0.
 type notReadyGauges struct {
 	count, longest *prometheus.Desc
 	mu             sync.Mutex
 	sets           map[*notReadyObjects]struct{}
-	controllers    map[string]bool
 	// clock is the time the gauges are read at (clock.RealClock but in tests).
 	clock clock.PassiveClock
 }
@@ -64,23 +64,21 @@ type notReadyGauges struct {
 func newNotReadyGauges() *notReadyGauges {
 	return &notReadyGauges{
 		count: prometheus.NewDesc("evalsi_objects_not_ready",
-			"Objects whose Ready condition is not True, by controller, as their last reconcile left them.", []string{"controller"}, nil),
+			"Objects whose Ready condition is not True, by controller and shard (of the shards this replica holds), as their last reconcile left them.", []string{"controller", "shard"}, nil),
 		longest: prometheus.NewDesc("evalsi_objects_not_ready_longest_seconds",
-			"How long the object that has been not Ready longest has been so (since its Ready condition's last transition), by controller; 0 when every object is Ready.", []string{"controller"}, nil),
-		sets:        map[*notReadyObjects]struct{}{},
-		controllers: map[string]bool{},
-		clock:       clock.RealClock{},
+			"How long the object that has been not Ready longest has been so (since its Ready condition's last transition), by controller and shard (of the shards this replica holds); 0 when every object is Ready.", []string{"controller", "shard"}, nil),
+		sets:  map[*notReadyObjects]struct{}{},
+		clock: clock.RealClock{},
 	}
 }
 
 // forController returns the set of a new controller's objects, counted while held says its
 // engine holds its shard; release it when the controller has stopped.
-func (g *notReadyGauges) forController(name string, held func() bool) *notReadyObjects {
-	n := &notReadyObjects{controller: name, clock: g.clock, held: held, since: map[string]time.Time{}}
+func (g *notReadyGauges) forController(name, shard string, held func() bool) *notReadyObjects {
+	n := &notReadyObjects{controller: name, shard: shard, clock: g.clock, held: held, since: map[string]time.Time{}}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sets[n] = struct{}{}
-	g.controllers[name] = true
 	return n
 }
 
@@ -101,16 +99,19 @@ func (g *notReadyGauges) Collect(ch chan<- prometheus.Metric) {
 		count  int
 		oldest time.Time
 	}
-	by := map[string]*values{}
+	type key struct{ controller, shard string }
+	by := map[key]*values{}
 	g.mu.Lock()
-	for name := range g.controllers {
-		by[name] = &values{}
-	}
 	for n := range g.sets {
 		if !n.held() {
 			continue
 		}
-		v := by[n.controller]
+		k := key{n.controller, n.shard}
+		v := by[k]
+		if v == nil {
+			v = &values{}
+			by[k] = v
+		}
 		n.mu.Lock()
 		v.count += len(n.since)
 		for _, t := range n.since {
@@ -122,12 +123,12 @@ func (g *notReadyGauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	g.mu.Unlock()
 	at := g.clock.Now()
-	for name, v := range by {
+	for k, v := range by {
 		longest := 0.0
 		if !v.oldest.IsZero() {
 			longest = max(at.Sub(v.oldest).Seconds(), 0)
 		}
-		ch <- prometheus.MustNewConstMetric(g.count, prometheus.GaugeValue, float64(v.count), name)
-		ch <- prometheus.MustNewConstMetric(g.longest, prometheus.GaugeValue, longest, name)
+		ch <- prometheus.MustNewConstMetric(g.count, prometheus.GaugeValue, float64(v.count), k.controller, k.shard)
+		ch <- prometheus.MustNewConstMetric(g.longest, prometheus.GaugeValue, longest, k.controller, k.shard)
 	}
 }

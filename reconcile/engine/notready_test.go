@@ -26,18 +26,21 @@ func TestNotReadyGauges(t *testing.T) {
 		return &unstructured.Unstructured{Object: map[string]any{"status": status}}
 	}
 	want := func(count int, longest float64) string {
-		return fmt.Sprintf(`# HELP evalsi_objects_not_ready Objects whose Ready condition is not True, by controller, as their last reconcile left them.
+		if count < 0 {
+			return ""
+		}
+		return fmt.Sprintf(`# HELP evalsi_objects_not_ready Objects whose Ready condition is not True, by controller and shard (of the shards this replica holds), as their last reconcile left them.
 # TYPE evalsi_objects_not_ready gauge
-evalsi_objects_not_ready{controller="evaluator"} %d
-# HELP evalsi_objects_not_ready_longest_seconds How long the object that has been not Ready longest has been so (since its Ready condition's last transition), by controller; 0 when every object is Ready.
+evalsi_objects_not_ready{controller="evaluator",shard="0/2"} %d
+# HELP evalsi_objects_not_ready_longest_seconds How long the object that has been not Ready longest has been so (since its Ready condition's last transition), by controller and shard (of the shards this replica holds); 0 when every object is Ready.
 # TYPE evalsi_objects_not_ready_longest_seconds gauge
-evalsi_objects_not_ready_longest_seconds{controller="evaluator"} %g
+evalsi_objects_not_ready_longest_seconds{controller="evaluator",shard="0/2"} %g
 `, count, longest)
 	}
 	g := newNotReadyGauges()
 	g.clock = clock
 	held := true
-	n := g.forController("evaluator", func() bool { return held })
+	n := g.forController("evaluator", "0/2", func() bool { return held })
 	n.observe("team-a/broken", object("False", t0))
 	n.observe("team-a/fine", object("True", t0))
 	n.observe("team-a/new", object("", time.Time{})) // no Ready yet: counted from now, t0+1h
@@ -53,9 +56,9 @@ evalsi_objects_not_ready_longest_seconds{controller="evaluator"} %g
 		{"the old one Ready again", func() { n.observe("team-a/broken", object("True", clock.Now())) }, 1, 3600},
 		{"seen again without Ready: its first sighting kept", func() { n.observe("team-a/new", object("", time.Time{})) }, 1, 3600},
 		{"deleted", func() { n.observe("team-a/new", nil) }, 0, 0},
-		{"a shard's object not held (a warm engine)", func() { n.observe("team-a/warm", object("False", t0)); held = false }, 0, 0},
+		{"a shard's object not held (a warm engine): no series", func() { n.observe("team-a/warm", object("False", t0)); held = false }, -1, 0},
 		{"held again", func() { held = true }, 1, 7200},
-		{"the engine stopped", func() { g.release(n) }, 0, 0},
+		{"the engine stopped: no series", func() { g.release(n) }, -1, 0},
 	} {
 		step.do()
 		if err := testutil.CollectAndCompare(g, strings.NewReader(want(step.count, step.longest))); err != nil {

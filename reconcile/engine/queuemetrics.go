@@ -11,11 +11,11 @@ import (
 
 // queueMetrics are the metrics of the work queues. A replica runs an engine for each shard it
 // holds or warms, each with a queue per kind under the kind's name, and a new queue each time an
-// engine runs again (a Lease lost and taken back). Counters and histograms add up across them as
-// they are. The gauges do not: each queue keeps its own (queueGauges), and a name's series is
-// their sum (depth, seconds of unfinished work) or their maximum (longest-running processor) over
-// the queues not yet released. A stopped queue's leftover items and last readings would otherwise
-// stay in the series for the life of the process.
+// engine runs again (a Lease lost and taken back); every series is labelled with the queue's
+// shard. Counters and histograms count as they are, until the shard's engine stops
+// (Metrics.forgetShard). The gauges are each queue's own (queueGauges), collected only from the
+// queues of shards the replica holds and not yet released: a warm shard's queue, or a stopped
+// one's leftover items and last readings, would otherwise show as this replica's work.
 type queueMetrics struct {
 	adds, retries         *prometheus.CounterVec
 	latency, workDuration *prometheus.HistogramVec
@@ -26,27 +26,26 @@ func newQueueMetrics(reg *prometheus.Registry) queueMetrics {
 	q := queueMetrics{
 		adds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "evalsi_workqueue_adds_total", Help: "Adds handled by the work queue.",
-		}, []string{"name"}),
+		}, []string{"name", "shard"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "evalsi_workqueue_retries_total", Help: "Retries handled by the work queue.",
-		}, []string{"name"}),
+		}, []string{"name", "shard"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "evalsi_workqueue_queue_duration_seconds", Help: "How long an item waits in the queue.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12),
-		}, []string{"name"}),
+		}, []string{"name", "shard"}),
 		workDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "evalsi_workqueue_work_duration_seconds", Help: "How long processing an item takes.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12),
-		}, []string{"name"}),
+		}, []string{"name", "shard"}),
 		gauges: &queueGauges{
 			depth: prometheus.NewDesc("evalsi_workqueue_depth",
-				"Current depth of the work queue (of every running engine's queue of that name).", []string{"name"}, nil),
+				"Current depth of the work queue, by name and shard (of the shards this replica holds).", []string{"name", "shard"}, nil),
 			unfinished: prometheus.NewDesc("evalsi_workqueue_unfinished_work_seconds",
-				"Seconds of work in progress not yet observed by work_duration.", []string{"name"}, nil),
+				"Seconds of work in progress not yet observed by work_duration, by name and shard (of the shards this replica holds).", []string{"name", "shard"}, nil),
 			longest: prometheus.NewDesc("evalsi_workqueue_longest_running_processor_seconds",
-				"Seconds the longest-running processor has been running.", []string{"name"}, nil),
+				"Seconds the longest-running processor has been running, by name and shard (of the shards this replica holds).", []string{"name", "shard"}, nil),
 			queues: map[*queueGauge]struct{}{},
-			names:  map[string]bool{},
 		},
 	}
 	reg.MustRegister(q.adds, q.retries, q.latency, q.workDuration, q.gauges)
@@ -54,21 +53,30 @@ func newQueueMetrics(reg *prometheus.Registry) queueMetrics {
 }
 
 // forQueue returns the workqueue.MetricsProvider of a new queue named name (a kind's
-// controller); release its gauges once the queue has shut down.
-func (q queueMetrics) forQueue(name string) *queueGauge {
-	g := &queueGauge{queueMetrics: q, name: name}
+// controller) of shard's engine, whose gauges count while held says the replica holds the shard;
+// release them once the queue has shut down.
+func (q queueMetrics) forQueue(name, shard string, held func() bool) *queueGauge {
+	g := &queueGauge{queueMetrics: q, name: name, shard: shard, held: held}
 	q.gauges.mu.Lock()
 	q.gauges.queues[g] = struct{}{}
-	q.gauges.names[name] = true
 	q.gauges.mu.Unlock()
 	return g
+}
+
+// forgetShard drops the counters and histograms of a shard whose engine stopped.
+func (q queueMetrics) forgetShard(only prometheus.Labels) {
+	q.adds.DeletePartialMatch(only)
+	q.retries.DeletePartialMatch(only)
+	q.latency.DeletePartialMatch(only)
+	q.workDuration.DeletePartialMatch(only)
 }
 
 // queueGauge is the metrics provider of one queue: the shared counters and histograms, and
 // gauges of its own.
 type queueGauge struct {
 	queueMetrics
-	name                       string
+	name, shard                string
+	held                       func() bool
 	depth, unfinished, longest gaugeValue
 }
 
@@ -92,25 +100,24 @@ func (g *queueGauge) NewLongestRunningProcessorSecondsMetric(string) workqueue.S
 	return &g.longest
 }
 func (g *queueGauge) NewAddsMetric(name string) workqueue.CounterMetric {
-	return g.adds.WithLabelValues(name)
+	return g.adds.WithLabelValues(name, g.shard)
 }
 func (g *queueGauge) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	return g.latency.WithLabelValues(name)
+	return g.latency.WithLabelValues(name, g.shard)
 }
 func (g *queueGauge) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	return g.workDuration.WithLabelValues(name)
+	return g.workDuration.WithLabelValues(name, g.shard)
 }
 func (g *queueGauge) NewRetriesMetric(name string) workqueue.CounterMetric {
-	return g.retries.WithLabelValues(name)
+	return g.retries.WithLabelValues(name, g.shard)
 }
 
-// queueGauges collects the gauges of the queues not yet released, by name. A name once given
-// stays in the series, at 0 while no queue of it runs (a replica that holds no shard).
+// queueGauges collects the gauges of the queues not yet released whose shard the replica holds,
+// by name and shard.
 type queueGauges struct {
 	depth, unfinished, longest *prometheus.Desc
 	mu                         sync.Mutex
 	queues                     map[*queueGauge]struct{}
-	names                      map[string]bool
 }
 
 func (c *queueGauges) Describe(ch chan<- *prometheus.Desc) {
@@ -120,23 +127,31 @@ func (c *queueGauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *queueGauges) Collect(ch chan<- prometheus.Metric) {
+	// Two queues of one name and shard run together only while a stopping engine's queue is not
+	// released yet: their depths add up, the longest processor is the longer one.
+	type key struct{ name, shard string }
 	type values struct{ depth, unfinished, longest float64 }
-	byName := map[string]*values{}
+	by := map[key]*values{}
 	c.mu.Lock()
-	for name := range c.names {
-		byName[name] = &values{}
-	}
 	for g := range c.queues {
-		v := byName[g.name]
+		if !g.held() {
+			continue
+		}
+		k := key{g.name, g.shard}
+		v := by[k]
+		if v == nil {
+			v = &values{}
+			by[k] = v
+		}
 		v.depth += g.depth.value()
 		v.unfinished += g.unfinished.value()
 		v.longest = max(v.longest, g.longest.value())
 	}
 	c.mu.Unlock()
-	for name, v := range byName {
-		ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, v.depth, name)
-		ch <- prometheus.MustNewConstMetric(c.unfinished, prometheus.GaugeValue, v.unfinished, name)
-		ch <- prometheus.MustNewConstMetric(c.longest, prometheus.GaugeValue, v.longest, name)
+	for k, v := range by {
+		ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, v.depth, k.name, k.shard)
+		ch <- prometheus.MustNewConstMetric(c.unfinished, prometheus.GaugeValue, v.unfinished, k.name, k.shard)
+		ch <- prometheus.MustNewConstMetric(c.longest, prometheus.GaugeValue, v.longest, k.name, k.shard)
 	}
 }
 
