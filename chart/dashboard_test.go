@@ -21,6 +21,7 @@ import (
 	"evals.si/operator/internal/pki"
 	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/reconcile/process"
+	"evals.si/operator/webhook"
 )
 
 // dashboard is what the test reads of a Grafana dashboard.
@@ -54,17 +55,39 @@ type dashboard struct {
 	} `json:"panels"`
 }
 
-// TestDashboardReadsOnlyExportedMetrics renders the evalsi chart's dashboard ConfigMap (monitoring
-// on) and holds its queries to what the operator serves: every metric a query reads is one the
-// operator's registry describes (the engine's metrics, the shards gauge, the certificates'
-// expiry, the Go and process collectors) or Prometheus's own `up`; every query parses as PromQL (promtool check rules, with
-// Grafana's variables given values); and the rules of Grafana's dashboard linter that apply
-// here hold: a datasource variable every panel and target uses, a namespace variable, each
-// query selecting the namespace and the chart's scrape job and taking rates over
-// $__rate_interval, a title and a unit on each panel, and unique panel ids.
+// TestDashboardReadsOnlyExportedMetrics renders each chart's dashboard ConfigMap (monitoring on)
+// and holds its queries to what its program serves: every metric a query reads is one the
+// program's registry describes (the operator's: the engine's metrics, the shards gauge, the
+// certificates' expiry, the Go and process collectors; the webhook's: its reviews, the serving
+// certificate's expiry, the Go and process collectors) or Prometheus's own `up`; every query
+// parses as PromQL (promtool check rules, with Grafana's variables given values); and the rules
+// of Grafana's dashboard linter that apply here hold: a datasource variable every panel and
+// target uses, a namespace variable, each query selecting the namespace and the chart's scrape
+// job and taking rates over $__rate_interval, a title and a unit on each panel, and unique panel
+// ids.
 func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
-	out := helm(t, append([]string{"template", "evalsi", "evalsi", "-n", "team-a", "--kube-version", "1.37.0",
-		"--show-only", "templates/dashboard.yaml"}, valuesArgs("evalsi", "monitoring")...)...)
+	operator := engine.NewMetrics().Registry
+	operator.MustRegister(process.ShardsHeldMetric(func() float64 { return 0 }), pki.Expiry{})
+	hook := webhook.NewMetrics().Registry
+	hook.MustRegister(pki.ServedExpiry{Name: "webhook-serving"})
+	for _, c := range []struct {
+		chart, release, namespace, key, job string
+		registry                            *prometheus.Registry
+	}{
+		{"evalsi", "evalsi", "team-a", "evalsi-operator.json", "evalsi-operator-metrics", operator},
+		{"evalsi-crds", "evalsi-crds", "evalsi-system", "evalsi-webhook.json", "evalsi-webhook-metrics", hook},
+	} {
+		t.Run(c.chart, func(t *testing.T) {
+			checkDashboard(t, c.chart, c.release, c.namespace, c.key, c.job, c.registry)
+		})
+	}
+}
+
+// checkDashboard is TestDashboardReadsOnlyExportedMetrics for one chart: its dashboard, under
+// key of its ConfigMap, scraped by job, of the program whose metrics registry describes.
+func checkDashboard(t *testing.T, chart, release, namespace, key, job string, registry *prometheus.Registry) {
+	out := helm(t, append([]string{"template", release, chart, "-n", namespace, "--kube-version", "1.37.0",
+		"--show-only", "templates/dashboard.yaml"}, valuesArgs(chart, "monitoring")...)...)
 	docs, err := manifest.Decode("dashboard.yaml", strings.NewReader(out))
 	if err != nil || len(docs) != 1 || docs[0].Object.GetKind() != "ConfigMap" {
 		t.Fatalf("the chart's dashboard: %v, %d documents", err, len(docs))
@@ -73,17 +96,15 @@ func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
 		t.Errorf("label grafana_dashboard = %q, want \"1\" (the sidecar's default)", got)
 	}
 	data, _ := docs[0].Object.Object["data"].(map[string]any)
-	raw, _ := data["evalsi-operator.json"].(string)
+	raw, _ := data[key].(string)
 	var d dashboard
 	if err := json.Unmarshal([]byte(raw), &d); err != nil {
 		t.Fatalf("the dashboard is not JSON: %v", err)
 	}
 
 	exported := map[string]bool{"up": true}
-	reg := engine.NewMetrics().Registry
-	reg.MustRegister(process.ShardsHeldMetric(func() float64 { return 0 }), pki.Expiry{})
 	descs := make(chan *prometheus.Desc)
-	go func() { reg.Describe(descs); close(descs) }()
+	go func() { registry.Describe(descs); close(descs) }()
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	for desc := range descs {
 		if m := fqName.FindStringSubmatch(desc.String()); m != nil {
@@ -120,7 +141,7 @@ func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
 			if target.Datasource.UID != "${datasource}" {
 				t.Errorf("panel %q: a target's datasource is %q, want ${datasource}", p.Title, target.Datasource.UID)
 			}
-			if !strings.Contains(expr, `namespace="$namespace", job="evalsi-operator-metrics"`) {
+			if !strings.Contains(expr, `namespace="$namespace", job="`+job+`"`) {
 				t.Errorf("panel %q: %s selects another namespace or job than the variable's and the chart's", p.Title, expr)
 			}
 			if strings.Contains(expr, "rate(") && !strings.Contains(expr, "[$__rate_interval]") {
@@ -132,11 +153,11 @@ func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
 			}
 			for _, m := range names {
 				name := m[1]
-				if base := strings.TrimSuffix(name, "_bucket"); base != name && exported[base] {
+				if base, ok := histogramOf(name); ok && exported[base] {
 					continue
 				}
 				if !exported[name] {
-					t.Errorf("panel %q reads %s, which the operator does not export", p.Title, name)
+					t.Errorf("panel %q reads %s, which %s does not export", p.Title, name, chart)
 				}
 			}
 			expr = strings.NewReplacer("$namespace", "team-a", "$__rate_interval", "2m").Replace(expr)
@@ -161,4 +182,15 @@ func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
 	if report, err := exec.CommandContext(ctx, promtool, "check", "rules", path).CombinedOutput(); err != nil {
 		t.Errorf("the dashboard's queries do not parse: %v\n%s", err, report)
 	}
+}
+
+// histogramOf returns the histogram a series name is one of the parts of (its _bucket, _count or
+// _sum), and whether it is one.
+func histogramOf(name string) (string, bool) {
+	for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok {
+			return base, true
+		}
+	}
+	return "", false
 }

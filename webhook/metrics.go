@@ -1,6 +1,9 @@
 package webhook
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
 
 // Metrics are the webhook's: reviews shed, in flight, and how long the served ones took, and
 // where the answers about references came from.
@@ -12,7 +15,8 @@ type Metrics struct {
 	accessAnswers *prometheus.CounterVec
 }
 
-// NewMetrics returns the webhook's metrics in a registry of their own.
+// NewMetrics returns the webhook's metrics in a registry of their own, with the Go and process
+// collectors (its CPU and memory, on its dashboard).
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
@@ -34,6 +38,7 @@ func NewMetrics() *Metrics {
 			Help: "Answers about a reference a workload object's writer may use, by source: kept (cached), shared (asked by a review in flight) or asked of the API server.",
 		}, []string{"source"}),
 	}
-	m.Registry.MustRegister(m.shed, m.inFlight, m.duration, m.accessAnswers)
+	m.Registry.MustRegister(m.shed, m.inFlight, m.duration, m.accessAnswers,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
