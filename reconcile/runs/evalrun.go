@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/clock"
 
 	"evals.si/operator/apiclient"
 	v1 "evals.si/operator/apiclient/evalsiv1"
@@ -37,6 +38,8 @@ type Options struct {
 	// namespace's labels reconciles it at once, and so does a change of the class where this
 	// operator runs the SandboxClass controller (waitsOn).
 	ClassRecheck time.Duration
+	// Clock is the time the runs are read and expire at (clock.RealClock when nil).
+	Clock clock.PassiveClock
 }
 
 // targetRecheck is how often a run waiting on its CheckpointServer looks again.
@@ -46,6 +49,9 @@ const targetRecheck = 2 * time.Second
 func Kind(api *apiclient.Client, opts Options) *engine.Kind {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	r := &evalRuns{api: api, opts: opts}
 	k := engine.NewKind(evalsi.EvalRunKind)
@@ -96,7 +102,7 @@ func (er *evalRuns) Observe(ctx context.Context, r *engine.Request) (engine.Obse
 	case runID == "":
 		return engine.Observation{}, nil
 	}
-	run, ok := er.follower.fresh(r.Project, runID, er.opts.PollInterval)
+	run, ok := er.follower.fresh(r.Project, runID, er.opts.PollInterval, er.opts.Clock.Now())
 	if !ok {
 		resp, err := er.api.Runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: r.Project, Id: runID}))
 		if connect.CodeOf(err) == connect.CodeNotFound {
@@ -126,7 +132,7 @@ func (er *evalRuns) observed(obj *unstructured.Unstructured, run *v1.Run) engine
 	if at, keep := er.expiry(obj, completed); !keep {
 		st.Fields["expiresAt"] = at.UTC().Format(time.RFC3339)
 		// Expiry is a time, not an event: look again then.
-		obs.RequeueAfter = max(time.Until(at), time.Second)
+		obs.RequeueAfter = max(at.Sub(er.opts.Clock.Now()), time.Second)
 	}
 	return obs
 }

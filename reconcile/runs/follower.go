@@ -48,11 +48,11 @@ func (er *evalRuns) follow(ctx context.Context, c *engine.Controller) {
 }
 
 // fresh returns the run project/id as the follower read it within the last two poll intervals.
-func (f *follower) fresh(project, id string, interval time.Duration) (*v1.Run, bool) {
+func (f *follower) fresh(project, id string, interval time.Duration, now time.Time) (*v1.Run, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.latest[project+"/"+id]
-	if !ok || time.Since(r.at) > 2*interval {
+	if !ok || now.Sub(r.at) > 2*interval {
 		return nil, false
 	}
 	return r.run, true
@@ -91,7 +91,7 @@ func (er *evalRuns) sweep(ctx context.Context, c *engine.Controller) {
 				c.Log().Debug("reading runs in a batch failed", "project", project, "runs", len(chunk), "err", err)
 				continue
 			}
-			now := time.Now()
+			now := er.opts.Clock.Now()
 			for _, run := range resp.Msg.Runs {
 				id := project + "/" + run.Id
 				latest[id] = followedRun{run, now}

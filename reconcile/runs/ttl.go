@@ -33,7 +33,7 @@ func (er *evalRuns) expiry(obj *unstructured.Unstructured, completed string) (at
 	}
 	ended, err := time.Parse(time.RFC3339, completed)
 	if err != nil {
-		ended = time.Now()
+		ended = er.opts.Clock.Now()
 	}
 	return ended.Add(ttl), false
 }
@@ -47,7 +47,7 @@ func (er *evalRuns) finished(ctx context.Context, r *engine.Request) (engine.Obs
 	if keep {
 		return engine.Observation{Exists: true, UpToDate: true, Status: &engine.Status{Fields: map[string]any{"expiresAt": nil}}}, nil
 	}
-	if wait := time.Until(at); wait > 0 {
+	if wait := at.Sub(er.opts.Clock.Now()); wait > 0 {
 		return engine.Observation{Exists: true, UpToDate: true, RequeueAfter: wait,
 			Status: &engine.Status{Fields: map[string]any{"expiresAt": at.UTC().Format(time.RFC3339)}}}, nil
 	}
