@@ -106,12 +106,7 @@ func (g *notReadyGauges) Collect(ch chan<- prometheus.Metric) {
 		if !n.held() {
 			continue
 		}
-		k := key{n.controller, n.shard}
-		v := by[k]
-		if v == nil {
-			v = &values{}
-			by[k] = v
-		}
+		v := entry(by, key{n.controller, n.shard})
 		n.mu.Lock()
 		v.count += len(n.since)
 		for _, t := range n.since {

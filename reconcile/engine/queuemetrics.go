@@ -137,12 +137,7 @@ func (c *queueGauges) Collect(ch chan<- prometheus.Metric) {
 		if !g.held() {
 			continue
 		}
-		k := key{g.name, g.shard}
-		v := by[k]
-		if v == nil {
-			v = &values{}
-			by[k] = v
-		}
+		v := entry(by, key{g.name, g.shard})
 		v.depth += g.depth.value()
 		v.unfinished += g.unfinished.value()
 		v.longest = max(v.longest, g.longest.value())
@@ -153,6 +148,16 @@ func (c *queueGauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.unfinished, prometheus.GaugeValue, v.unfinished, k.name, k.shard)
 		ch <- prometheus.MustNewConstMetric(c.longest, prometheus.GaugeValue, v.longest, k.name, k.shard)
 	}
+}
+
+// entry returns m's value of k, adding a zero one first when there is none.
+func entry[K comparable, V any](m map[K]*V, k K) *V {
+	v, ok := m[k]
+	if !ok {
+		v = new(V)
+		m[k] = v
+	}
+	return v
 }
 
 // gaugeValue is a float64 gauge that one queue sets, and Collect reads.
