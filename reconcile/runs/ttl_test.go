@@ -28,7 +28,7 @@ func TestExpiry(t *testing.T) {
 		completed  string
 		want       outcome
 	}{
-		"the operator's TTL after the run ended": {ttl: time.Hour, completed: ended, want: outcome{At: now}},
+		"the operator's TTL after the run ended":  {ttl: time.Hour, completed: ended, want: outcome{At: now}},
 		"an annotation's TTL over the operator's": {ttl: time.Hour, annotation: "10m", completed: ended, want: outcome{At: now.Add(-50 * time.Minute)}},
 		"kept by the annotation":                  {ttl: time.Hour, annotation: "never", completed: ended, want: outcome{Keep: true}},
 		"kept by the operator's TTL of 0":         {completed: ended, want: outcome{Keep: true}},
