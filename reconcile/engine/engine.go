@@ -4,6 +4,14 @@
 // the metrics of all of it. It names no evals.si kind: kinds register themselves (Kind) with what
 // they watch, own and need, and are reconciled through their Reconciler. reconcile/doc.go walks
 // the flow.
+//
+// What its informers keep of each object, and the codecs that read objects off the wire into it,
+// are the leaf package cached, which knows nothing of the engine. The files here are one concept
+// each, most of them methods of the two types every reconcile passes through, Engine (this file)
+// and Controller (controller.go): discovery.go, informers.go, children.go, status.go and
+// lifecycle.go add to them, and metrics.go and config.go are read by all. A file's uses of those
+// two types and of the metrics run back up to them from below; no other file leans on one above
+// it.
 package engine
 
 import (
