@@ -9,9 +9,8 @@
 // are the leaf package cached, which knows nothing of the engine. The files here are one concept
 // each, most of them methods of the two types every reconcile passes through, Engine (this file)
 // and Controller (controller.go): discovery.go, informers.go, children.go, status.go and
-// lifecycle.go add to them, and metrics.go and config.go are read by all. A file's uses of those
-// two types and of the metrics run back up to them from below; no other file leans on one above
-// it.
+// lifecycle.go add to them, and metrics.go and config.go are read by all: most uses that run from
+// one file to another are of those two types and of the metrics.
 package engine
 
 import (
