@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/shard"
 )
 
@@ -79,7 +80,7 @@ type Engine struct {
 	// waiters are the objects waiting for an external API to come back; apiWaiters those waiting
 	// for the API server, which gate finds back.
 	waiters, apiWaiters waiters
-	gate                *apiGate
+	gate                *cached.APIGate
 	// validated remembers the spec checks already passed (Kind.Validate), by object.
 	validated validations
 }
@@ -143,7 +144,7 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{
 		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log,
 		waiters:     waiters{away: IsAway, requeued: m.requeuedOnAnswer},
-		apiWaiters:  waiters{away: unreachable, requeued: m.requeuedOnAPIServer},
+		apiWaiters:  waiters{away: cached.Unreachable, requeued: m.requeuedOnAPIServer},
 		served:      map[schema.GroupVersionResource]bool{},
 		kinds:       map[schema.GroupVersionKind]schema.GroupVersionResource{},
 		informers:   map[informerKey]*informer{},
@@ -204,9 +205,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	var stopEvents func()
 	e.recorder, stopEvents = newEventRecorder(ctx, e.kube, e.cfg.Namespace)
 	defer stopEvents()
-	e.gate = &apiGate{ctx: ctx, back: e.apiServerBack, calls: e.metrics.unreachableCalls, probe: func(ctx context.Context) error {
+	e.gate = cached.NewAPIGate(ctx, func(ctx context.Context) error {
 		return e.rest.Get().AbsPath("/readyz").Do(ctx).Error()
-	}}
+	}, e.apiServerBack, e.metrics.unreachableCalls)
 	if t := e.cfg.Tenancy; t != nil {
 		t.OnChange(e.enqueueNamespace)
 	}

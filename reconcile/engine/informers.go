@@ -89,7 +89,7 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 			selector += "," + s
 		}
 		lw := cached.ChildListWatch(e.rest, gvr, namespace, selector)
-		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &cached.Child{}, cache.SharedIndexInformerOptions{
+		inf = cache.NewSharedIndexInformerWithOptions(e.gate.ListWatch(lw), &cached.Child{}, cache.SharedIndexInformerOptions{
 			ResyncPeriod: e.cfg.Resync, ObjectDescription: gvr.String(),
 		})
 	} else {
@@ -97,14 +97,14 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 		if !owner.Shared && !e.cfg.Shard.IsWhole() {
 			lw = cached.ShardListWatch(lw, e.cfg.Shard)
 		}
-		inf = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(lw), &cached.Owner{}, cache.SharedIndexInformerOptions{
+		inf = cache.NewSharedIndexInformerWithOptions(e.gate.ListWatch(lw), &cached.Owner{}, cache.SharedIndexInformerOptions{
 			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, referrersIndex: indexByRefers}, ObjectDescription: gvr.String(),
 		})
 	}
 	i := &informer{shared: inf, stop: make(chan struct{}), written: cached.NewRecentWrites()}
 	if child {
 		i.children = cached.NewChildrenByOwner()
-		i.strangers = cache.NewSharedIndexInformerWithOptions(e.gate.listWatch(cached.StrangerListWatch(e.rest, gvr, namespace)), &cached.Child{},
+		i.strangers = cache.NewSharedIndexInformerWithOptions(e.gate.ListWatch(cached.StrangerListWatch(e.rest, gvr, namespace)), &cached.Child{},
 			cache.SharedIndexInformerOptions{ObjectDescription: gvr.String() + " not the operator's"})
 	}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,

@@ -33,10 +33,10 @@ type Metrics struct {
 	// API answered again after they had waited on it (waiters.go).
 	requeuedOnAnswer prometheus.Counter
 	// requeuedOnAPIServer counts the objects put back on their queue at once because the API
-	// server answered again after they had failed on its absence (apigate.go).
+	// server answered again after they had failed on its absence (cached/apigate.go).
 	requeuedOnAPIServer prometheus.Counter
 	// unreachableCalls counts the informers' lists and watches that found the API server
-	// unreachable: held by the gate until it answered (apigate.go), or failed to the informer
+	// unreachable: held by the gate until it answered (cached/apigate.go), or failed to the informer
 	// when the engine stopped meanwhile. A failed one is one a reflector backs off on.
 	unreachableCalls *prometheus.CounterVec
 }

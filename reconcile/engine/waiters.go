@@ -9,7 +9,7 @@ import (
 )
 
 // waiters are the objects whose last reconcile failed because an API was away: evalsid (Away),
-// or the API server itself (unreachable, apigate.go). Their per-object backoff grows while it is down, so that after a long outage they would
+// or the API server itself (unreachable, cached/apigate.go). Their per-object backoff grows while it is down, so that after a long outage they would
 // come back one by one over as long again. Instead, the first call the API answers
 // (ExternalAnswered) puts every waiting object back on its queue at once (the client's rate limit
 // spreads them), and while objects wait one of them is retried every canaryInterval, so that a

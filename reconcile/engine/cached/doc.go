@@ -4,8 +4,9 @@
 // object decoded into maps takes tens of kilobytes. Beside them: the list and watch functions
 // that stream into these forms (ChildListWatch, OwnerListWatch, ShardListWatch), the field sets
 // the drift check reads (Child.Unowned), the index of children by owner (ChildrenByOwner), the
-// writes the engine made but its informers have not shown yet (RecentWrites), and how far a
-// Deployment has rolled out (RolloutOf). It names no engine, controller or kind.
+// writes the engine made but its informers have not shown yet (RecentWrites), how far a
+// Deployment has rolled out (RolloutOf), and the gate that holds the lists and watches while the
+// API server cannot be reached (APIGate). It names no engine, controller or kind.
 package cached
 
 import "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"

@@ -1,4 +1,4 @@
-package engine
+package cached
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// apiGate holds the informers' lists and watches while the API server cannot be reached, instead
-// of failing them, and tells the engine the moment it serves again.
+// APIGate holds the informers' lists and watches while the API server cannot be reached, instead
+// of failing them, and tells the engine the moment it serves again (NewAPIGate).
 //
 // A reflector backs off on every failed list or watch, doubling up to 30 s (jittered up to 60),
 // and forgets only after two minutes without a failure; after five 15 s outages in a row its next
@@ -26,7 +26,7 @@ import (
 // gateProbeInterval finds its return (ready, not only listening), and every held call goes at
 // once. Only an unreachable server is held (refused, reset, cut off): an answer, even an error, is
 // the reflector's to handle.
-type apiGate struct {
+type APIGate struct {
 	// probe asks the server anything; it fails with an unreachable error while the server is gone.
 	probe func(ctx context.Context) error
 	// back is called each time the server answers again after being unreachable.
@@ -42,12 +42,20 @@ type apiGate struct {
 	down chan struct{}
 }
 
+// NewAPIGate returns the gate of an engine running until ctx ends: probe asks the API server
+// anything (it fails with an unreachable error while the server is gone), back is called each
+// time the server answers again after being unreachable, and calls counts the lists and watches
+// that found it unreachable, by outcome (held, failed).
+func NewAPIGate(ctx context.Context, probe func(ctx context.Context) error, back func(), calls *prometheus.CounterVec) *APIGate {
+	return &APIGate{ctx: ctx, probe: probe, back: back, calls: calls}
+}
+
 // gateProbeInterval is how often the gate asks an unreachable API server whether it is back.
 const gateProbeInterval = 250 * time.Millisecond
 
-// unreachable reports whether err says the API server could not be reached at all: the
+// Unreachable reports whether err says the API server could not be reached at all: the
 // connection refused, reset or cut off, as when its process is gone.
-func unreachable(err error) bool {
+func Unreachable(err error) bool {
 	return err != nil && (utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err))
 }
 
@@ -65,7 +73,7 @@ func serving(err error) bool {
 }
 
 // wait returns once the API server answers again, or with ctx's error.
-func (g *apiGate) wait(ctx context.Context) error {
+func (g *APIGate) wait(ctx context.Context) error {
 	g.mu.Lock()
 	if g.down == nil {
 		g.down = make(chan struct{})
@@ -83,7 +91,7 @@ func (g *apiGate) wait(ctx context.Context) error {
 
 // probeUntilBack probes the server until it serves again (or the engine stops), then opens the
 // gate.
-func (g *apiGate) probeUntilBack(down chan struct{}) {
+func (g *APIGate) probeUntilBack(down chan struct{}) {
 	t := time.NewTicker(gateProbeInterval)
 	defer t.Stop()
 	for answered := false; !answered; {
@@ -105,9 +113,9 @@ func (g *apiGate) probeUntilBack(down chan struct{}) {
 	}
 }
 
-// listWatch returns lw with its lists and watches held by the gate while the server is
+// ListWatch returns lw with its lists and watches held by the gate while the server is
 // unreachable.
-func (g *apiGate) listWatch(lw cache.ListerWatcherWithContext) cache.ListerWatcher {
+func (g *APIGate) ListWatch(lw cache.ListerWatcherWithContext) cache.ListerWatcher {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 			for {
@@ -131,8 +139,8 @@ func (g *apiGate) listWatch(lw cache.ListerWatcherWithContext) cache.ListerWatch
 // held reports whether a call that returned err was held until the server answered again, and
 // so is to be made again: only when err says the server was unreachable and ctx did not end
 // first. It counts each outcome.
-func (g *apiGate) held(ctx context.Context, err error) bool {
-	if !unreachable(err) {
+func (g *APIGate) held(ctx context.Context, err error) bool {
+	if !Unreachable(err) {
 		return false
 	}
 	if g.wait(ctx) != nil {
