@@ -90,14 +90,14 @@ FUZZ_SCALE ?= 1
 fuzz:
 	go test ./render -run '^$$' -fuzz FuzzRender -fuzztime $$((100000 * $(FUZZ_SCALE)))x
 	go test ./schemas -run '^$$' -fuzz FuzzValidate -fuzztime $$((100000 * $(FUZZ_SCALE)))x
-	go test ./reconcile/engine -run '^$$' -fuzz FuzzChildWatch -fuzztime $$((30000 * $(FUZZ_SCALE)))x
-	go test ./reconcile/engine -run '^$$' -fuzz FuzzDecodeChildList -fuzztime $$((2500 * $(FUZZ_SCALE)))x
-	go test ./reconcile/engine -run '^$$' -fuzz FuzzProtobufChildWatch -fuzztime $$((30000 * $(FUZZ_SCALE)))x
-	go test ./reconcile/engine -run '^$$' -fuzz FuzzDecodeServedChild -fuzztime $$((30000 * $(FUZZ_SCALE)))x
-	go test ./reconcile/engine -run '^$$' -fuzz FuzzChildDecodersAgainstTyped -fuzztime $$((8000 * $(FUZZ_SCALE)))x
-	go test ./reconcile/engine -run '^$$' -fuzz FuzzOwnerWatch -fuzztime $$((20000 * $(FUZZ_SCALE)))x
-	go test ./reconcile/engine -run '^$$' -fuzz FuzzOwnerFromJSON -fuzztime $$((20000 * $(FUZZ_SCALE)))x
-	go test ./reconcile/engine -run '^$$' -fuzz FuzzCompactUID -fuzztime $$((20000 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine/cached -run '^$$' -fuzz FuzzChildWatch -fuzztime $$((30000 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine/cached -run '^$$' -fuzz FuzzDecodeChildList -fuzztime $$((2500 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine/cached -run '^$$' -fuzz FuzzProtobufChildWatch -fuzztime $$((30000 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine/cached -run '^$$' -fuzz FuzzDecodeServedChild -fuzztime $$((30000 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine/cached -run '^$$' -fuzz FuzzChildDecodersAgainstTyped -fuzztime $$((8000 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine/cached -run '^$$' -fuzz FuzzOwnerWatch -fuzztime $$((20000 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine/cached -run '^$$' -fuzz FuzzOwnerFromJSON -fuzztime $$((20000 * $(FUZZ_SCALE)))x
+	go test ./reconcile/engine/cached -run '^$$' -fuzz FuzzCompactUID -fuzztime $$((20000 * $(FUZZ_SCALE)))x
 	go test ./unstructuredjson -run '^$$' -fuzz FuzzMarshal -fuzztime $$((100000 * $(FUZZ_SCALE)))x
 
 # Rewrite every golden file from the current code; review the diff like a pull request.
