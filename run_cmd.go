@@ -28,6 +28,7 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "leader-election-namespace", EnvVars: []string{"POD_NAMESPACE"}, Usage: "namespace of the leader Lease (default: --namespace, else default)"},
 		&cli.StringFlag{Name: "leader-election-id", Value: evalsi.LeaderElectionID, Usage: "name of the leader Lease (with --shards above 1: the prefix of the shards' and replicas' Leases)"},
 		&cli.DurationFlag{Name: "leader-elect-lease-duration", Value: process.DefaultLeaseTimings.LeaseDuration, Usage: "how long after a Lease's last renewal another replica may take it: the longest a killed replica's shards wait (whole seconds)"},
+		&cli.DurationFlag{Name: "shard-lease-duration", Usage: "how long after a shard's Lease's last renewal another replica may take it (whole seconds, longer than --leader-elect-renew-deadline; the lease duration when unset): shorter, a killed replica's shards are taken sooner, and a holder whose renewals the API server is slow to answer gives its shards up sooner"},
 		&cli.DurationFlag{Name: "leader-elect-renew-deadline", Value: process.DefaultLeaseTimings.RenewDeadline, Usage: "how long a replica tries to renew a Lease before it stops that shard's writes (shorter than the lease duration)"},
 		&cli.DurationFlag{Name: "leader-elect-retry-period", Value: process.DefaultLeaseTimings.RetryPeriod, Usage: "how often a replica renews its Leases and reads the others'"},
 		&cli.IntFlag{Name: "shards", Value: 1, Usage: "split the objects into this many shards (by owner UID, at most 64), each reconciled by one replica at a time; replicas share them evenly and take over those of a replica that stops; every replica must be given the same number"},
@@ -132,8 +133,9 @@ func runCommand() *cli.Command {
 // leaseTimings are the timings of the Leases that --leader-elect-* set.
 func leaseTimings(c *cli.Context) process.LeaseTimings {
 	return process.LeaseTimings{
-		LeaseDuration: c.Duration("leader-elect-lease-duration"),
-		RenewDeadline: c.Duration("leader-elect-renew-deadline"),
-		RetryPeriod:   c.Duration("leader-elect-retry-period"),
+		LeaseDuration:      c.Duration("leader-elect-lease-duration"),
+		RenewDeadline:      c.Duration("leader-elect-renew-deadline"),
+		RetryPeriod:        c.Duration("leader-elect-retry-period"),
+		ShardLeaseDuration: c.Duration("shard-lease-duration"),
 	}
 }

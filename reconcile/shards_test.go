@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	gocmp "github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -932,3 +933,37 @@ func (w objectWrite) owner() string {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestShardLeasesHaveTheirOwnDuration runs two replicas over two shards with a shard Lease
+// shorter than the member slots' Leases: each shard's Lease carries the shard duration, each
+// member slot the other, and both are held.
+func TestShardLeasesHaveTheirOwnDuration(t *testing.T) {
+	t.Parallel() // see envMu
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	timings := process.LeaseTimings{LeaseDuration: 15 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond, ShardLeaseDuration: 5 * time.Second}
+	startReplica(t, ctx, ns, "replica-a", process.Config{Shards: 2, Lease: timings}, io.Discard)
+	startReplica(t, ctx, ns, "replica-b", process.Config{Shards: 2, Lease: timings}, io.Discard)
+	want := map[string]int32{}
+	for i := range 2 {
+		want[process.ShardLease("evalsi-operator", shard.Shard{Index: i, Count: 2})] = 5
+		want[process.MemberLease("evalsi-operator", i)] = 15
+	}
+	clustertest.Eventually(t, ctx, "the shards' Leases and the member slots held, each with its duration", func() error {
+		got := map[string]int32{}
+		for name := range want {
+			l, err := env.Clientset().CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if holding.LeaseHolder(l, time.Now()) == "" || l.Spec.LeaseDurationSeconds == nil {
+				return fmt.Errorf("Lease %s is not held", name)
+			}
+			got[name] = *l.Spec.LeaseDurationSeconds
+		}
+		if diff := gocmp.Diff(want, got); diff != "" {
+			return fmt.Errorf("durations (-want +got):\n%s", diff)
+		}
+		return nil
+	})
+}

@@ -22,11 +22,22 @@ import (
 
 // LeaseTimings are the timings of every Lease a replica holds: it renews each every RetryPeriod
 // and gives up after RenewDeadline without a renewal; another replica may take the Lease
-// LeaseDuration after its last renewal. The margin between the last two is the time a holder
-// that lost its Lease has to stop writing; LeaseDuration bounds how long a killed replica's
-// shards wait for another.
+// LeaseDuration after its last renewal (ShardLeaseDuration for a shard's Lease). The margin
+// between the last two is the time a holder that lost its Lease has to stop writing; the shard
+// Lease's duration bounds how long a killed replica's shards wait for another.
 type LeaseTimings struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// ShardLeaseDuration is the duration of the shards' Leases (LeaseDuration when zero): the
+	// member slots and the standby Lease count replicas, and keep LeaseDuration. Shorter, a
+	// killed replica's shards are taken sooner; but a holder must renew within RenewDeadline,
+	// which must be shorter still, so that an API server slow for that long makes it give up its
+	// shards, and another take them with their engines started anew.
+	ShardLeaseDuration time.Duration
+}
+
+// shardLease is the duration of the shards' Leases.
+func (t LeaseTimings) shardLease() time.Duration {
+	return cmp.Or(t.ShardLeaseDuration, t.LeaseDuration)
 }
 
 // DefaultLeaseTimings are those of Kubernetes' own controllers.
@@ -43,6 +54,10 @@ func (t LeaseTimings) Validate() error {
 		return fmt.Errorf("--leader-elect-lease-duration (%s) must be longer than --leader-elect-renew-deadline (%s)", t.LeaseDuration, t.RenewDeadline)
 	case t.LeaseDuration%time.Second != 0:
 		return fmt.Errorf("--leader-elect-lease-duration must be whole seconds (a Lease counts in seconds), not %s", t.LeaseDuration)
+	case t.shardLease() <= t.RenewDeadline:
+		return fmt.Errorf("--shard-lease-duration (%s) must be longer than --leader-elect-renew-deadline (%s)", t.shardLease(), t.RenewDeadline)
+	case t.shardLease()%time.Second != 0:
+		return fmt.Errorf("--shard-lease-duration must be whole seconds (a Lease counts in seconds), not %s", t.shardLease())
 	}
 	return nil
 }
@@ -112,10 +127,10 @@ func (h *shardHolder) observe(l *coordinationv1.Lease, now time.Time) holding.Le
 
 // take makes this replica the holder of the Lease name, which it judged free, unless another
 // replica changed it since (a conflict: it reports false).
-func (h *shardHolder) take(ctx context.Context, name string) (bool, error) {
+func (h *shardHolder) take(ctx context.Context, name string, duration time.Duration) (bool, error) {
 	leases := h.kube.CoordinationV1().Leases(h.namespace)
 	now := metav1.NewMicroTime(time.Now())
-	seconds := int32(h.timings.LeaseDuration / time.Second)
+	seconds := int32(duration / time.Second)
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
@@ -304,7 +319,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 		if mine != "" {
 			break
 		}
-		taken, err := h.take(ctx, name)
+		taken, err := h.take(ctx, name, h.timings.LeaseDuration)
 		if err != nil {
 			return nil, false, err
 		}

@@ -62,7 +62,7 @@ func (h *shardHolder) keepStandby(ctx context.Context, now time.Time, l *coordin
 		h.standby, err = h.renew(ctx, l, now)
 		return err
 	case observed.Holder == "" && h.member == "":
-		h.standby, err = h.take(ctx, name)
+		h.standby, err = h.take(ctx, name, h.timings.LeaseDuration)
 		return err
 	case observed.Holder != "" && l.Labels[LabelShards] == strconv.Itoa(h.count):
 		// Counted until its Lease runs out, late or not: it renews it in its rounds of reads,

@@ -48,7 +48,7 @@ func (h *shardHolder) current() []*shardTry {
 // duration from its own first sight of it, after this replica has already waited one.
 func (h *shardHolder) try(ctx context.Context, s shard.Shard) {
 	name := ShardLease(h.name, s)
-	if taken, err := h.take(ctx, name); err != nil || !taken {
+	if taken, err := h.take(ctx, name, h.timings.shardLease()); err != nil || !taken {
 		if err != nil {
 			h.log.Warn("taking a shard's Lease", "shard", s.String(), "err", err)
 		}
@@ -66,7 +66,7 @@ func (h *shardHolder) try(ctx context.Context, s shard.Shard) {
 	ectx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	t := &shardTry{Shard: s, stopElector: stop, elector: make(chan struct{})}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, LeaseDuration: h.timings.LeaseDuration, RenewDeadline: h.timings.RenewDeadline, RetryPeriod: h.timings.RetryPeriod,
+		Lock: lock, LeaseDuration: h.timings.shardLease(), RenewDeadline: h.timings.RenewDeadline, RetryPeriod: h.timings.RetryPeriod,
 		Name: name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) { h.lead(lctx, t) },
