@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"io"
 
-	"evals.si/operator/evalsi"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"evals.si/operator/evalsi"
 )
 
 // Result is what rendering one evals.si object gives.
