@@ -25,10 +25,6 @@ import (
 	"evals.si/operator/unstructuredjson"
 )
 
-// errCacheNotSynced says that a child informer has not listed yet: the reconcile comes back
-// shortly rather than take every child for missing.
-var errCacheNotSynced = errors.New("the children's cache has not synced yet")
-
 // deployments are apps/v1 Deployments, whose spec.replicas an autoscaler may own (handOverReplicas).
 var deployments = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 

@@ -23,6 +23,10 @@ import (
 	"evals.si/operator/reconcile/engine/cached"
 )
 
+// errCacheNotSynced says that a child informer has not listed yet: the reconcile comes back
+// shortly rather than take every child for missing.
+var errCacheNotSynced = errors.New("the children's cache has not synced yet")
+
 // Controller is the queue and workers of one kind, and what its Reconciler may use of the engine.
 type Controller struct {
 	e     *Engine

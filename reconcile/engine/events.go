@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"slices"
 
+	"evals.si/operator/evalsi"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -46,7 +47,7 @@ func newEventRecorder(ctx context.Context, kube kubernetes.Interface, namespace 
 	for i := range lines {
 		b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventKeys}))
 		b.StartRecordingToSink(sink)
-		lines[i] = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+		lines[i] = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: evalsi.FieldManager})
 		broadcasters = append(broadcasters, b)
 	}
 	return lines, func() {

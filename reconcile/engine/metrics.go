@@ -187,10 +187,6 @@ func (m *Metrics) countRequestsOf(shard string, rt http.RoundTripper) http.Round
 	})
 }
 
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // resourceOf returns the resource (and subresource) a request path names:
 // /apis/apps/v1/namespaces/x/deployments/y/status is "deployments/status".
 func resourceOf(path string) string {

@@ -19,7 +19,7 @@ type waiters struct {
 	// away says whether a reconcile's error was the API's absence.
 	away func(error) bool
 	mu   sync.Mutex
-	keys map[queue]map[string]bool
+	keys map[keyQueue]map[string]bool
 	// requeued counts the objects answered puts back.
 	requeued prometheus.Counter
 }
@@ -43,19 +43,19 @@ func IsAway(err error) bool {
 	return errors.As(err, &a)
 }
 
-// queue is a controller's work queue, as the waiters use it.
-type queue interface {
+// keyQueue is a controller's work queue, as the waiters use it.
+type keyQueue interface {
 	Add(key string)
 	Forget(key string)
 }
 
 // note records how the reconcile of key, from q, ended: waiting on the external API, or not.
-func (w *waiters) note(q queue, key string, err error) {
+func (w *waiters) note(q keyQueue, key string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.away(err) {
 		if w.keys == nil {
-			w.keys = map[queue]map[string]bool{}
+			w.keys = map[keyQueue]map[string]bool{}
 		}
 		if w.keys[q] == nil {
 			w.keys[q] = map[string]bool{}
