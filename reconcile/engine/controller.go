@@ -138,7 +138,7 @@ func (c *Controller) Lookup(ctx context.Context, gvr schema.GroupVersionResource
 		}
 		return obj, nil
 	}
-	return c.e.client.Resource(gvr).Namespace(namespace).Get(ctx, name, metaGet)
+	return c.e.client.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // DeleteObject deletes obj, an object of the controller's kind, if it is still the same object

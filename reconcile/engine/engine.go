@@ -8,9 +8,13 @@
 // What its informers keep of each object, and the codecs that read objects off the wire into it,
 // are the leaf package cached, which knows nothing of the engine. The files here are one concept
 // each, most of them methods of the two types every reconcile passes through, Engine (this file)
-// and Controller (controller.go): discovery.go, informers.go, children.go, status.go and
-// lifecycle.go add to them, and metrics.go and config.go are read by all: most uses that run from
-// one file to another are of those two types and of the metrics.
+// and Controller (controller.go). The uses that run from a file back up to one that stands above
+// it are of those two types and of what they hold: a method's receiver or a callback's parameter
+// (kind.go's Run and referrers.go take a Controller; referrers.go, informers.go and discovery.go
+// add methods to Engine, and call its startController and controllerOfKind), the Engine a
+// Controller belongs to, and the Controller's methods grouped by concept elsewhere (setFinalizer
+// in lifecycle.go, refused in status.go). kind.go's field Children shares its name with the type
+// in children.go and uses nothing of it.
 package engine
 
 import (

@@ -204,5 +204,3 @@ func (e *Engine) ReleaseFinalizers(ctx context.Context) (int, error) {
 	}
 	return released, nil
 }
-
-var metaGet = metav1.GetOptions{}

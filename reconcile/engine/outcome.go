@@ -85,3 +85,14 @@ func IsTerminal(err error) bool {
 	var t *TerminalError
 	return errors.As(err, &t)
 }
+
+// ReadyOf returns the Ready condition in a status map, or an empty map.
+func ReadyOf(status map[string]any) map[string]any {
+	list, _ := status["conditions"].([]any)
+	for _, c := range list {
+		if m, ok := c.(map[string]any); ok && m["type"] == evalsi.ConditionReady {
+			return m
+		}
+	}
+	return map[string]any{}
+}

@@ -170,17 +170,6 @@ func stalledMessage(obj *unstructured.Unstructured) string {
 	return ""
 }
 
-// ReadyOf returns the Ready condition in a status map, or an empty map.
-func ReadyOf(status map[string]any) map[string]any {
-	list, _ := status["conditions"].([]any)
-	for _, c := range list {
-		if m, ok := c.(map[string]any); ok && m["type"] == evalsi.ConditionReady {
-			return m
-		}
-	}
-	return map[string]any{}
-}
-
 // SameJSON reports whether a and b encode to the same JSON: map keys are sorted and int64 and
 // float64 of the same value encode alike, so a status read back from the server compares equal
 // to the one computed.
