@@ -19,6 +19,7 @@ import (
 	"evals.si/operator/internal/tenancy"
 	"evals.si/operator/reconcile/apicall"
 	"evals.si/operator/reconcile/engine"
+	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/reconcile/monitors"
 	"evals.si/operator/reconcile/process"
 	"evals.si/operator/reconcile/runs"
@@ -137,13 +138,19 @@ func New(cfg Config) (*Operator, error) {
 }
 
 // newEngine returns an engine of the operator's kinds for shard s, reading bindings from
-// namespaces, recording into metrics (nil: its own).
+// namespaces, recording into metrics (nil: its own), and asking the API server's discovery
+// through the operator's first engine's.
 func (op *Operator) newEngine(s shard.Shard, namespaces *tenancy.Namespaces, metrics *engine.Metrics, writable <-chan struct{}) (*engine.Engine, error) {
 	cfg := op.cfg
+	var discovery *cached.Discovery // the first engine's own, shared by those of the shards
+	if op.Engine != nil {
+		discovery = op.Discovery()
+	}
 	return engine.New(engine.Config{
 		Rest: cfg.Rest, Namespace: cfg.Namespace, Kinds: kinds(cfg, op.api, namespaces), Controllers: cfg.Controllers,
 		Workers: cfg.Workers, Resync: cfg.Resync, DiscoveryInterval: cfg.DiscoveryInterval, ReconcileTimeout: cfg.ReconcileTimeout,
 		Tenancy: projects{namespaces}, Shard: s, Metrics: metrics, Writable: writable, Log: cfg.Log, AllowUnsupportedMinor: cfg.AllowUnsupportedMinor,
+		Discovery: discovery,
 	})
 }
 

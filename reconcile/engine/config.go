@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
+	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/shard"
 )
 
@@ -52,9 +53,11 @@ type Config struct {
 	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor
 	// (with a warning); by default the engine refuses to.
 	AllowUnsupportedMinor bool
-	// Clock is the time of status transitions and of the tenure check (clock.RealClock when
-	// nil).
+	// Clock is the time of status transitions (clock.RealClock when nil).
 	Clock clock.PassiveClock
+	// Discovery, when set, is the process's (shared by the engines of its shards); else the
+	// engine makes its own, which keeps answers for half a DiscoveryInterval.
+	Discovery *cached.Discovery
 }
 
 // Tenancy decides where an object may act.

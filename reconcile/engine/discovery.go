@@ -99,7 +99,7 @@ func (e *Engine) servedResources(want map[schema.GroupVersionResource]bool) map[
 		byGV[gvr.GroupVersion()] = append(byGV[gvr.GroupVersion()], gvr)
 	}
 	for gv, gvrs := range byGV {
-		list, err := e.kube.Discovery().ServerResourcesForGroupVersion(gv.String())
+		list, err := e.discovery.ServerResourcesForGroupVersion(gv.String())
 		if err != nil {
 			e.mu.Lock()
 			prev := e.served
@@ -159,7 +159,7 @@ func (e *Engine) isServed(gvr schema.GroupVersionResource) bool {
 // verdict changes. It returns false when the engine must not reconcile. A version that cannot be
 // read keeps the last verdict (an API server restarting is no reason to stop or to start).
 func (e *Engine) checkServerVersion() bool {
-	v, err := e.kube.Discovery().ServerVersion()
+	v, err := e.discovery.ServerVersion()
 	if err != nil {
 		e.log.Warn("reading the Kubernetes version", "err", err)
 		return e.VersionRefusal() == ""

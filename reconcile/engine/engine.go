@@ -56,9 +56,11 @@ func restClientConfig(rc *rest.Config) *rest.Config {
 
 // Engine runs the controllers of its kinds.
 type Engine struct {
-	cfg    Config
-	client dynamic.Interface
-	kube   kubernetes.Interface
+	// discovery answers which resources are served and the server's version (Config.Discovery).
+	discovery *cached.Discovery
+	cfg       Config
+	client    dynamic.Interface
+	kube      kubernetes.Interface
 	// rest is a REST client for what the engine decodes itself: children (cached.ChildListWatch, apply;
 	// protobuf where served) and owners and the answers to status writes (JSON).
 	rest     rest.Interface
@@ -145,8 +147,12 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
 	}
+	d := cfg.Discovery
+	if d == nil {
+		d = cached.NewDiscovery(kube.Discovery(), cfg.DiscoveryInterval/2)
+	}
 	return &Engine{
-		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log,
+		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log, discovery: d,
 		waiters:     waiters{away: IsAway, requeued: m.requeuedOnAnswer},
 		apiWaiters:  waiters{away: cached.Unreachable, requeued: m.requeuedOnAPIServer},
 		served:      map[schema.GroupVersionResource]bool{},
@@ -168,6 +174,10 @@ func ControllerNames(kinds []*Kind) []string {
 
 // Kube returns the engine's typed client (for leader election and events).
 func (e *Engine) Kube() kubernetes.Interface { return e.kube }
+
+// Discovery returns what the engine asks the API server's discovery through, for the engines of
+// this process's other shards to share (Config.Discovery).
+func (e *Engine) Discovery() *cached.Discovery { return e.discovery }
 
 // Metrics returns the engine's metrics.
 func (e *Engine) Metrics() *Metrics { return e.metrics }

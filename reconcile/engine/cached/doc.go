@@ -5,8 +5,9 @@
 // that stream into these forms (ChildListWatch, OwnerListWatch, ShardListWatch), the field sets
 // the drift check reads (Child.Unowned), the index of children by owner (ChildrenByOwner), the
 // writes the engine made but its informers have not shown yet (RecentWrites), how far a
-// Deployment has rolled out (RolloutOf), and the gate that holds the lists and watches while the
-// API server cannot be reached (APIGate). It names no engine, controller or kind.
+// Deployment has rolled out (RolloutOf), the gate that holds the lists and watches while the
+// API server cannot be reached (APIGate), and the API server's discovery answers that the engines
+// of one process share (Discovery). It names no engine, controller or kind.
 package cached
 
 import "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
