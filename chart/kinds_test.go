@@ -66,7 +66,7 @@ func TestChartsListEveryKind(t *testing.T) {
 				}
 			}
 		case "ClusterRole":
-			if strings.HasPrefix(o.GetName(), "evalsi-operator-") && o.GetName() != "evalsi-operator-binder" && o.GetName() != "evalsi-operator-limits" {
+			if strings.HasPrefix(o.GetName(), "evalsi-operator-") && o.GetName() != "evalsi-operator-binder" {
 				roles = append(roles, o.GetName())
 			}
 			if o.GetName() == "evalsi-operator-binder" {

@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/discovery"
-	"k8s.io/utils/clock"
 )
 
 // Discovery answers the engines of one process which resources the API server serves and its
@@ -18,7 +17,6 @@ import (
 type Discovery struct {
 	ask   discovery.DiscoveryInterface
 	fresh time.Duration
-	clock clock.PassiveClock
 
 	mu      sync.Mutex
 	version answer[*version.Info]
@@ -34,7 +32,7 @@ type answer[T any] struct {
 
 // NewDiscovery returns a Discovery asking through ask, keeping answers for fresh.
 func NewDiscovery(ask discovery.DiscoveryInterface, fresh time.Duration) *Discovery {
-	return &Discovery{ask: ask, fresh: fresh, clock: clock.RealClock{}, groups: map[string]answer[*metav1.APIResourceList]{}}
+	return &Discovery{ask: ask, fresh: fresh, groups: map[string]answer[*metav1.APIResourceList]{}}
 }
 
 // ServerVersion returns the server's version.
@@ -43,7 +41,7 @@ func (d *Discovery) ServerVersion() (*version.Info, error) {
 	defer d.mu.Unlock()
 	if !d.isFresh(d.version.at) {
 		v, err := d.ask.ServerVersion()
-		d.version = answer[*version.Info]{at: d.clock.Now(), value: v, err: err}
+		d.version = answer[*version.Info]{at: time.Now(), value: v, err: err}
 	}
 	return d.version.value, d.version.err
 }
@@ -55,7 +53,7 @@ func (d *Discovery) ServerResourcesForGroupVersion(groupVersion string) (*metav1
 	a, ok := d.groups[groupVersion]
 	if !ok || !d.isFresh(a.at) {
 		list, err := d.ask.ServerResourcesForGroupVersion(groupVersion)
-		a = answer[*metav1.APIResourceList]{at: d.clock.Now(), value: list, err: err}
+		a = answer[*metav1.APIResourceList]{at: time.Now(), value: list, err: err}
 		d.groups[groupVersion] = a
 	}
 	return a.value, a.err
@@ -63,5 +61,5 @@ func (d *Discovery) ServerResourcesForGroupVersion(groupVersion string) (*metav1
 
 // isFresh reports whether an answer that came at is still kept.
 func (d *Discovery) isFresh(at time.Time) bool {
-	return d.fresh > 0 && !at.IsZero() && d.clock.Since(at) < d.fresh
+	return d.fresh > 0 && !at.IsZero() && time.Since(at) < d.fresh
 }
