@@ -104,6 +104,10 @@ type Operator struct {
 	mu sync.Mutex
 	// running are the engines that run now, by shard.
 	running map[shard.Shard]*engine.Engine
+	// namespaceUsers are the engines that read the namespaces' bindings now, and stopNamespaces
+	// ends their watch (watchNamespaces).
+	namespaceUsers int
+	stopNamespaces context.CancelFunc
 }
 
 // New returns an operator for cfg. It makes no request until Run.
@@ -129,7 +133,7 @@ func New(cfg Config) (*Operator, error) {
 		}
 	}
 	op.api = api
-	e, err := op.newEngine(shard.Whole, op.namespaces, nil, nil)
+	e, err := op.newEngine(shard.Whole, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -139,18 +143,20 @@ func New(cfg Config) (*Operator, error) {
 
 // newEngine returns an engine of the operator's kinds for shard s, reading bindings from
 // namespaces, recording into metrics (nil: its own), and asking the API server's discovery
-// through the operator's first engine's.
-func (op *Operator) newEngine(s shard.Shard, namespaces *tenancy.Namespaces, metrics *engine.Metrics, writable <-chan struct{}) (*engine.Engine, error) {
+// through, and writing Events through, the operator's first engine's.
+func (op *Operator) newEngine(s shard.Shard, metrics *engine.Metrics, writable <-chan struct{}) (*engine.Engine, error) {
 	cfg := op.cfg
-	var discovery *cached.Discovery // the first engine's own, shared by those of the shards
+	// The first engine's own, shared by those of the shards.
+	var discovery *cached.Discovery
+	var events *engine.Events
 	if op.Engine != nil {
-		discovery = op.Discovery()
+		discovery, events = op.Discovery(), op.Events()
 	}
 	return engine.New(engine.Config{
-		Rest: cfg.Rest, Namespace: cfg.Namespace, Kinds: kinds(cfg, op.api, namespaces), Controllers: cfg.Controllers,
+		Rest: cfg.Rest, Namespace: cfg.Namespace, Kinds: kinds(cfg, op.api, op.namespaces), Controllers: cfg.Controllers,
 		Workers: cfg.Workers, Resync: cfg.Resync, DiscoveryInterval: cfg.DiscoveryInterval, ReconcileTimeout: cfg.ReconcileTimeout,
-		Tenancy: projects{namespaces}, Shard: s, Metrics: metrics, Writable: writable, Log: cfg.Log, AllowUnsupportedMinor: cfg.AllowUnsupportedMinor,
-		Discovery: discovery,
+		Tenancy: projects{op.namespaces}, Shard: s, Metrics: metrics, Writable: writable, Log: cfg.Log, AllowUnsupportedMinor: cfg.AllowUnsupportedMinor,
+		Discovery: discovery, Events: events,
 	})
 }
 
@@ -167,11 +173,10 @@ func (op *Operator) Run(ctx context.Context) error { return op.RunShard(ctx, sha
 // closed (engine.Config.Writable): s's engine then warms its caches first, with one of its own
 // even for the whole.
 func (op *Operator) RunShard(ctx context.Context, s shard.Shard, writable <-chan struct{}) error {
-	e, namespaces := op.Engine, op.namespaces
+	e := op.Engine
 	if !s.IsWhole() || writable != nil {
-		namespaces = tenancy.NewNamespaces()
 		var err error
-		if e, err = op.newEngine(s, namespaces, op.Metrics(), writable); err != nil {
+		if e, err = op.newEngine(s, op.Metrics(), writable); err != nil {
 			return err
 		}
 	}
@@ -185,13 +190,34 @@ func (op *Operator) RunShard(ctx context.Context, s shard.Shard, writable <-chan
 		}
 		op.mu.Unlock()
 	}()
-	namespaces.Watch(ctx, op.kube, op.cfg.Namespace)
+	defer op.watchNamespaces(ctx)()
 	wait, cancel := context.WithTimeout(ctx, namespacesWait)
-	if !namespaces.WaitForSync(wait) && ctx.Err() == nil {
+	if !op.namespaces.WaitForSync(wait) && ctx.Err() == nil {
 		op.Log().Warn("the namespaces' project bindings are not read; every namespace acts in the project named like it until they are")
 	}
 	cancel()
 	return e.Run(ctx)
+}
+
+// watchNamespaces reads the namespaces' bindings while an engine of this process runs: the
+// engines of its shards share one watch (or one poll of the operator's namespace), started for
+// the first and stopped after the last. It returns the engine's release.
+func (op *Operator) watchNamespaces(ctx context.Context) (release func()) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if op.namespaceUsers == 0 {
+		var wctx context.Context
+		wctx, op.stopNamespaces = context.WithCancel(context.WithoutCancel(ctx))
+		op.namespaces.Watch(wctx, op.kube, op.cfg.Namespace)
+	}
+	op.namespaceUsers++
+	return func() {
+		op.mu.Lock()
+		defer op.mu.Unlock()
+		if op.namespaceUsers--; op.namespaceUsers == 0 {
+			op.stopNamespaces()
+		}
+	}
 }
 
 // engines returns the engines that run now.
@@ -253,7 +279,9 @@ func (p projects) Project(obj *unstructured.Unstructured) (string, error) {
 }
 
 // OnChange calls fn with each namespace whose labels change.
-func (p projects) OnChange(fn func(namespace string)) { p.namespaces.OnLabelsChanged(fn) }
+func (p projects) OnChange(fn func(namespace string)) (stop func()) {
+	return p.namespaces.OnLabelsChanged(fn)
+}
 
 // ManagerConfig configures the operator's process: the operator and its endpoints and leader
 // election.

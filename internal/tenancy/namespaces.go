@@ -34,13 +34,14 @@ type Namespaces struct {
 	// synced says that the first read is complete; nothing is known before.
 	synced bool
 	// listeners are told of each namespace that appears, or whose labels change, after the first
-	// read.
-	listeners []func(namespace string)
+	// read; by the order they were added in.
+	listeners map[int]func(namespace string)
+	added     int
 }
 
 // NewNamespaces returns Namespaces that know nothing until Watch has read them.
 func NewNamespaces() *Namespaces {
-	return &Namespaces{labels: map[string]map[string]string{}, boundTo: map[string]map[string]bool{}}
+	return &Namespaces{labels: map[string]map[string]string{}, boundTo: map[string]map[string]bool{}, listeners: map[int]func(string){}}
 }
 
 // WatchNamespaces is NewNamespaces and Watch.
@@ -51,7 +52,8 @@ func WatchNamespaces(ctx context.Context, kube kubernetes.Interface, only string
 }
 
 // Watch reads the labels of the cluster's Namespaces until ctx ends, from a watch, so that a
-// binding made on a Namespace is known within moments without a read per question. With only set
+// binding made on a Namespace is known within moments without a read per question. Watched again
+// after an earlier watch ended, it forgets, once synced, the namespaces its first list lacks. With only set
 // it reads that one Namespace, by a GET every PollInterval: a namespaced component (the evalsi
 // chart's operator and evalsid) may get its own Namespace with a Role in it, while a list or
 // watch of Namespaces, even of one by name, needs a cluster role.
@@ -85,11 +87,21 @@ func (n *Namespaces) Watch(ctx context.Context, kube kubernetes.Interface, only 
 	})
 	factory.Start(ctx.Done())
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-			n.mu.Lock()
-			n.synced = true
-			n.mu.Unlock()
+		if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+			return
 		}
+		listed := map[string]bool{}
+		for _, name := range inf.GetStore().ListKeys() {
+			listed[name] = true
+		}
+		for name := range n.known() {
+			if !listed[name] {
+				n.remove(name)
+			}
+		}
+		n.mu.Lock()
+		n.synced = true
+		n.mu.Unlock()
 	}()
 }
 
@@ -127,7 +139,10 @@ func (n *Namespaces) set(namespace string, labels map[string]string, synced bool
 	n.unbind(namespace, old[evalsi.LabelProject])
 	n.bind(namespace, labels[evalsi.LabelProject])
 	changed := !seen || !maps.Equal(old, labels)
-	listeners := append([]func(string){}, n.listeners...)
+	listeners := make([]func(string), 0, len(n.listeners))
+	for _, k := range slices.Sorted(maps.Keys(n.listeners)) {
+		listeners = append(listeners, n.listeners[k])
+	}
 	n.mu.Unlock()
 	if !changed || !synced {
 		return
@@ -184,11 +199,30 @@ func (n *Namespaces) HasSynced() bool {
 }
 
 // OnLabelsChanged calls fn with the name of each Namespace that appears or whose labels change
-// (a project binding made or moved, a label a SandboxClass selects by).
-func (n *Namespaces) OnLabelsChanged(fn func(namespace string)) {
+// (a project binding made or moved, a label a SandboxClass selects by), until the returned
+// function is called.
+func (n *Namespaces) OnLabelsChanged(fn func(namespace string)) (remove func()) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.listeners = append(n.listeners, fn)
+	k := n.added
+	n.added++
+	n.listeners[k] = fn
+	return func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		delete(n.listeners, k)
+	}
+}
+
+// known returns the namespaces read so far.
+func (n *Namespaces) known() map[string]bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]bool, len(n.labels))
+	for name := range n.labels {
+		out[name] = true
+	}
+	return out
 }
 
 // Claimed reports whether a Namespace other than the one named project is bound to project by

@@ -145,3 +145,39 @@ func TestNamespacesFollowBindings(t *testing.T) {
 		}
 	}
 }
+
+// A Namespaces watched again after its watch ended forgets the namespaces deleted in between, on
+// the real control plane: a binding of a deleted namespace claims its project no more.
+func TestNamespacesWatchedAgainForgetTheDeleted(t *testing.T) {
+	c := shared.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := c.Clientset()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rewatched", Labels: map[string]string{evalsi.LabelProject: "rewatched-project"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n := NewNamespaces()
+	first, stop := context.WithCancel(ctx)
+	n.Watch(first, cs, "")
+	if !n.WaitForSync(ctx) || !n.Claimed("rewatched-project") {
+		t.Fatal("the binding is not read")
+	}
+	stop()
+	if err := cs.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "the namespace deleted", func() error {
+		if _, err := cs.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("it is still there")
+		}
+		return nil
+	})
+	n.Watch(ctx, cs, "")
+	clustertest.Eventually(t, ctx, "the deleted namespace forgotten", func() error {
+		if n.Claimed("rewatched-project") {
+			return fmt.Errorf("its binding still claims the project")
+		}
+		return nil
+	})
+}

@@ -58,6 +58,9 @@ type Config struct {
 	// Discovery, when set, is the process's (shared by the engines of its shards); else the
 	// engine makes its own, which keeps answers for half a DiscoveryInterval.
 	Discovery *cached.Discovery
+	// Events, when set, is the process's (shared by the engines of its shards, each writing its
+	// own shard's Events); else the engine starts its own broadcasters.
+	Events *Events
 }
 
 // Tenancy decides where an object may act.
@@ -66,6 +69,6 @@ type Tenancy interface {
 	// (the engine reports it as ProjectNotAllowed and makes no call and no child for it).
 	Project(obj *unstructured.Unstructured) (string, error)
 	// OnChange calls fn with each namespace whose bindings or labels changed, so that its
-	// objects are reconciled again.
-	OnChange(fn func(namespace string))
+	// objects are reconciled again, until the returned function is called.
+	OnChange(fn func(namespace string)) (stop func())
 }

@@ -58,6 +58,8 @@ func restClientConfig(rc *rest.Config) *rest.Config {
 type Engine struct {
 	// discovery answers which resources are served and the server's version (Config.Discovery).
 	discovery *cached.Discovery
+	// events writes the engine's Events (Config.Events).
+	events *Events
 	cfg       Config
 	client    dynamic.Interface
 	kube      kubernetes.Interface
@@ -151,8 +153,12 @@ func New(cfg Config) (*Engine, error) {
 	if d == nil {
 		d = cached.NewDiscovery(kube.Discovery(), cfg.DiscoveryInterval/2)
 	}
+	events := cfg.Events
+	if events == nil {
+		events = NewEvents(cfg.Namespace)
+	}
 	return &Engine{
-		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log, discovery: d,
+		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log, discovery: d, events: events,
 		waiters:     waiters{away: IsAway, requeued: m.requeuedOnAnswer},
 		apiWaiters:  waiters{away: cached.Unreachable, requeued: m.requeuedOnAPIServer},
 		served:      map[schema.GroupVersionResource]bool{},
@@ -178,6 +184,10 @@ func (e *Engine) Kube() kubernetes.Interface { return e.kube }
 // Discovery returns what the engine asks the API server's discovery through, for the engines of
 // this process's other shards to share (Config.Discovery).
 func (e *Engine) Discovery() *cached.Discovery { return e.discovery }
+
+// Events returns what the engine writes its Events through, for the engines of this process's
+// other shards to share (Config.Events).
+func (e *Engine) Events() *Events { return e.events }
 
 // Metrics returns the engine's metrics.
 func (e *Engine) Metrics() *Metrics { return e.metrics }
@@ -216,14 +226,14 @@ func (e *Engine) apiServerBack() {
 // appear later, until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
 	ctx = withWritable(ctx, e.cfg.Writable)
-	var stopEvents func()
-	e.recorder, stopEvents = newEventRecorder(ctx, e.kube, e.cfg.Namespace)
-	defer stopEvents()
+	var leaveEvents func()
+	e.recorder, leaveEvents = e.events.join(ctx, e.cfg.Shard, e.kube)
+	defer leaveEvents()
 	e.gate = cached.NewAPIGate(ctx, func(ctx context.Context) error {
 		return e.rest.Get().AbsPath("/readyz").Do(ctx).Error()
 	}, e.apiServerBack, e.metrics.unreachableCalls)
 	if t := e.cfg.Tenancy; t != nil {
-		t.OnChange(e.enqueueNamespace)
+		defer t.OnChange(e.enqueueNamespace)()
 	}
 
 	var wg sync.WaitGroup

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"hash/fnv"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/shard"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,20 +38,95 @@ const eventKeys = 1024 / eventLines * 2
 // lineRecorder records each object's Events through the line its UID hashes to.
 type lineRecorder []record.EventRecorder
 
-// newEventRecorder starts eventLines broadcasters writing to namespace's Events ("" for each
-// object's own) until ctx ends, and returns their recorder and a function that flushes and stops
-// them. Their writes carry ctx's values, so that a shard's tenure fences them (eventSink).
-func newEventRecorder(ctx context.Context, kube kubernetes.Interface, namespace string) (record.EventRecorder, func()) {
+// Events writes the Events of a process's engines through one set of eventLines broadcasters,
+// however many shards the process holds: an engine per shard each with its own broadcasters kept
+// eight goroutines and three caches per shard, and a handover started and flushed them. Each
+// Event is written by the client of the engine of its object's shard, under that engine's context
+// (the shard's tenure, and whether the engine may write yet), so that it is fenced and counted as
+// the engine's other writes are. An Event of an object whose shard no engine of the process holds
+// any more is dropped (also those its engine recorded as it stopped, unless it was the last to
+// leave): its shard's new holder reports on the object now.
+type Events struct {
+	namespace string
+
+	mu sync.Mutex
+	// writers are the engines that joined, newest last.
+	writers []*eventWriter
+	lines   lineRecorder
+	stop    func()
+	// log is the broadcasters' logger, the first joiner's.
+	log logr.Logger
+	// starts counts how often the broadcasters were started; dropped the Events of shards no
+	// engine held.
+	starts  int
+	dropped atomic.Int64
+}
+
+// eventWriter is an engine's way of writing its shard's Events.
+type eventWriter struct {
+	shard shard.Shard
+	sink  eventSink
+}
+
+// NewEvents returns the Events of a process whose engines record Events in namespace ("" for each
+// object's own). It starts nothing until an engine joins.
+func NewEvents(namespace string) *Events { return &Events{namespace: namespace} }
+
+// join has the engine of s write its shard's Events with kube under ctx, until the returned
+// function is called. The first engine to join starts the broadcasters, which log through its
+// context's logger (klog's, which the operator routes into its own); the last to leave flushes
+// and stops them.
+func (ev *Events) join(ctx context.Context, s shard.Shard, kube kubernetes.Interface) (record.EventRecorder, func()) {
+	w := &eventWriter{shard: s, sink: eventSink{ctx: context.WithoutCancel(ctx), events: kube.CoreV1().Events(ev.namespace)}}
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	ev.writers = append(ev.writers, w)
+	if ev.lines == nil {
+		ev.log = logr.New(quietTenureEnds{klog.FromContext(ctx).GetSink()})
+		ev.lines, ev.stop = startEventLines(klog.NewContext(context.WithoutCancel(ctx), ev.log), eventRouter{ev})
+		ev.starts++
+	}
+	return ev.lines, func() {
+		ev.mu.Lock()
+		var stop func()
+		if len(ev.writers) == 1 {
+			// The last one: the Events it recorded as it stopped are written before it leaves.
+			stop, ev.lines, ev.stop = ev.stop, nil, nil
+		}
+		ev.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+		ev.mu.Lock()
+		ev.writers = slices.DeleteFunc(ev.writers, func(o *eventWriter) bool { return o == w })
+		ev.mu.Unlock()
+	}
+}
+
+// writerOf returns the sink of the engine that holds the shard of e's object, the one that joined
+// last if two do (a warm engine started while the one it replaces stops); false when none does.
+func (ev *Events) writerOf(e *corev1.Event) (eventSink, bool) {
+	uid := string(e.InvolvedObject.UID)
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	for _, w := range slices.Backward(ev.writers) {
+		if w.shard.Contains(uid) {
+			return w.sink, true
+		}
+	}
+	return eventSink{}, false
+}
+
+// startEventLines starts eventLines broadcasters writing to sink, logging through ctx's logger,
+// and returns their recorder and a function that flushes and stops them.
+func startEventLines(ctx context.Context, sink record.EventSink) (lineRecorder, func()) {
 	lines := make(lineRecorder, eventLines)
-	var broadcasters []record.EventBroadcaster
-	// The broadcasters log through ctx's logger (klog's, which the operator routes into its own).
-	ctx = klog.NewContext(ctx, logr.New(quietTenureEnds{klog.FromContext(ctx).GetSink()}))
-	sink := eventSink{ctx: context.WithoutCancel(ctx), events: kube.CoreV1().Events(namespace)}
+	broadcasters := make([]record.EventBroadcaster, eventLines)
 	for i := range lines {
 		b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventKeys}))
 		b.StartRecordingToSink(sink)
 		lines[i] = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: evalsi.FieldManager})
-		broadcasters = append(broadcasters, b)
+		broadcasters[i] = b
 	}
 	return lines, func() {
 		for _, b := range broadcasters {
@@ -57,13 +135,52 @@ func newEventRecorder(ctx context.Context, kube kubernetes.Interface, namespace 
 	}
 }
 
+// eventRouter is the broadcasters' sink: it writes each Event through the sink of the engine that
+// holds its object's shard.
+type eventRouter struct{ ev *Events }
+
+// Create writes a new Event.
+func (r eventRouter) Create(e *corev1.Event) (*corev1.Event, error) {
+	if w, ok := r.ev.writerOf(e); ok {
+		return w.Create(e)
+	}
+	return r.drop(e)
+}
+
+// Update replaces an Event.
+func (r eventRouter) Update(e *corev1.Event) (*corev1.Event, error) {
+	if w, ok := r.ev.writerOf(e); ok {
+		return w.Update(e)
+	}
+	return r.drop(e)
+}
+
+// Patch counts a repeat of an Event.
+func (r eventRouter) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	if w, ok := r.ev.writerOf(e); ok {
+		return w.Patch(e, data)
+	}
+	return r.drop(e)
+}
+
+// drop drops e, whose object's shard no engine of this process holds, and reports it written so
+// that the broadcaster does not retry it; it logs that at verbosity 1.
+func (r eventRouter) drop(e *corev1.Event) (*corev1.Event, error) {
+	r.ev.dropped.Add(1)
+	r.ev.mu.Lock()
+	log := r.ev.log
+	r.ev.mu.Unlock()
+	log.V(1).Info("dropped an Event: this replica holds its object's shard no more", "object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "reason", e.Reason)
+	return e, nil
+}
+
 // eventSink writes a broadcaster's Events with ctx, where client-go's own sink writes them with
 // an empty context. The engine's context carries the tenure of its shard (shard.WithTenure), so
 // fenceWrites holds its Events as it holds its other writes: a replica whose hold on the shard
 // ended does not tell of objects another replica may reconcile now. The broadcaster retries such
 // an Event (a TenureOverError is not the API server's refusal) until the tenure is extended again
-// or the engine stops and shuts the broadcaster down. ctx is without cancel: the Events recorded
-// as the engine stops are still written.
+// or the engine leaves the process's Events (Events.join), which drops it then. ctx is without
+// cancel: the Events recorded as the engine stops are still written while it is joined.
 type eventSink struct {
 	ctx    context.Context
 	events typedcorev1.EventInterface

@@ -14,8 +14,10 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"evals.si/operator/cluster/clustertest"
@@ -187,5 +189,84 @@ func TestEventSinkStopsAtAnEndedTenure(t *testing.T) {
 	}
 	if len(list.Items) != 0 {
 		t.Errorf("%d Events on the API server after writes under an ended tenure", len(list.Items))
+	}
+}
+
+// The engines of a process's shards write their Events through one set of broadcasters, each
+// Event by the client of the engine that holds its object's shard, on the real API server; an
+// Event of a shard that no engine holds any more is dropped, not sent by another's client.
+func TestEventsOfAProcessShareOneSetOfBroadcasters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := eventsNamespace(t, ctx, shared.Get(t).Clientset(), "events-shared")
+	events := engine.NewEvents("")
+	const shards = 3
+	tried := make([]*atomic.Int32, shards)
+	leave := make([]func(), shards)
+	recorders := make([]record.EventRecorder, shards)
+	for i := range shards {
+		var kube kubernetes.Interface
+		kube, tried[i] = fencedClient(t)
+		recorders[i], leave[i] = events.Join(ctx, shard.Shard{Index: i, Count: shards}, kube)
+	}
+	defer func() {
+		for _, l := range leave[:shards-1] {
+			l()
+		}
+	}()
+	if n := events.Starts(); n != 1 {
+		t.Fatalf("%d sets of broadcasters started for %d shards, want 1", n, shards)
+	}
+	// podOf returns a pod whose UID falls in shard i.
+	podOf := func(i int, name string) *corev1.Pod {
+		for n := 0; ; n++ {
+			uid := fmt.Sprintf("%s-%d", name, n)
+			if (shard.Shard{Index: i, Count: shards}).Contains(uid) {
+				return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}}
+			}
+		}
+	}
+	listed := func() map[string]bool {
+		list, err := shared.Get(t).Clientset().CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, e := range list.Items {
+			out[e.InvolvedObject.Name] = true
+		}
+		return out
+	}
+	// Recorded through the first engine's recorder (the same lines), each Event goes to its shard's client.
+	for i := range shards {
+		recorders[0].Event(podOf(i, fmt.Sprintf("p%d", i)), corev1.EventTypeNormal, "Tested", "an event")
+	}
+	clustertest.Eventually(t, ctx, "an Event of each shard's pod", func() error {
+		if got := listed(); len(got) != shards {
+			return fmt.Errorf("Events of %v", got)
+		}
+		for i, n := range tried {
+			if n.Load() != 1 {
+				return fmt.Errorf("shard %d's client wrote %d Events, want 1 (its own pod's)", i, n.Load())
+			}
+		}
+		return nil
+	})
+
+	// The last shard's engine leaves: its pod's Event is dropped, the others are written.
+	leave[shards-1]()
+	recorders[0].Event(podOf(shards-1, "gone"), corev1.EventTypeNormal, "Tested", "an event")
+	recorders[0].Event(podOf(0, "kept"), corev1.EventTypeNormal, "Tested", "an event")
+	clustertest.Eventually(t, ctx, "the kept pod's Event written and the gone one's dropped", func() error {
+		if !listed()["kept"] || events.Dropped() != 1 {
+			return fmt.Errorf("Events of %v, %d dropped", listed(), events.Dropped())
+		}
+		return nil
+	})
+	if listed()["gone"] {
+		t.Error("an Event of a shard no engine holds was written")
+	}
+	if n := tried[shards-1].Load(); n != 1 {
+		t.Errorf("the departed shard's client wrote %d Events, want its first only", n)
 	}
 }
