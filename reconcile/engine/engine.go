@@ -60,9 +60,9 @@ type Engine struct {
 	discovery *cached.Discovery
 	// events writes the engine's Events (Config.Events).
 	events *Events
-	cfg       Config
-	client    dynamic.Interface
-	kube      kubernetes.Interface
+	cfg    Config
+	client dynamic.Interface
+	kube   kubernetes.Interface
 	// rest is a REST client for what the engine decodes itself: children (cached.ChildListWatch, apply;
 	// protobuf where served) and owners and the answers to status writes (JSON).
 	rest     rest.Interface
