@@ -69,11 +69,12 @@ type Config struct {
 const defaultClassRecheck = 30 * time.Second
 
 // ControllerNames lists the controllers that --controllers accepts.
-func ControllerNames() []string { return engine.ControllerNames(kinds(Config{}, nil, nil)) }
+func ControllerNames() []string { return engine.ControllerNames(kinds(Config{}, nil, nil, nil)) }
 
 // kinds are every kind the operator runs, in a fixed order: the workload kinds render into
-// Kubernetes objects, the others are kept in evalsid through api (nil: they stay off).
-func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces) []*engine.Kind {
+// Kubernetes objects, the others are kept in evalsid through api (nil: they stay off). They read
+// namespaces' bindings, and the EvalRuns' runs through follower (nil: their own).
+func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces, follower *runs.Follower) []*engine.Kind {
 	w := workloads.Options{Render: cfg.Render, ClassRecheck: cmp.Or(cfg.ClassRecheck, defaultClassRecheck)}
 	if namespaces != nil {
 		w.NamespaceLabels = func(ns string) map[string]string {
@@ -85,7 +86,7 @@ func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces) []
 		workloads.Evaluators(w),
 		workloads.SandboxClasses(w),
 		workloads.CheckpointServers(w),
-		runs.Kind(api, runs.Options{PollInterval: cfg.RunPollInterval, TTL: cfg.EvalRunTTL, ClassRefusal: w.ClassRefusal, ClassRecheck: w.ClassRecheck}),
+		runs.Kind(api, runs.Options{Follower: follower, PollInterval: cfg.RunPollInterval, TTL: cfg.EvalRunTTL, ClassRefusal: w.ClassRefusal, ClassRecheck: w.ClassRecheck}),
 		monitors.Policies(api),
 		monitors.TraceSources(api),
 	}
@@ -100,6 +101,8 @@ type Operator struct {
 	api        *apiclient.Client
 	kube       kubernetes.Interface
 	namespaces *tenancy.Namespaces
+	// follower reads the running EvalRuns' runs for every engine of this process.
+	follower *runs.Follower
 
 	mu sync.Mutex
 	// running are the engines that run now, by shard.
@@ -115,7 +118,7 @@ func New(cfg Config) (*Operator, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	op := &Operator{cfg: cfg, namespaces: tenancy.NewNamespaces(), running: map[shard.Shard]*engine.Engine{}}
+	op := &Operator{cfg: cfg, namespaces: tenancy.NewNamespaces(), follower: runs.NewFollower(), running: map[shard.Shard]*engine.Engine{}}
 	var api *apiclient.Client
 	if cfg.API.URL != "" {
 		opts := cfg.API
@@ -153,7 +156,7 @@ func (op *Operator) newEngine(s shard.Shard, metrics *engine.Metrics, writable <
 		discovery, events = op.Discovery(), op.Events()
 	}
 	return engine.New(engine.Config{
-		Rest: cfg.Rest, Namespace: cfg.Namespace, Kinds: kinds(cfg, op.api, op.namespaces), Controllers: cfg.Controllers,
+		Rest: cfg.Rest, Namespace: cfg.Namespace, Kinds: kinds(cfg, op.api, op.namespaces, op.follower), Controllers: cfg.Controllers,
 		Workers: cfg.Workers, Resync: cfg.Resync, DiscoveryInterval: cfg.DiscoveryInterval, ReconcileTimeout: cfg.ReconcileTimeout,
 		Tenancy: projects{op.namespaces}, Shard: s, Metrics: metrics, Writable: writable, Log: cfg.Log, AllowUnsupportedMinor: cfg.AllowUnsupportedMinor,
 		Discovery: discovery, Events: events,

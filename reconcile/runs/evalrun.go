@@ -40,6 +40,9 @@ type Options struct {
 	ClassRecheck time.Duration
 	// Clock is the time the runs are read and expire at (clock.RealClock when nil).
 	Clock clock.PassiveClock
+	// Follower, when set, is the process's, shared by the engines of its shards; else the kind
+	// has one of its own.
+	Follower *Follower
 }
 
 // targetRecheck is how often a run waiting on its CheckpointServer looks again.
@@ -53,7 +56,10 @@ func Kind(api *apiclient.Client, opts Options) *engine.Kind {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	r := &evalRuns{api: api, opts: opts}
+	if opts.Follower == nil {
+		opts.Follower = NewFollower()
+	}
+	r := &evalRuns{api: api, opts: opts, follower: opts.Follower}
 	k := engine.NewKind(evalsi.EvalRunKind)
 	k.Finalizer = evalsi.FinalizerCancelRun
 	k.Validate = func(obj *unstructured.Unstructured) error { return render.Validate(obj, render.Limits{}) }
@@ -88,7 +94,7 @@ func waitsOn(obj *unstructured.Unstructured) []engine.Ref {
 type evalRuns struct {
 	api      *apiclient.Client
 	opts     Options
-	follower follower
+	follower *Follower
 }
 
 // Observe reads the object's run: from the follower's last batch when it is fresh, else with

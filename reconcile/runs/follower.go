@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -18,16 +19,27 @@ import (
 // runBatch is how many runs one BatchGetRuns call reads.
 const runBatch = 500
 
-// follower reads, every poll interval, every run that a running EvalRun follows, in batches (one
+// Follower reads, every poll interval, every run that a running EvalRun follows, in batches (one
 // BatchGetRuns call per project and runBatch runs instead of one GetRun per run), keeps what it
 // read for the EvalRuns' reconciles, and queues the EvalRuns whose run changed. It only saves
 // calls: each running EvalRun still comes back on its own (fallback) and reads its run itself when
 // the follower has nothing fresh for it, so a failed or missed batch delays an update by at most
-// that fallback and never loses it.
-type follower struct {
+// that fallback and never loses it. A process has one (Options.Follower), whatever shards it
+// holds: it sweeps the EvalRuns of every shard's engine together, a batch per project for all of
+// them, in one loop that runs while an engine does.
+type Follower struct {
 	mu     sync.Mutex
 	latest map[string]followedRun // by project/id, from the last sweep only
+	// joined are the EvalRun controllers of the engines that run, with their kind's calls and
+	// options; stop ends the loop.
+	joined map[*engine.Controller]*evalRuns
+	stop   context.CancelFunc
+	// sweeps counts the sweeps that read runs (a test's reading).
+	sweeps int
 }
+
+// NewFollower returns a follower that sweeps nothing until an engine's EvalRun controller runs.
+func NewFollower() *Follower { return &Follower{joined: map[*engine.Controller]*evalRuns{}} }
 
 type followedRun struct {
 	run *v1.Run
@@ -42,13 +54,30 @@ func running(obj *unstructured.Unstructured) bool {
 	return runID != "" && !evalsi.TerminalPhase(phase) && obj.GetDeletionTimestamp() == nil
 }
 
-// follow sweeps the runs every poll interval until ctx ends.
+// follow has the follower sweep c's EvalRuns until ctx ends (the kind's Run). The first
+// controller to join starts the loop, at its kind's poll interval; the last to leave stops it.
 func (er *evalRuns) follow(ctx context.Context, c *engine.Controller) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) { er.sweep(ctx, c) }, er.opts.PollInterval)
+	f := er.follower
+	f.mu.Lock()
+	f.joined[c] = er
+	if f.stop == nil {
+		var lctx context.Context
+		lctx, f.stop = context.WithCancel(context.WithoutCancel(ctx))
+		go wait.UntilWithContext(lctx, func(ctx context.Context) { er.sweep(ctx) }, er.opts.PollInterval)
+	}
+	f.mu.Unlock()
+	<-ctx.Done()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.joined, c)
+	if len(f.joined) == 0 {
+		f.stop()
+		f.stop = nil
+	}
 }
 
 // fresh returns the run project/id as the follower read it within the last two poll intervals.
-func (f *follower) fresh(project, id string, interval time.Duration, now time.Time) (*v1.Run, bool) {
+func (f *Follower) fresh(project, id string, interval time.Duration, now time.Time) (*v1.Run, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.latest[project+"/"+id]
@@ -58,28 +87,42 @@ func (f *follower) fresh(project, id string, interval time.Duration, now time.Ti
 	return r.run, true
 }
 
-// sweep reads the runs of the running EvalRuns in the cache, batched by project, replaces what the
-// follower keeps with what it read, and queues each EvalRun whose status its run would change, or
-// whose run is gone (its reconcile says so).
-func (er *evalRuns) sweep(ctx context.Context, c *engine.Controller) {
-	if !c.Synced() {
+// followedBy is a running EvalRun as a sweep reads it: the controller that queues it, its key and
+// its status.
+type followedBy struct {
+	c      *engine.Controller
+	key    string
+	status map[string]any
+}
+
+// sweep reads the runs of the running EvalRuns in the caches of every joined controller that has
+// synced, batched by project, replaces what the follower keeps with what it read, and queues each
+// EvalRun whose status its run would change, or whose run is gone (its reconcile says so).
+func (er *evalRuns) sweep(ctx context.Context) {
+	f := er.follower
+	f.mu.Lock()
+	controllers := slices.Collect(maps.Keys(f.joined))
+	f.mu.Unlock()
+	if len(controllers) == 0 {
 		return
 	}
-	type watched struct {
-		key    string
-		status map[string]any
-	}
+	log := controllers[0].Log()
 	byProject := map[string][]string{}
-	followed := map[string]watched{} // by project/id
-	for key, obj := range c.Followed() {
-		runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
-		project, err := c.Project(obj)
-		if err != nil {
-			continue // its reconcile reports the refusal
+	followed := map[string]followedBy{} // by project/id
+	for _, c := range controllers {
+		if !c.Synced() {
+			continue
 		}
-		status, _, _ := unstructured.NestedMap(obj.Object, "status")
-		byProject[project] = append(byProject[project], runID)
-		followed[project+"/"+runID] = watched{key, status}
+		for key, obj := range c.Followed() {
+			runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
+			project, err := c.Project(obj)
+			if err != nil {
+				continue // its reconcile reports the refusal
+			}
+			status, _, _ := unstructured.NestedMap(obj.Object, "status")
+			byProject[project] = append(byProject[project], runID)
+			followed[project+"/"+runID] = followedBy{c, key, status}
+		}
 	}
 	latest := map[string]followedRun{}
 	for project, ids := range byProject {
@@ -88,25 +131,25 @@ func (er *evalRuns) sweep(ctx context.Context, c *engine.Controller) {
 			resp, err := er.api.Runs.BatchGetRuns(ctx, connect.NewRequest(&v1.BatchGetRunsRequest{Project: project, Ids: chunk}))
 			if err != nil {
 				// The EvalRuns read their runs themselves at their fallback.
-				c.Log().Debug("reading runs in a batch failed", "project", project, "runs", len(chunk), "err", err)
+				log.Debug("reading runs in a batch failed", "project", project, "runs", len(chunk), "err", err)
 				continue
 			}
 			now := er.opts.Clock.Now()
 			for _, run := range resp.Msg.Runs {
 				id := project + "/" + run.Id
 				latest[id] = followedRun{run, now}
-				if f, ok := followed[id]; ok && changes(runStatus(run).Fields, f.status) {
-					c.Enqueue(f.key)
+				if fb, ok := followed[id]; ok && changes(runStatus(run).Fields, fb.status) {
+					fb.c.Enqueue(fb.key)
 				}
 			}
 			for _, id := range resp.Msg.Missing {
-				if f, ok := followed[project+"/"+id]; ok {
-					c.Enqueue(f.key)
+				if fb, ok := followed[project+"/"+id]; ok {
+					fb.c.Enqueue(fb.key)
 				}
 			}
 		}
 	}
-	er.follower.replace(latest)
+	f.replace(latest, len(byProject) > 0)
 }
 
 // changes reports whether fields would change status, a status map.
@@ -119,9 +162,12 @@ func changes(fields, status map[string]any) bool {
 	return false
 }
 
-// replace makes latest what the follower keeps.
-func (f *follower) replace(latest map[string]followedRun) {
+// replace makes latest what the follower keeps; read says whether the sweep read runs.
+func (f *Follower) replace(latest map[string]followedRun, read bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.latest = latest
+	if read {
+		f.sweeps++
+	}
 }

@@ -52,8 +52,8 @@ func TestExpiry(t *testing.T) {
 // the clock's now.
 func TestFreshRuns(t *testing.T) {
 	read := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
-	var f follower
-	f.replace(map[string]followedRun{"p/run-1": {&v1.Run{Id: "run-1"}, read}})
+	f := NewFollower()
+	f.replace(map[string]followedRun{"p/run-1": {&v1.Run{Id: "run-1"}, read}}, true)
 	for name, tc := range map[string]struct {
 		id   string
 		at   time.Time
