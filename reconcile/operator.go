@@ -59,6 +59,10 @@ type Config struct {
 	ClassRecheck time.Duration
 	// Log is the operator's logger.
 	Log *slog.Logger
+	// Sharded says the replica runs engines per shard (process.Config.Shards above 1): the
+	// requests of what it runs once for them all (Lease rounds, discovery, the namespaces' reader)
+	// are counted under shard="process", not under the whole's "0/1", which it never runs.
+	Sharded bool
 	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor
 	// (with a warning); by default the engine refuses to.
 	AllowUnsupportedMinor bool
@@ -152,14 +156,17 @@ func (op *Operator) newEngine(s shard.Shard, metrics *engine.Metrics, writable <
 	// The first engine's own, shared by those of the shards.
 	var discovery *cached.Discovery
 	var events *engine.Events
+	requestLabel := "" // its shard's
 	if op.Engine != nil {
 		discovery, events = op.Discovery(), op.Events()
+	} else if cfg.Sharded {
+		requestLabel = ProcessRequests
 	}
 	return engine.New(engine.Config{
 		Rest: cfg.Rest, Namespace: cfg.Namespace, Kinds: kinds(cfg, op.api, op.namespaces, op.follower), Controllers: cfg.Controllers,
 		Workers: cfg.Workers, Resync: cfg.Resync, DiscoveryInterval: cfg.DiscoveryInterval, ReconcileTimeout: cfg.ReconcileTimeout,
 		Tenancy: projects{op.namespaces}, Shard: s, Metrics: metrics, Writable: writable, Log: cfg.Log, AllowUnsupportedMinor: cfg.AllowUnsupportedMinor,
-		Discovery: discovery, Events: events,
+		Discovery: discovery, Events: events, RequestLabel: requestLabel,
 	})
 }
 
@@ -250,6 +257,14 @@ func (op *Operator) Synced() bool {
 	return writing > 0
 }
 
+// ShardSynced reports whether the engine of s runs and has synced.
+func (op *Operator) ShardSynced(s shard.Shard) bool {
+	op.mu.Lock()
+	e, ok := op.running[s]
+	op.mu.Unlock()
+	return ok && e.Synced()
+}
+
 // VersionRefusal says why the running engines do not reconcile on this cluster, "" when they
 // do (or none runs).
 func (op *Operator) VersionRefusal() string {
@@ -293,8 +308,13 @@ type ManagerConfig struct {
 	process.Config
 }
 
+// ProcessRequests is the shard label of the requests a sharded replica sends once for all its
+// shards (Config.Sharded).
+const ProcessRequests = "process"
+
 // RunManager runs the operator in its process (package process) until ctx ends.
 func RunManager(ctx context.Context, cfg ManagerConfig) error {
+	cfg.Engine.Sharded = cfg.Config.Shards > 1
 	op, err := New(cfg.Engine)
 	if err != nil {
 		return err

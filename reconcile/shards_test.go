@@ -967,3 +967,85 @@ func TestShardLeasesHaveTheirOwnDuration(t *testing.T) {
 		return nil
 	})
 }
+
+// TestJoinerTakesItsShardWarm runs one replica over two shards, then starts a second: the first
+// keeps the shard it will hand over while the joiner warms it (lists and watches it, writing
+// nothing), and drains it once the joiner says in its member slot that it has; the joiner takes
+// it with its warm engine. The Lease duration is long, so a drain after the wait's bound (a Lease
+// duration) would say the joiner was not waited for.
+func TestJoinerTakesItsShardWarm(t *testing.T) {
+	t.Parallel() // see envMu
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	const n, shards = 8, 2
+	createJudges(t, ctx, ns, n)
+	timings := process.LeaseTimings{LeaseDuration: 40 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	var logA, logB syncBuffer
+	startReplica(t, ctx, ns, "replica-a", process.Config{Shards: shards, Lease: timings}, &logA)
+	waitJudgesAvailable(t, ctx, ns, n)
+	startReplica(t, ctx, ns, "replica-b", process.Config{Shards: shards, Lease: timings}, &logB)
+	clustertest.Eventually(t, ctx, "the joiner holds a shard", func() error {
+		if !strings.Contains(logB.String(), "msg=\"holding a shard\"") {
+			return errors.New("it holds none")
+		}
+		return nil
+	})
+	if !strings.Contains(logB.String(), "warming a shard: its holder hands it over to this replica") {
+		t.Errorf("the joiner did not warm the shard it takes:\n%s", logB.String())
+	}
+	if !strings.Contains(logB.String(), "warm=true") {
+		t.Errorf("the joiner took its shard cold:\n%s", logB.String())
+	}
+	if !strings.Contains(logA.String(), "warmedByTaker=true") {
+		t.Errorf("the holder drained the shard without the joiner saying it warmed it:\n%s", logA.String())
+	}
+	deleteEveryPool(t, ctx, ns, n, "every pool repaired by the two replicas")
+}
+
+// TestShardedReplicaCountsItsOwnRequestsApart scrapes a replica of two shards: its Lease rounds'
+// requests are counted under shard="process", each shard's engine's under its shard, and no
+// series names the whole ("0/1"), which a sharded replica never runs.
+func TestShardedReplicaCountsItsOwnRequestsApart(t *testing.T) {
+	t.Parallel() // see envMu
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx, "")
+	createJudges(t, ctx, ns, 2)
+	var logs syncBuffer
+	startReplica(t, ctx, ns, "replica-m", process.Config{Shards: 2, MetricsAddr: "127.0.0.1:0"}, &logs)
+	waitJudgesAvailable(t, ctx, ns, 2)
+	_, after, ok := strings.Cut(logs.String(), "endpoint=metrics address=")
+	if !ok {
+		t.Fatalf("no metrics address in the log:\n%s", logs.String())
+	}
+	addr, _, _ := strings.Cut(after, " ")
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leases, shards []string
+	for line := range strings.Lines(string(body)) {
+		if !strings.HasPrefix(line, "evalsi_") {
+			continue
+		}
+		if strings.Contains(line, `shard="0/1"`) {
+			t.Errorf("a series of the whole in a sharded replica: %s", line)
+		}
+		if strings.HasPrefix(line, "evalsi_kube_requests_total{") && strings.Contains(line, `resource="leases"`) {
+			leases = append(leases, line)
+		}
+		if strings.HasPrefix(line, "evalsi_kube_requests_total{") && strings.Contains(line, `shard="1/2"`) {
+			shards = append(shards, line)
+		}
+	}
+	if len(leases) == 0 || !slices.ContainsFunc(leases, func(l string) bool { return strings.Contains(l, `shard="process"`) }) {
+		t.Errorf("the Lease rounds' requests are not counted under shard=\"process\": %q", leases)
+	}
+	if len(shards) == 0 {
+		t.Error("no request counted under shard 1/2's label")
+	}
+}

@@ -58,6 +58,9 @@ type Config struct {
 	// Discovery, when set, is the process's (shared by the engines of its shards); else the
 	// engine makes its own, which keeps answers for half a DiscoveryInterval.
 	Discovery *cached.Discovery
+	// RequestLabel is the shard label of the engine's requests to the API server; "" is its
+	// shard's.
+	RequestLabel string
 	// Events, when set, is the process's (shared by the engines of its shards, each writing its
 	// own shard's Events); else the engine starts its own broadcasters.
 	Events *Events

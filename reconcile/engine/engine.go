@@ -18,6 +18,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -130,7 +131,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	rc := rest.CopyConfig(cfg.Rest)
 	limitPerResource(rc)
-	rc.Wrap(m.countRequests(cfg.Shard.String()))
+	rc.Wrap(m.countRequests(cmp.Or(cfg.RequestLabel, cfg.Shard.String())))
 	// Outside the count: a write the tenure stops is never sent.
 	rc.Wrap(fenceWrites)
 	hc, err := rest.HTTPClientFor(rc)

@@ -122,7 +122,7 @@ func (h *shardHolder) observe(l *coordinationv1.Lease, now time.Time) holding.Le
 	if expires := o.since.Add(duration); late && (h.expires.IsZero() || expires.Before(h.expires)) {
 		h.expires = expires
 	}
-	return holding.Lease{Holder: *s.HolderIdentity, Late: late, Renewed: renewed}
+	return holding.Lease{Holder: *s.HolderIdentity, Late: late, Renewed: renewed, Warmed: warmedOf(l)}
 }
 
 // take makes this replica the holder of the Lease name, which it judged free, unless another
@@ -300,6 +300,7 @@ func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []
 		}
 		switch observed := h.observe(l, now); {
 		case observed.Holder == h.id && mine == "":
+			h.announceWarmed(l)
 			renewed, err := h.renew(ctx, l, now)
 			if err != nil {
 				return nil, false, err

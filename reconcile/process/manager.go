@@ -32,9 +32,11 @@ type Engine interface {
 	// RunShard reconciles the objects of s until ctx ends; with writable set, it reads them
 	// from the start and writes only once writable is closed.
 	RunShard(ctx context.Context, s shard.Shard, writable <-chan struct{}) error
-	// Synced reports whether the caches of every running shard have synced; VersionRefusal why
-	// the engine does not reconcile on this cluster ("" when it does).
+	// Synced reports whether the caches of every running shard have synced, ShardSynced those
+	// of s's engine; VersionRefusal why the engine does not reconcile on this cluster ("" when it
+	// does).
 	Synced() bool
+	ShardSynced(s shard.Shard) bool
 	VersionRefusal() string
 	// Kube is a client for leader election and token reviews; Registry holds the metrics.
 	Kube() kubernetes.Interface
@@ -196,7 +198,7 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 	} else {
 		id := cmp.Or(cfg.Identity, NewIdentity())
 		h := &shardHolder{kube: e.Kube(), log: log, namespace: cfg.LeaderElectionNamespace, name: cfg.LeaderElectionName,
-			count: count, id: id, timings: cfg.Lease, run: e.RunShard, onHeld: func(n int) { held.Store(int32(n)) }}
+			count: count, id: id, timings: cfg.Lease, run: e.RunShard, synced: e.ShardSynced, onHeld: func(n int) { held.Store(int32(n)) }}
 		log.Info("holding shards", "shards", count, "namespace", cfg.LeaderElectionNamespace, "lease", cfg.LeaderElectionName, "identity", id)
 		go func() { done <- holdShards(ctx, h) }()
 	}

@@ -85,6 +85,15 @@ type shardHolder struct {
 	// rounds are how long this replica's last rounds (rebalance) took, newest first: leftToWarmer
 	// waits longer while they are slow.
 	rounds [4]time.Duration
+	// joining are the shards this replica warms to take from holders over their share
+	// (handover.go), and drainWanted when it first would have drained each shard it holds back
+	// for a joiner.
+	joining     []int
+	drainWanted map[int]time.Time
+	// warmedByPeer are the shards another replica said at this round that it warmed to take.
+	warmedByPeer map[int]bool
+	// synced reports whether the engine of a shard has synced its caches.
+	synced func(shard.Shard) bool
 }
 
 // shardEngine is a shard's engine running in its own goroutine.
@@ -133,7 +142,7 @@ func (h *shardHolder) tenure(i int) *shard.Tenure {
 // holdShards holds shards for this replica (identity id) until ctx ends or an engine fails.
 func holdShards(ctx context.Context, h *shardHolder) error {
 	h.tries, h.warm, h.errc, h.seen = map[int]*shardTry{}, map[int]*shardEngine{}, make(chan error, h.count), map[string]observation{}
-	h.warmer, h.freeSince, h.tenures = map[int]string{}, map[int]time.Time{}, map[int]*shard.Tenure{}
+	h.warmer, h.freeSince, h.tenures, h.drainWanted = map[int]string{}, map[int]time.Time{}, map[int]*shard.Tenure{}, map[int]time.Time{}
 	defer h.leave()
 	defer h.stopAll()
 	t := time.NewTimer(h.timings.RetryPeriod)
@@ -227,14 +236,27 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	h.peers = peers
 	share := (h.count + members - 1) / members
 	h.assignLate(holders, share, now)
-	h.act(ctx, h.round(holders, share, now), members, "more replicas share the shards")
+	r := h.round(holders, share, now)
+	r.HoldBack = h.holdBack(others, share, now)
+	h.act(ctx, r, members, "more replicas share the shards")
+	h.mu.Lock()
+	mine := len(h.tries)
+	h.mu.Unlock()
+	joining := holding.Joining(h.id, h.count, share, mine, holders)
+	h.mu.Lock()
+	h.joining = joining
+	h.mu.Unlock()
 	h.warmLate(ctx, holders)
+	h.warmJoining(ctx, holders)
 }
 
 // standAside drains every shard this replica holds and stops the engines it warms: it stands
 // by, or replicas of another number of shards reconcile (why, for the log). n is the replicas
 // counted, for the log too.
 func (h *shardHolder) standAside(ctx context.Context, n int, why string) {
+	h.mu.Lock()
+	h.joining = nil
+	h.mu.Unlock()
 	h.act(ctx, h.round(nil, 0, time.Now()), n, why)
 	h.warmLate(ctx, nil)
 }
@@ -275,7 +297,7 @@ func (h *shardHolder) act(ctx context.Context, r holding.Round, members int, why
 		h.drop(tries[i])
 	}
 	for _, i := range plan.Drain {
-		h.log.Info("draining a shard", "why", why, "shard", tries[i].String(), "replicas", members, "fairShare", r.Share)
+		h.log.Info("draining a shard", "why", why, "shard", tries[i].String(), "replicas", members, "fairShare", r.Share, "warmedByTaker", h.warmedByPeer[i])
 		h.drop(tries[i])
 	}
 	for _, i := range plan.Try {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,10 +21,11 @@ func TestObserve(t *testing.T) {
 	first := time.Unix(1000, 0)
 	renewed := time.Unix(990, 0) // by the holder's clock, which observe does not trust
 	for name, tc := range map[string]struct {
-		holder string
-		after  time.Duration
-		want   holding.Lease
+		holder, warmed string
+		after          time.Duration
+		want           holding.Lease
 	}{
+		"a member slot that says which shards its replica warmed": {holder: "b", warmed: "2,5", after: time.Second, want: holding.Lease{Holder: "b", Renewed: renewed, Warmed: []int{2, 5}}},
 		"renewed":                         {holder: "b", after: time.Second, want: holding.Lease{Holder: "b", Renewed: renewed}},
 		"late: three retry periods quiet": {holder: "b", after: 2 * time.Second, want: holding.Lease{Holder: "b", Late: true, Renewed: renewed}},
 		"ran out naming its holder":       {holder: "b", after: 5 * time.Second, want: holding.Lease{Expired: true, Renewed: renewed}},
@@ -33,12 +36,12 @@ func TestObserve(t *testing.T) {
 			h := &shardHolder{id: "a", timings: timings, seen: map[string]observation{}}
 			seconds := int32(timings.LeaseDuration / time.Second)
 			l := &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: "shard-0-of-2", ResourceVersion: "7"},
+				ObjectMeta: metav1.ObjectMeta{Name: "shard-0-of-2", ResourceVersion: "7", Annotations: map[string]string{AnnotationWarmed: tc.warmed}},
 				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &tc.holder, LeaseDurationSeconds: &seconds, RenewTime: &metav1.MicroTime{Time: renewed}},
 			}
 			h.observe(l, first)
-			if got := h.observe(l, first.Add(tc.after)); got != tc.want {
-				t.Errorf("observe after %s = %+v, want %+v", tc.after, got, tc.want)
+			if diff := cmp.Diff(tc.want, h.observe(l, first.Add(tc.after)), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("observe after %s (-want +got):\n%s", tc.after, diff)
 			}
 		})
 	}

@@ -39,8 +39,9 @@ func (h *shardHolder) leftToWarmer(i int, now time.Time) bool {
 }
 
 // warmLate stops the warm engines of shards whose Lease is held again by a replica on time (it
-// was only slow, or another took it) or that another replica now warms, then warms the shards of
-// late holders that assignLate gave this replica. nil holders stops them all.
+// was only slow, or another took it) or that another replica now warms, but those a holder hands
+// over to this replica (h.joining), then warms the shards of late holders that assignLate gave
+// this replica. nil holders stops them all.
 func (h *shardHolder) warmLate(ctx context.Context, holders map[int]holding.Lease) {
 	var stopped []*shardEngine
 	var late []int
@@ -58,7 +59,7 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]holding.Leas
 			continue
 		default:
 		}
-		if ok && (l.Late && h.warmer[i] == h.id || l.Holder == "" || l.Holder == h.id) {
+		if ok && (l.Late && h.warmer[i] == h.id || l.Holder == "" || l.Holder == h.id || slices.Contains(h.joining, i)) {
 			continue
 		}
 		delete(h.warm, i)

@@ -22,6 +22,9 @@ type Round struct {
 	// LeftToOthers are the free shards the replica leaves to the replica that warmed them, for a
 	// while after it saw them free (that one reconciles them at once).
 	LeftToOthers []int
+	// HoldBack are shards it leads beyond its share that it keeps for now: a replica that will
+	// take them warms them and has not said it is ready (Joining).
+	HoldBack []int
 }
 
 // Plan is what a replica does at a round, in this order.
@@ -29,8 +32,8 @@ type Plan struct {
 	// Drop are the shards it tries or leads whose Lease another replica holds: that one took a
 	// free shard first, or took one this replica led while it was stopped.
 	Drop []int
-	// Drain are the shards it leads beyond its share, least preferred first: it stops their
-	// engines, then releases their Leases.
+	// Drain are the shards it leads beyond its share (Drains), least preferred first, but those
+	// it holds back: it stops their engines, then releases their Leases.
 	Drain []int
 	// Try are the free shards it takes, most preferred first: those it warms, then by its
 	// rendezvous hash.
@@ -58,10 +61,12 @@ func Decide(r Round) Plan {
 	}
 	slices.Sort(p.Drop)
 	byHash := func(a, b int) int { return cmp.Compare(Rendezvous(r.Self, a), Rendezvous(r.Self, b)) }
-	slices.SortFunc(leading, byHash)
-	if over := len(leading) - max(r.Share, 0); over > 0 {
-		p.Drain, leading = leading[:over], leading[over:]
+	for _, i := range Drains(r.Self, leading, r.Share) {
+		if !slices.Contains(r.HoldBack, i) {
+			p.Drain = append(p.Drain, i)
+		}
 	}
+	leading = slices.DeleteFunc(leading, func(i int) bool { return slices.Contains(p.Drain, i) })
 	var free []int
 	for i := range r.Count {
 		if r.Leases[i].Holder == "" && !slices.Contains(r.Trying, i) && !slices.Contains(r.Leading, i) && !slices.Contains(r.LeftToOthers, i) {
@@ -80,4 +85,34 @@ func Decide(r Round) Plan {
 	want := max(r.Share-len(leading)-len(trying), 0)
 	p.Try = free[:min(want, len(free))]
 	return p
+}
+
+// Drains returns the shards that holder, leading held, drains at share: those beyond it that hash
+// worst with its identity (Rendezvous), least preferred first. Every replica computes the same,
+// so the replica that will take them can warm them first (Joining).
+func Drains(holder string, held []int, share int) []int {
+	byHash := slices.SortedFunc(slices.Values(held), func(a, b int) int {
+		return cmp.Compare(Rendezvous(holder, a), Rendezvous(holder, b))
+	})
+	return byHash[:max(len(byHash)-max(share, 0), 0)]
+}
+
+// Joining returns the shards that self, holding mine of them, warms to take from the replicas
+// that hold more than share and will drain them (Drains): a replica that joined takes its share
+// warm instead of listing it once taken. Self says it is ready in its member slot (Lease.Warmed)
+// and the holders drain then. It picks them as Decide's Try would, by its rendezvous hash, up to
+// its share. A late holder's shards are the warmers' (Warmers), not in it.
+func Joining(self string, count, share, mine int, leases map[int]Lease) []int {
+	held := map[string][]int{}
+	for i := range count {
+		if l := leases[i]; l.Holder != "" && l.Holder != self && !l.Late {
+			held[l.Holder] = append(held[l.Holder], i)
+		}
+	}
+	var drained []int
+	for holder, shards := range held {
+		drained = append(drained, Drains(holder, shards, share)...)
+	}
+	slices.SortFunc(drained, func(a, b int) int { return cmp.Compare(Rendezvous(self, b), Rendezvous(self, a)) })
+	return drained[:min(max(share-mine, 0), len(drained))]
 }

@@ -1,7 +1,7 @@
 // Package holding decides which of an operator's shards a replica holds, from what it reads of
 // their Leases: who holds each Lease now (LeaseHolder, which the uninstall hook reads Leases
 // through too), which shards a replica takes, drains or lets go at each round (Decide), and which
-// replica warms each shard of a late holder (Warmers). Its functions are pure: the Lease protocol
+// replica warms each shard of a late holder (Warmers) or of a holder over its share (Joining). Its functions are pure: the Lease protocol
 // that reads and writes the Leases, and the engines that run the shards, are package process's.
 package holding
 
@@ -43,6 +43,9 @@ type Lease struct {
 	// out: every replica reads the same, and a dead holder's shards go late for each replica in
 	// the order of their last renewals (Warmers).
 	Renewed time.Time
+	// Warmed are, on a member slot, the shards its replica has warmed to take from the replicas
+	// that hand them over to it (Joining); the holders drain those at once (Round.HoldBack).
+	Warmed []int
 }
 
 // Rendezvous is the rendezvous hash of replica id and shard i: each replica prefers the shards

@@ -1,0 +1,120 @@
+package process
+
+// The handover of a shard to a replica that joined: the joiner warms the shards the holders over
+// their share will drain to it (holding.Joining) and says in its member slot which of them have
+// synced; a holder drains such a shard once the joiner says so, or after a Lease duration if it
+// never does (a joiner of an older version, or one that failed to warm it).
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"evals.si/operator/shard"
+	"evals.si/operator/shard/holding"
+)
+
+// AnnotationWarmed is the annotation of a replica's member slot that lists the shards it has
+// warmed to take from their holders ("2,5"), whose engines have synced.
+const AnnotationWarmed = "evals.si/warmed-shards"
+
+// warmedOf returns the shards l's annotation lists as warmed.
+func warmedOf(l *coordinationv1.Lease) []int {
+	var out []int
+	for f := range strings.SplitSeq(l.Annotations[AnnotationWarmed], ",") {
+		if i, err := strconv.Atoi(f); err == nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// announceWarmed writes into l, this replica's member slot about to be renewed, the shards it
+// warms to take from their holders whose engines have synced (none: no annotation).
+func (h *shardHolder) announceWarmed(l *coordinationv1.Lease) {
+	var ready []string
+	h.mu.Lock()
+	for _, i := range h.joining {
+		if _, warm := h.warm[i]; warm && h.synced(shard.Shard{Index: i, Count: h.count}) {
+			ready = append(ready, strconv.Itoa(i))
+		}
+	}
+	h.mu.Unlock()
+	if len(ready) == 0 {
+		delete(l.Annotations, AnnotationWarmed)
+		return
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[AnnotationWarmed] = strings.Join(ready, ",")
+}
+
+// holdBack returns the shards this replica leads beyond share that it keeps this round: no other
+// replica's member slot (others) says it warmed them, and less than a Lease duration passed since
+// this replica first would have drained them. Standing aside (share 0), it keeps none.
+func (h *shardHolder) holdBack(others []holding.Lease, share int, now time.Time) []int {
+	var leading []int
+	for _, t := range h.current() {
+		if t.isLeading() {
+			leading = append(leading, t.Index)
+		}
+	}
+	would := holding.Drains(h.id, leading, share)
+	h.warmedByPeer = map[int]bool{}
+	for _, m := range others {
+		for _, i := range m.Warmed {
+			h.warmedByPeer[i] = true
+		}
+	}
+	for i := range h.drainWanted {
+		if share == 0 || !slices.Contains(would, i) {
+			delete(h.drainWanted, i)
+		}
+	}
+	if share == 0 {
+		return nil
+	}
+	var out []int
+	for _, i := range would {
+		if h.warmedByPeer[i] {
+			continue
+		}
+		since, ok := h.drainWanted[i]
+		if !ok {
+			since = now
+			h.drainWanted[i] = now
+		}
+		if now.Sub(since) < h.timings.LeaseDuration {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// warmJoining starts the engines, without writes, of the shards this replica takes from their
+// holders (h.joining) that it neither warms nor tries yet.
+func (h *shardHolder) warmJoining(ctx context.Context, holders map[int]holding.Lease) {
+	var start []int
+	h.mu.Lock()
+	for _, i := range h.joining {
+		_, warm := h.warm[i]
+		_, tried := h.tries[i]
+		if !warm && !tried {
+			start = append(start, i)
+		}
+	}
+	h.mu.Unlock()
+	for _, i := range start {
+		s := shard.Shard{Index: i, Count: h.count}
+		h.log.Info("warming a shard: its holder hands it over to this replica", "shard", s.String(), "holder", holders[i].Holder)
+		e := h.startEngine(ctx, s, make(chan struct{}))
+		h.mu.Lock()
+		h.warm[i] = e
+		h.mu.Unlock()
+	}
+}
