@@ -71,7 +71,9 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	// it with -pods=false, which starts no ReplicaSet controller.
 	evalsid, apiAddr, apiToken := startEvalsid(b, ctx, op)
 	defer evalsid.stop()
-	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, from: mark()}
+	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, from: mark(), prom: startPrometheus(b, ctx, ns)}
+	defer s.prom.stop()
+	started := time.Now()
 
 	// The objects, made and converged by one replica.
 	first := s.startReplicas(1)
@@ -121,6 +123,7 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	s.prom.draw(b, ctx, started, time.Now(), fmt.Sprintf("BenchmarkShards: %d Evaluators and %d running EvalRuns; shards %v, each with as many replicas; %d SIGKILLs", *shardEvaluators, *shardRuns, counts, *shardKills))
 	fmt.Print(shardTable(rows, len(s.uids), len(runIDs)))
 	fmt.Printf("audit log: %d writes of owners and children by the replicas, %d received while their writer was not the holder its shard's Lease last named; evalsid holds %d runs for %d EvalRuns; EvalRuns whose run changed: %d\n",
 		checked, doubles, held, len(runIDs), changed)
@@ -149,6 +152,10 @@ type shardBench struct {
 	uids              map[string]string // the owners' UIDs by "kind/name"
 	ownersByBucket    [shard.Buckets]int
 	churns            int // the measures' churns so far
+	// prom scrapes the replicas for the dashboard's picture (nil without -dashboard); started
+	// counts the replicas started, to name them.
+	prom    *promServer
+	started int
 }
 
 // replica is a running replica of the operator.
@@ -188,6 +195,8 @@ func (s *shardBench) startReplica(c contender) *replica {
 		}
 		return false
 	})
+	s.started++
+	s.prom.scrape(r.metrics, fmt.Sprintf("replica-%d", s.started))
 	return r
 }
 

@@ -70,9 +70,21 @@ func Actionlint(ctx context.Context, progress io.Writer) (string, error) {
 
 // Promtool returns Prometheus's promtool, which tests the charts' alerting rules (promtool test
 // rules), from the Debian package prometheus: downloaded and unpacked into the cache on first use,
-// without installing the package (its server and service are not wanted).
+// without installing the package (its service is not wanted).
 func Promtool(ctx context.Context, progress io.Writer) (string, error) {
-	return cachedTool(progress, "promtool", "debian", func(dir string) error {
+	return fromPrometheusPackage(ctx, progress, "promtool")
+}
+
+// Prometheus returns the Prometheus server of the same package, which a benchmark runs to draw
+// the chart's dashboard from what it scraped (make bench's -dashboard).
+func Prometheus(ctx context.Context, progress io.Writer) (string, error) {
+	return fromPrometheusPackage(ctx, progress, "prometheus")
+}
+
+// fromPrometheusPackage returns the program name of the Debian package prometheus, unpacked into
+// the cache on first use.
+func fromPrometheusPackage(ctx context.Context, progress io.Writer, name string) (string, error) {
+	return cachedTool(progress, name, "debian", func(dir string) error {
 		tmp, err := os.MkdirTemp(dir, "download-")
 		if err != nil {
 			return err
@@ -90,8 +102,8 @@ func Promtool(ctx context.Context, progress io.Writer) (string, error) {
 		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], filepath.Join(tmp, "root")).CombinedOutput(); err != nil {
 			return fmt.Errorf("unpacking %s: %v\n%s", debs[0], err, out)
 		}
-		if err := os.Rename(filepath.Join(tmp, "root", "usr", "bin", "promtool"), filepath.Join(dir, "promtool")); err != nil {
-			return fmt.Errorf("the package prometheus has no usr/bin/promtool: %w", err)
+		if err := os.Rename(filepath.Join(tmp, "root", "usr", "bin", name), filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("the package prometheus has no usr/bin/%s: %w", name, err)
 		}
 		return nil
 	})

@@ -24,7 +24,7 @@ func main() {
 	crds := flag.String("crds", "chart/evalsi-crds/files/crds", "directory of CRDs to install (empty: none)")
 	keda := flag.Bool("keda", true, "install KEDA's ScaledObject CRD")
 	buildOnly := flag.Bool("build-only", false, "build the control plane's binaries and the tools into the cache, then exit")
-	tool := flag.String("tool", "", "print the path of a tool (helm, cosign, actionlint, promtool), building it first if the cache lacks it, then exit")
+	tool := flag.String("tool", "", "print the path of a tool (helm, cosign, actionlint, promtool, prometheus), building it first if the cache lacks it, then exit")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -107,11 +107,11 @@ func buildAll(ctx context.Context) error {
 // toolPath returns the path of a tool the tests or the release use, building it if needed.
 func toolPath(ctx context.Context, name string) (string, error) {
 	tools := map[string]func(context.Context, io.Writer) (string, error){
-		"helm": cluster.Helm, "cosign": cluster.Cosign, "actionlint": cluster.Actionlint, "promtool": cluster.Promtool,
+		"helm": cluster.Helm, "cosign": cluster.Cosign, "actionlint": cluster.Actionlint, "promtool": cluster.Promtool, "prometheus": cluster.Prometheus,
 	}
 	get, ok := tools[name]
 	if !ok {
-		return "", fmt.Errorf("unknown tool %q (helm, cosign, actionlint, promtool)", name)
+		return "", fmt.Errorf("unknown tool %q (helm, cosign, actionlint, promtool, prometheus)", name)
 	}
 	return get(ctx, os.Stderr)
 }
