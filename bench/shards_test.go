@@ -609,7 +609,8 @@ func (s *shardBench) kill(replicas []*replica, n int) []time.Duration {
 		replicas[k%count] = s.startReplica(victim.c)
 		s.waitBalanced(replicas)
 		// The next kill is of a settled set, as the first was (measure waits for it): the new
-		// replica has reconciled the shard it took, cold, and every replica is quiet. Killed
+		// replica has reconciled the shard it took (warm: it joins, warms the shard its holder
+		// hands over, and takes it once warmed), and every replica is quiet. Killed
 		// while that start still ran, the others warmed the killed replica's shards beside it
 		// on a saturated machine: 22.4 and 23.7 s in one run (a fault during the last one's
 		// recovery).
