@@ -110,11 +110,6 @@ func (h *shardHolder) warmJoining(ctx context.Context, holders map[int]holding.L
 	}
 	h.mu.Unlock()
 	for _, i := range start {
-		s := shard.Shard{Index: i, Count: h.count}
-		h.log.Info("warming a shard: its holder hands it over to this replica", "shard", s.String(), "holder", holders[i].Holder)
-		e := h.startEngine(ctx, s, make(chan struct{}))
-		h.mu.Lock()
-		h.warm[i] = e
-		h.mu.Unlock()
+		h.startWarm(ctx, i, "warming a shard: its holder hands it over to this replica", holders[i].Holder)
 	}
 }

@@ -78,11 +78,16 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]holding.Leas
 	}
 	slices.Sort(late)
 	for _, i := range late {
-		s := shard.Shard{Index: i, Count: h.count}
-		h.log.Info("warming a shard: its holder is late to renew its Lease", "shard", s.String(), "holder", holders[i].Holder)
-		e := h.startEngine(ctx, s, make(chan struct{}))
-		h.mu.Lock()
-		h.warm[i] = e
-		h.mu.Unlock()
+		h.startWarm(ctx, i, "warming a shard: its holder is late to renew its Lease", holders[i].Holder)
 	}
+}
+
+// startWarm starts the engine of shard i without writes, and logs why (the shard's holder too).
+func (h *shardHolder) startWarm(ctx context.Context, i int, why, holder string) {
+	s := shard.Shard{Index: i, Count: h.count}
+	h.log.Info(why, "shard", s.String(), "holder", holder)
+	e := h.startEngine(ctx, s, make(chan struct{}))
+	h.mu.Lock()
+	h.warm[i] = e
+	h.mu.Unlock()
 }
