@@ -123,7 +123,11 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s.prom.draw(b, ctx, started, time.Now(), fmt.Sprintf("BenchmarkShards: %d Evaluators and %d running EvalRuns; shards %v, each with as many replicas; %d SIGKILLs", *shardEvaluators, *shardRuns, counts, *shardKills))
+	caption := fmt.Sprintf("BenchmarkShards: %d Evaluators and %d running EvalRuns; shards %v, each with as many replicas; %d SIGKILLs", *shardEvaluators, *shardRuns, counts, *shardKills)
+	if !*pods {
+		caption += "; -pods=false: no pod runs, so no Evaluator is Ready"
+	}
+	s.prom.draw(b, ctx, started, time.Now(), caption)
 	fmt.Print(shardTable(rows, len(s.uids), len(runIDs)))
 	fmt.Printf("audit log: %d writes of owners and children by the replicas, %d received while their writer was not the holder its shard's Lease last named; evalsid holds %d runs for %d EvalRuns; EvalRuns whose run changed: %d\n",
 		checked, doubles, held, len(runIDs), changed)
