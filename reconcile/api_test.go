@@ -70,6 +70,29 @@ func (s testEvalsid) apiConfig(ns string) Config {
 	}
 }
 
+// createRunningEvalRuns creates n EvalRuns (run-00, run-01, ...) in ns, moves each one's run to
+// Running at api once it has one, waits until every EvalRun says Running, and returns them as
+// they were while Pending (with their runId).
+func createRunningEvalRuns(t *testing.T, ctx context.Context, api testEvalsid, ns string, n int) []*unstructured.Unstructured {
+	t.Helper()
+	for i := range n {
+		create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", fmt.Sprintf("run-%02d", i), runSpec(nil))
+	}
+	var out []*unstructured.Unstructured
+	for i := range n {
+		got := waitPhase(t, ctx, ns, fmt.Sprintf("run-%02d", i), "Pending")
+		id, _, _ := unstructured.NestedString(got.Object, "status", "runId")
+		if err := api.SetPhase(id, v1.Phase_PHASE_RUNNING); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, got)
+	}
+	for i := range n {
+		waitPhase(t, ctx, ns, fmt.Sprintf("run-%02d", i), "Running")
+	}
+	return out
+}
+
 func runSpec(extra map[string]any) map[string]any {
 	spec := map[string]any{
 		"suite":  "smoke",
@@ -176,21 +199,9 @@ func TestRunningEvalRunsAreReadInBatches(t *testing.T) {
 	e := startEngine(t, cfg)
 	const n = 20
 	var ids []string
-	for i := range n {
-		create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", fmt.Sprintf("run-%02d", i), runSpec(nil))
-	}
-	for i := range n {
-		got := waitPhase(t, ctx, ns, fmt.Sprintf("run-%02d", i), "Pending")
-		id, _, _ := unstructured.NestedString(got.Object, "status", "runId")
+	for _, r := range createRunningEvalRuns(t, ctx, api, ns, n) {
+		id, _, _ := unstructured.NestedString(r.Object, "status", "runId")
 		ids = append(ids, id)
-	}
-	for _, id := range ids {
-		if err := api.SetPhase(id, v1.Phase_PHASE_RUNNING); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range n {
-		waitPhase(t, ctx, ns, fmt.Sprintf("run-%02d", i), "Running")
 	}
 
 	reconciles := func() float64 {

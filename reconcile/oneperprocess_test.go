@@ -9,12 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
-	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/cluster/clustertest"
-	"evals.si/operator/evalsi"
 	"evals.si/operator/evalsid"
 	"evals.si/operator/shard"
 )
@@ -97,24 +94,12 @@ func TestShardEnginesShareOneRunFollower(t *testing.T) {
 		})
 	}
 	// 24 EvalRuns leave a shard without one once in about 3,000 tries.
-	const n = 24
-	for i := range n {
-		create(t, ctx, evalsi.EvalRuns, ns, "EvalRun", fmt.Sprintf("run-%02d", i), runSpec(nil))
-	}
 	shards := map[int]bool{}
-	for i := range n {
-		got := waitPhase(t, ctx, ns, fmt.Sprintf("run-%02d", i), "Pending")
-		id, _, _ := unstructured.NestedString(got.Object, "status", "runId")
-		if err := api.SetPhase(id, v1.Phase_PHASE_RUNNING); err != nil {
-			t.Fatal(err)
-		}
-		shards[shard.Bucket(string(got.GetUID()))*3/shard.Buckets] = true
+	for _, r := range createRunningEvalRuns(t, ctx, api, ns, 24) {
+		shards[shard.Bucket(string(r.GetUID()))*3/shard.Buckets] = true
 	}
 	if len(shards) != 3 {
 		t.Fatalf("the EvalRuns fell in %d shards, want 3", len(shards))
-	}
-	for i := range n {
-		waitPhase(t, ctx, ns, fmt.Sprintf("run-%02d", i), "Running")
 	}
 	batches := api.Calls("BatchGetRuns")
 	const intervals = 10
