@@ -56,7 +56,8 @@ func (h *shardHolder) announceWarmed(l *coordinationv1.Lease) {
 
 // holdBack returns the shards this replica leads beyond share that it keeps this round: no other
 // replica's member slot (others) says it warmed them, and less than a Lease duration passed since
-// this replica first would have drained them. Standing aside (share 0), it keeps none.
+// this replica first would have drained them. It logs each one it lets go, and whether its taker
+// had warmed it.
 func (h *shardHolder) holdBack(others []holding.Lease, share int, now time.Time) []int {
 	var leading []int
 	for _, t := range h.current() {
@@ -65,35 +66,26 @@ func (h *shardHolder) holdBack(others []holding.Lease, share int, now time.Time)
 		}
 	}
 	would := holding.Drains(h.id, leading, share)
-	h.warmedByPeer = map[int]bool{}
-	for _, m := range others {
-		for _, i := range m.Warmed {
-			h.warmedByPeer[i] = true
-		}
-	}
 	for i := range h.drainWanted {
-		if share == 0 || !slices.Contains(would, i) {
+		if !slices.Contains(would, i) {
 			delete(h.drainWanted, i)
 		}
 	}
-	if share == 0 {
-		return nil
-	}
-	var out []int
+	var keep []int
 	for _, i := range would {
-		if h.warmedByPeer[i] {
-			continue
-		}
+		warmed := slices.ContainsFunc(others, func(m holding.Lease) bool { return slices.Contains(m.Warmed, i) })
 		since, ok := h.drainWanted[i]
 		if !ok {
 			since = now
 			h.drainWanted[i] = now
 		}
-		if now.Sub(since) < h.timings.LeaseDuration {
-			out = append(out, i)
+		if !warmed && now.Sub(since) < h.timings.LeaseDuration {
+			keep = append(keep, i)
+			continue
 		}
+		h.log.Info("handing a shard over", "shard", shard.Shard{Index: i, Count: h.count}.String(), "warmedByTaker", warmed)
 	}
-	return out
+	return keep
 }
 
 // warmJoining starts the engines, without writes, of the shards this replica takes from their

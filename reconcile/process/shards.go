@@ -90,8 +90,6 @@ type shardHolder struct {
 	// for a joiner.
 	joining     []int
 	drainWanted map[int]time.Time
-	// warmedByPeer are the shards another replica said at this round that it warmed to take.
-	warmedByPeer map[int]bool
 	// synced reports whether the engine of a shard has synced its caches.
 	synced func(shard.Shard) bool
 }
@@ -240,11 +238,7 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	r.HoldBack = h.holdBack(others, share, now)
 	h.act(ctx, r, members, "more replicas share the shards")
 	h.mu.Lock()
-	mine := len(h.tries)
-	h.mu.Unlock()
-	joining := holding.Joining(h.id, h.count, share, mine, holders)
-	h.mu.Lock()
-	h.joining = joining
+	h.joining = holding.Joining(h.id, h.count, share, len(h.tries), holders)
 	h.mu.Unlock()
 	h.warmLate(ctx, holders)
 	h.warmJoining(ctx, holders)
@@ -297,7 +291,7 @@ func (h *shardHolder) act(ctx context.Context, r holding.Round, members int, why
 		h.drop(tries[i])
 	}
 	for _, i := range plan.Drain {
-		h.log.Info("draining a shard", "why", why, "shard", tries[i].String(), "replicas", members, "fairShare", r.Share, "warmedByTaker", h.warmedByPeer[i])
+		h.log.Info("draining a shard", "why", why, "shard", tries[i].String(), "replicas", members, "fairShare", r.Share)
 		h.drop(tries[i])
 	}
 	for _, i := range plan.Try {

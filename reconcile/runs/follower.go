@@ -30,16 +30,13 @@ const runBatch = 500
 type Follower struct {
 	mu     sync.Mutex
 	latest map[string]followedRun // by project/id, from the last sweep only
-	// joined are the EvalRun controllers of the engines that run, with their kind's calls and
-	// options; stop ends the loop.
-	joined map[*engine.Controller]*evalRuns
+	// joined are the EvalRun controllers of the engines that run; stop ends the loop.
+	joined map[*engine.Controller]bool
 	stop   context.CancelFunc
-	// sweeps counts the sweeps that read runs (a test's reading).
-	sweeps int
 }
 
 // NewFollower returns a follower that sweeps nothing until an engine's EvalRun controller runs.
-func NewFollower() *Follower { return &Follower{joined: map[*engine.Controller]*evalRuns{}} }
+func NewFollower() *Follower { return &Follower{joined: map[*engine.Controller]bool{}} }
 
 type followedRun struct {
 	run *v1.Run
@@ -59,7 +56,7 @@ func running(obj *unstructured.Unstructured) bool {
 func (er *evalRuns) follow(ctx context.Context, c *engine.Controller) {
 	f := er.follower
 	f.mu.Lock()
-	f.joined[c] = er
+	f.joined[c] = true
 	if f.stop == nil {
 		var lctx context.Context
 		lctx, f.stop = context.WithCancel(context.WithoutCancel(ctx))
@@ -149,7 +146,7 @@ func (er *evalRuns) sweep(ctx context.Context) {
 			}
 		}
 	}
-	f.replace(latest, len(byProject) > 0)
+	f.replace(latest)
 }
 
 // changes reports whether fields would change status, a status map.
@@ -162,12 +159,9 @@ func changes(fields, status map[string]any) bool {
 	return false
 }
 
-// replace makes latest what the follower keeps; read says whether the sweep read runs.
-func (f *Follower) replace(latest map[string]followedRun, read bool) {
+// replace makes latest what the follower keeps.
+func (f *Follower) replace(latest map[string]followedRun) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.latest = latest
-	if read {
-		f.sweeps++
-	}
 }

@@ -53,7 +53,7 @@ func TestExpiry(t *testing.T) {
 func TestFreshRuns(t *testing.T) {
 	read := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
 	f := NewFollower()
-	f.replace(map[string]followedRun{"p/run-1": {&v1.Run{Id: "run-1"}, read}}, true)
+	f.replace(map[string]followedRun{"p/run-1": {&v1.Run{Id: "run-1"}, read}})
 	for name, tc := range map[string]struct {
 		id   string
 		at   time.Time
