@@ -626,6 +626,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	}
 	for _, s := range cut {
 		var warmers []string
+		excused := 0 // warmers judged late themselves, whose shard another survivor took
 		for _, name := range survivors {
 			logs := replicas[name].logs.String()[before[name]:]
 			warming := strings.Index(logs, fmt.Sprintf("msg=\"warming a shard: its holder is late to renew its Lease\" shard=%s", s))
@@ -640,6 +641,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 				// counted it gone, as countMembers does a replica late on every shard it holds, and
 				// took the shard without waiting for it. Safe, only cold.
 				t.Logf("%s warmed shard %s and was judged late itself; %s took the shard", name, s, takers[s])
+				excused++
 			case takers[s] != name:
 				t.Errorf("%s warmed shard %s, and %s took it\n%s\nthe others' logs:\n%s", name, s, takers[s], logs, othersLogs(name))
 			case holding < warming:
@@ -648,8 +650,11 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 				t.Errorf("%s took shard %s with a new engine, not the warm one\n%s", name, s, logs)
 			}
 		}
-		if len(warmers) != 1 {
-			t.Errorf("shard %s warmed by %v, want one of %v", s, warmers, survivors)
+		// One survivor warms the shard and takes it. A warmer judged late may be one more: the
+		// survivor that judged it so warmed the shard too (or took it cold, having seen no one
+		// else warming it).
+		if unexcused := len(warmers) - excused; unexcused != 1 && (excused == 0 || unexcused != 0) {
+			t.Errorf("shard %s warmed by %v (%d of them judged late), want one of %v", s, warmers, excused, survivors)
 		}
 	}
 	if shards > 1 {
