@@ -132,8 +132,10 @@ cluster:
 
 # The operator side by side with a controller-runtime peer (bench/peer) in alternating rounds on one
 # control plane (BENCH_ARGS: -rounds, -sizes, -idle, -profiles DIR), following running EvalRuns,
-# bytes per cached object, and the webhook's latency. Takes about an hour on 2 cores.
+# bytes per cached object, the webhook's latency, and rendering with and without the schema. Takes
+# about an hour on 2 cores.
 BENCH_ARGS ?=
 bench:
 	go test -run '^$$' -bench . -benchtime 1x -timeout 3h ./bench/ -args $(BENCH_ARGS)
 	go test -run '^$$' -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./reconcile/ ./webhook/
+	go test -run '^$$' -bench . -count 3 ./render/

@@ -210,7 +210,7 @@ func ownedFlag(arg string) (flag, use string) {
 // escalation is off, every capability is dropped and seccomp is RuntimeDefault.
 func CheckpointServer(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Unstructured, Served, error) {
 	var spec CheckpointServerSpec
-	if err := decodeSpec(obj, &spec); err != nil {
+	if err := opts.decodeSpec(obj, &spec); err != nil {
 		return nil, Served{}, err
 	}
 	if err := spec.check(); err != nil {

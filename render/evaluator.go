@@ -66,7 +66,7 @@ func (spec EvaluatorSpec) check(fixed []EnvVar, limits Limits) error {
 // served, its ScaledObject.
 func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Unstructured, Pool, error) {
 	var spec EvaluatorSpec
-	if err := decodeSpec(obj, &spec); err != nil {
+	if err := opts.decodeSpec(obj, &spec); err != nil {
 		return nil, Pool{}, err
 	}
 	project, err := Project(obj, opts)

@@ -50,6 +50,11 @@ type Options struct {
 	Autoscaling bool
 	// Limits are what the platform decides specs are held to.
 	Limits
+	// SpecChecked says the object's spec has passed its kind's JSON schema in its current
+	// generation (the engine checks a workload's spec once a generation, Request.SpecChecked):
+	// rendering then only decodes it, still refusing unknown fields. It covers the object
+	// rendered, not the SandboxClass an Evaluator reads.
+	SpecChecked bool
 }
 
 // DefaultMaxPoolReplicas is the bound on an Evaluator's replicas unless the platform sets another.
@@ -127,6 +132,21 @@ func decodeSpec(obj *unstructured.Unstructured, out any) error {
 	if err := schemas.Validate(obj); err != nil {
 		return err
 	}
+	return decodeCheckedSpec(obj, out)
+}
+
+// decodeSpec decodes the spec of the object being rendered: checked against its schema unless
+// the caller has checked it in this generation (SpecChecked).
+func (o Options) decodeSpec(obj *unstructured.Unstructured, out any) error {
+	if o.SpecChecked {
+		return decodeCheckedSpec(obj, out)
+	}
+	return decodeSpec(obj, out)
+}
+
+// decodeCheckedSpec decodes obj's spec, which its schema has accepted, into out, refusing
+// unknown fields.
+func decodeCheckedSpec(obj *unstructured.Unstructured, out any) error {
 	data, err := unstructuredjson.Marshal(obj.Object["spec"])
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -65,7 +66,7 @@ func TestGoldenRender(t *testing.T) {
 	}
 }
 
-func readObject(t *testing.T, path string) *unstructured.Unstructured {
+func readObject(t testing.TB, path string) *unstructured.Unstructured {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -87,5 +88,35 @@ func TestEveryKindRenders(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, slices.Collect(maps.Keys(renderers)), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 		t.Errorf("renderers' kinds (-evalsi.Kinds +renderers):\n%s", diff)
+	}
+}
+
+// TestSpecCheckedLeavesTheSchemaToTheCaller: a workload's spec is checked against its schema by
+// the engine once a generation; rendering with SpecChecked only decodes it, and without it checks
+// it at every call (admission, `validate`, `render`).
+func TestSpecCheckedLeavesTheSchemaToTheCaller(t *testing.T) {
+	for _, in := range []string{"evaluator/minimal", "sandboxclass/pod", "checkpointserver/minimal"} {
+		t.Run(in, func(t *testing.T) {
+			obj := readObject(t, filepath.Join("../testdata/render", in, "input.yaml"))
+			// Only the schema refuses this image (its pattern): the Go type takes any string.
+			if err := unstructured.SetNestedField(obj.Object, "-not-an-image", "spec", "image"); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Object(obj, goldenOptions)
+			if err == nil || !strings.Contains(err.Error(), "/spec/image") {
+				t.Fatalf("unchecked: want the schema's refusal of /spec/image, got %v", err)
+			}
+			checked := goldenOptions
+			checked.SpecChecked = true
+			if _, err := Object(obj, checked); err != nil {
+				t.Fatalf("SpecChecked: the schema was checked again: %v", err)
+			}
+			if err := unstructured.SetNestedField(obj.Object, "x", "spec", "noSuchField"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Object(obj, checked); err == nil || !strings.Contains(err.Error(), "noSuchField") {
+				t.Fatalf("SpecChecked: want an unknown field refused by the decoder, got %v", err)
+			}
+		})
 	}
 }

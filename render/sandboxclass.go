@@ -63,7 +63,7 @@ func (spec SandboxClassSpec) check() error {
 // it (trialpod.go).
 func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Unstructured, Pool, error) {
 	var spec SandboxClassSpec
-	if err := decodeSpec(obj, &spec); err != nil {
+	if err := opts.decodeSpec(obj, &spec); err != nil {
 		return nil, Pool{}, err
 	}
 	if err := spec.check(); err != nil {

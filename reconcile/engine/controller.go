@@ -395,6 +395,7 @@ func (c *Controller) reconcileObject(ctx context.Context, key string, obj *unstr
 		if err := c.e.validated.check(key, obj, k.Validate); err != nil {
 			return Outcome{}, Terminal(evalsi.ReasonInvalidSpec, err)
 		}
+		r.SpecChecked = true
 	}
 	return c.kind.Reconciler.Reconcile(ctx, r)
 }

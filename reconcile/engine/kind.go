@@ -82,6 +82,10 @@ type Request struct {
 	// Refused is what the API server or the external API refused for the object's current
 	// generation (TerminalError.Refused), "" when nothing: the kind does not try it again.
 	Refused string
+	// SpecChecked says the kind's Validate has passed the object's current generation, in this
+	// reconcile or an earlier one; false when the kind has none or it was not asked (an object
+	// being deleted, a generation already refused).
+	SpecChecked bool
 	// Controller is the object's controller: its kind and the engine's services.
 	Controller *Controller
 }

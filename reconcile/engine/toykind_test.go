@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -223,5 +225,98 @@ func TestToyKind(t *testing.T) {
 	}
 	if _, err := data(); apierrors.IsNotFound(err) {
 		t.Error("the ConfigMap is gone")
+	}
+}
+
+// TestSpecCheckedOnceAGeneration gives the toy kind a Validate: the engine asks it once per
+// generation of an object, however often the object is reconciled, and tells every reconcile of
+// a checked generation so (Request.SpecChecked), which is what lets a workload's rendering skip
+// its schema.
+func TestSpecCheckedOnceAGeneration(t *testing.T) {
+	c := shared.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.ApplyCRDs(ctx, []*unstructured.Unstructured{greetingCRD}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		checks     = map[int64]int{} // Validate calls by generation
+		reconciles = map[int64]int{} // reconciles by generation
+		unchecked  int               // reconciles told their spec was not checked
+	)
+	k := greetingKind()
+	// Only this test's Greeting counts: the engine reconciles every Greeting, TestToyKind's too.
+	k.Validate = func(obj *unstructured.Unstructured) error {
+		if obj.GetName() != "checked" {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		checks[obj.GetGeneration()]++
+		return nil
+	}
+	inner := k.Reconciler
+	k.Reconciler = engine.ReconcilerFunc(func(ctx context.Context, r *engine.Request) (engine.Outcome, error) {
+		if r.Object.GetName() != "checked" {
+			return inner.Reconcile(ctx, r)
+		}
+		mu.Lock()
+		reconciles[r.Object.GetGeneration()]++
+		if !r.SpecChecked {
+			unchecked++
+		}
+		mu.Unlock()
+		return inner.Reconcile(ctx, r)
+	})
+	e, err := engine.New(engine.Config{Rest: c.Config, Kinds: []*engine.Kind{k}, Resync: 200 * time.Millisecond,
+		DiscoveryInterval: 300 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ectx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ectx) }()
+	defer func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("the engine did not stop within 30s")
+		}
+	}()
+
+	greetingsIn := c.Dynamic().Resource(greetings).Namespace("default")
+	g := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "toys.example.com/v1", "kind": "Greeting",
+		"metadata": map[string]any{"name": "checked", "namespace": "default"}, "spec": map[string]any{"text": "hi"},
+	}}
+	if _, err := greetingsIn.Create(ctx, g, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = greetingsIn.Delete(context.Background(), "checked", metav1.DeleteOptions{}) })
+	reconciledTimes := func(generation int64, n int) func() error {
+		return func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if reconciles[generation] < n {
+				return fmt.Errorf("generation %d reconciled %d times, want %d", generation, reconciles[generation], n)
+			}
+			return nil
+		}
+	}
+	clustertest.Eventually(t, ctx, "generation 1 reconciled at five resyncs", reconciledTimes(1, 5))
+	if _, err := greetingsIn.Patch(ctx, "checked", types.MergePatchType, []byte(`{"spec":{"text":"hello"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "generation 2 reconciled at five resyncs", reconciledTimes(2, 5))
+
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff(map[int64]int{1: 1, 2: 1}, checks); diff != "" {
+		t.Errorf("Validate calls by generation (-want +got):\n%s", diff)
+	}
+	if unchecked != 0 {
+		t.Errorf("%d reconciles of a checked generation were not told so (Request.SpecChecked)", unchecked)
 	}
 }

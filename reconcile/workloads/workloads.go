@@ -21,6 +21,7 @@ import (
 	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/render"
+	"evals.si/operator/schemas"
 )
 
 // Options configure the workload kinds.
@@ -46,6 +47,7 @@ var (
 // Evaluators is the Evaluator kind.
 func Evaluators(opts Options) *engine.Kind {
 	k := engine.NewKind(evalsi.EvaluatorKind)
+	k.Validate = schemas.Validate // once a generation: render only decodes it then (Request.SpecChecked)
 	k.Children = poolChildren
 	k.Reconciler = pools{opts: opts}
 	k.Refers = usesClass
@@ -64,6 +66,7 @@ func usesClass(obj *unstructured.Unstructured) []engine.Ref {
 // SandboxClasses is the SandboxClass kind: cluster-scoped, with its pools in the sandbox namespace.
 func SandboxClasses(opts Options) *engine.Kind {
 	k := engine.NewKind(evalsi.SandboxClassKind)
+	k.Validate = schemas.Validate // once a generation: render only decodes it then (Request.SpecChecked)
 	k.Children = classChildren
 	k.ChildNamespace = opts.Render.SandboxNamespace
 	k.Reconciler = pools{opts: opts, sandbox: true}
@@ -74,6 +77,7 @@ func SandboxClasses(opts Options) *engine.Kind {
 // CheckpointServers is the CheckpointServer kind.
 func CheckpointServers(opts Options) *engine.Kind {
 	k := engine.NewKind(evalsi.CheckpointServerKind)
+	k.Validate = schemas.Validate // once a generation: render only decodes it then (Request.SpecChecked)
 	k.Children = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.Services, evalsi.NetworkPolicies}
 	k.Reconciler = checkpointServers{opts: opts}
 	k.Shared = true // EvalRuns of every shard read and wait on their target server.
@@ -81,7 +85,8 @@ func CheckpointServers(opts Options) *engine.Kind {
 }
 
 // render renders r's object with the options of this reconcile: autoscaling when KEDA's
-// resources are served, and the project the engine found. A spec that does not render is
+// resources are served, the project the engine found, and its schema left unchecked when the
+// engine has checked this generation (Kind.Validate). A spec that does not render is
 // terminal (InvalidSpec); the object is rendered again at each reconcile, so that a fixed
 // operator setting is picked up.
 func (o Options) render(r *engine.Request) (render.Result, error) {
@@ -90,6 +95,7 @@ func (o Options) render(r *engine.Request) (render.Result, error) {
 	if ns := r.Object.GetNamespace(); ns != "" {
 		opts.ProjectBindings = map[string]string{ns: r.Project}
 	}
+	opts.SpecChecked = r.SpecChecked
 	res, err := render.Object(r.Object, opts)
 	if err != nil {
 		return res, engine.Terminal(evalsi.ReasonInvalidSpec, err)
