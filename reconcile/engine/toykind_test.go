@@ -68,6 +68,30 @@ func greetingKind() *engine.Kind {
 	}
 }
 
+// runEngine runs an engine of cfg (discovery every 300 ms, logs discarded) until the test ends,
+// and fails the test if it does not stop within 30 s then.
+func runEngine(t *testing.T, ctx context.Context, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	cfg.DiscoveryInterval = 300 * time.Millisecond
+	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ectx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ectx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("the engine did not stop within 30s")
+		}
+	})
+	return e
+}
+
 // greetingCRD is the toy kind's CRD, with a status subresource.
 var greetingCRD = &unstructured.Unstructured{Object: map[string]any{
 	"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -115,22 +139,7 @@ func TestToyKind(t *testing.T) {
 	if !held.Contains(string(created.GetUID())) {
 		held.Index = 1
 	}
-	e, err := engine.New(engine.Config{Rest: c.Config, Kinds: []*engine.Kind{greetingKind()}, DiscoveryInterval: 300 * time.Millisecond,
-		Shard: held, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ectx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ectx) }()
-	defer func() {
-		stop()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("the engine did not stop within 30s")
-		}
-	}()
+	e := runEngine(t, ctx, engine.Config{Rest: c.Config, Kinds: []*engine.Kind{greetingKind()}, Shard: held})
 
 	data := func() (string, error) {
 		cm, err := dyn.Resource(configMaps).Namespace("default").Get(ctx, "hello-greeting", metav1.GetOptions{})
@@ -269,22 +278,7 @@ func TestSpecCheckedOnceAGeneration(t *testing.T) {
 		mu.Unlock()
 		return inner.Reconcile(ctx, r)
 	})
-	e, err := engine.New(engine.Config{Rest: c.Config, Kinds: []*engine.Kind{k}, Resync: 200 * time.Millisecond,
-		DiscoveryInterval: 300 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ectx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ectx) }()
-	defer func() {
-		stop()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("the engine did not stop within 30s")
-		}
-	}()
+	runEngine(t, ctx, engine.Config{Rest: c.Config, Kinds: []*engine.Kind{k}, Resync: 200 * time.Millisecond})
 
 	greetingsIn := c.Dynamic().Resource(greetings).Namespace("default")
 	g := &unstructured.Unstructured{Object: map[string]any{
