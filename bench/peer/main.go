@@ -72,6 +72,10 @@ func main() {
 		APIURL:           strings.TrimRight(apiURL, "/"),
 		TokenAudience:    render.DefaultTokenAudience,
 		Autoscaling:      true,
+		// A controller-runtime operator's typed spec is checked when it is written (the CRD's
+		// schema; here the admission webhook), not at every reconcile: the operator too checks
+		// it once a generation.
+		SpecChecked: true,
 	}}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(object(evalsi.Evaluators.GroupVersion().WithKind("Evaluator"))).
