@@ -72,9 +72,9 @@ func main() {
 		APIURL:           strings.TrimRight(apiURL, "/"),
 		TokenAudience:    render.DefaultTokenAudience,
 		Autoscaling:      true,
-		// A controller-runtime operator's typed spec is checked when it is written (the CRD's
-		// schema; here the admission webhook), not at every reconcile: the operator too checks
-		// it once a generation.
+		// A controller-runtime operator's typed spec is checked where it is written (the CRD's
+		// schema or an admission webhook), not at every reconcile; the operator checks it once a
+		// generation.
 		SpecChecked: true,
 	}}
 	err = ctrl.NewControllerManagedBy(mgr).

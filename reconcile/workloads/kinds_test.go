@@ -1,14 +1,13 @@
 package workloads
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 
+	"evals.si/operator/internal/manifest"
 	"evals.si/operator/reconcile/engine"
 )
 
@@ -29,14 +28,11 @@ func TestWorkloadKindsCheckTheirSchema(t *testing.T) {
 			if k.Validate == nil {
 				t.Fatal("no Validate: every reconcile would check the schema again")
 			}
-			data, err := os.ReadFile(filepath.Join("../../testdata/render", tc.input, "input.yaml"))
-			if err != nil {
-				t.Fatal(err)
+			docs, err := manifest.Read(filepath.Join("../../testdata/render", tc.input, "input.yaml"), nil)
+			if err != nil || len(docs) != 1 {
+				t.Fatalf("reading %s: %d documents, %v", tc.input, len(docs), err)
 			}
-			obj := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal(data, &obj.Object); err != nil {
-				t.Fatal(err)
-			}
+			obj := docs[0].Object
 			if err := k.Validate(obj); err != nil {
 				t.Fatalf("a valid spec refused: %v", err)
 			}
