@@ -37,6 +37,9 @@ type contender struct {
 	args func(kubeconfig, ns, metrics, pprof string) []string
 	// reconciles is the metric that counts its reconciles of Evaluators.
 	reconciles string
+	// launcher starts its command (nil: exec.Cmd.Start); BenchmarkShards' places it on the
+	// replicas' CPUs.
+	launcher func(*exec.Cmd) error
 }
 
 // contenders returns the operator and the peer, each run as a user runs it: the defaults of
@@ -109,7 +112,11 @@ func launch(b testing.TB, c contender, args []string) *process {
 	}
 	p.cmd = exec.Command(args[0], args[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = logs, logs
-	if err := p.cmd.Start(); err != nil {
+	launcher := c.launcher
+	if launcher == nil {
+		launcher = (*exec.Cmd).Start
+	}
+	if err := launcher(p.cmd); err != nil {
 		b.Fatal(err)
 	}
 	go func() { p.done <- p.cmd.Wait(); logs.Close() }()

@@ -67,11 +67,15 @@ func BenchmarkShards(b *testing.B) {
 func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	const ns = "bench-shards"
 	createNamespace(b, ctx, ns)
+	place := placeProcesses(b)
+	place.enter(b)
+	defer place.leave(b)
+	fmt.Printf("placement: %s\n", place)
 	// What is measured here needs no pod (steady state is converged children and statuses): run
 	// it with -pods=false, which starts no ReplicaSet controller.
 	evalsid, apiAddr, apiToken := startEvalsid(b, ctx, op)
 	defer evalsid.stop()
-	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, from: mark(), prom: startPrometheus(b, ctx, ns)}
+	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, from: mark(), prom: startPrometheus(b, ctx, ns), place: place}
 	defer s.prom.stop()
 	started := time.Now()
 
@@ -160,6 +164,8 @@ type shardBench struct {
 	// counts the replicas started, to name them.
 	prom    *promServer
 	started int
+	// place is where the replicas run (-pin).
+	place placement
 }
 
 // replica is a running replica of the operator.
@@ -177,7 +183,8 @@ func (s *shardBench) startReplicas(n int) []*replica {
 				"--shards=" + strconv.Itoa(n), "--log-level=info", "--log-format=json",
 				"--metrics-bind-address=" + metrics, "--pprof-bind-address=" + pprof, "--health-probe-bind-address=0",
 				"--default-image=" + image, "--api-url=http://" + s.apiAddr, "--api-token-file=" + s.apiToken}
-		}}
+		},
+		launcher: s.place.start}
 	var out []*replica
 	for range n {
 		r := s.startReplica(c)
