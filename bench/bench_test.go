@@ -36,7 +36,7 @@ var (
 	limit  = flag.Duration("wait", 10*time.Minute, "how long a contender may take for each step a round waits for (converging, Ready, reconciling after a restart); at 10,000 Evaluators without pods the controller-runtime peer took 7.3 minutes to converge and 6.5 to reconcile after its restart, too close to the default")
 	pods   = flag.Bool("pods", true, "let the pools run pods (false: no ReplicaSet controller runs, so no pod is asked for, for sizes whose pods this machine cannot make in time, 10,000: converging, memory, idle and restart are measured, Ready and its Events are not)")
 	// Profiles of the contenders from the first create on, for `go tool pprof`.
-	profiles       = flag.String("profiles", "", "directory to write each round's CPU profile and steady-state heap profile of the contender into (none when empty)")
+	profiles       = flag.String("profiles", "", "directory to write each round's CPU profile and steady-state heap profile of the contender into (none when empty); BenchmarkShards writes each replica's CPU profile of its churn, of a minute idle after it, and its heap")
 	profileSeconds = flag.Int("profile-seconds", 30, "length of each CPU profile")
 )
 

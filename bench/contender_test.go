@@ -319,8 +319,8 @@ func (p *process) scrape() (map[string]*dto.MetricFamily, error) {
 }
 
 // profile records, when -profiles names a directory, a CPU profile of the process's next
-// -profile-seconds into name.pprof there; the channel closes when it is written.
-func profile(b testing.TB, p *process, name string) <-chan struct{} {
+// seconds into name.pprof there; the channel closes when it is written.
+func profile(b testing.TB, p *process, name string, seconds int) <-chan struct{} {
 	done := make(chan struct{})
 	if *profiles == "" {
 		close(done)
@@ -328,7 +328,7 @@ func profile(b testing.TB, p *process, name string) <-chan struct{} {
 	}
 	go func() {
 		defer close(done)
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprof, *profileSeconds))
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprof, seconds))
 		if err != nil {
 			b.Errorf("profiling %s: %v", p.c.name, err)
 			return

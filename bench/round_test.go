@@ -63,7 +63,7 @@ func runRound(b *testing.B, ctx context.Context, c contender, n, round int) (rou
 	time.Sleep(time.Second) // let the contender list its (empty) caches
 
 	var res roundResult
-	profiled := profile(b, p, fmt.Sprintf("%s-%d-%d", c.short, n, round))
+	profiled := profile(b, p, fmt.Sprintf("%s-%d-%d", c.short, n, round), *profileSeconds)
 	defer func() { <-profiled }()
 	from, cpu0, t0 := mark(), p.cpu(), time.Now()
 	client := benchClient(b).Resource(evalsi.Evaluators).Namespace(ns)

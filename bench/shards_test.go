@@ -362,7 +362,7 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 	for i, r := range replicas {
 		cpu0[i] = r.cpu()
 		reconciles0[i], _, _ = r.work("evaluator")
-		profiled = append(profiled, profile(s.b, r.process, fmt.Sprintf("shards-%d-replica-%d-churn", n, i)))
+		profiled = append(profiled, profile(s.b, r.process, fmt.Sprintf("shards-%d-replica-%d-churn", n, i), *profileSeconds))
 	}
 	client := benchClient(s.b)
 	// A new value at each measure, so that a number of shards measured twice (-shards=1,1) churns
@@ -394,8 +394,21 @@ func (s *shardBench) measure(n int) (shardRow, []*replica) {
 		fmt.Fprintf(os.Stderr, "%d shards, replica %d: churn window %.1f s, %.0f Evaluator reconciles, idle %.1f ms of CPU per second\n", n, i, q.at.Sub(churnFrom).Seconds(), reconciles-reconciles0[i], q.idle*1000)
 	}
 	fmt.Fprintf(os.Stderr, "%d shards: %s\n", n, row)
+	// With -profiles, each replica's CPU profile once it is idle (the Lease rounds, the run
+	// follower and the running EvalRuns go on; the benchmark reads nothing of it meanwhile):
+	// what it pays whatever its share.
+	var idle []<-chan struct{}
+	for i, r := range replicas {
+		idle = append(idle, profile(s.b, r.process, fmt.Sprintf("shards-%d-replica-%d-idle", n, i), idleProfileSeconds))
+	}
+	for _, p := range idle {
+		<-p
+	}
 	return row, replicas
 }
+
+// idleProfileSeconds is the length of each replica's idle CPU profile (-profiles).
+const idleProfileSeconds = 60
 
 // waitSettled waits until the converged objects change no more, so that the measures start from
 // the same state for every number of shards. With pods, that is once every Evaluator is Ready
