@@ -37,8 +37,8 @@ type contender struct {
 	args func(kubeconfig, ns, metrics, pprof string) []string
 	// reconciles is the metric that counts its reconciles of Evaluators.
 	reconciles string
-	// launcher starts its command (nil: exec.Cmd.Start); BenchmarkShards' places it on the
-	// replicas' CPUs.
+	// launcher starts its command (nil: exec.Cmd.Start); BenchmarkShards gives one that starts
+	// each replica on the replicas' CPUs (-pin).
 	launcher func(*exec.Cmd) error
 }
 
