@@ -17,12 +17,12 @@ import (
 var pin = flag.Bool("pin", true, "BenchmarkShards: run the replicas on the second half of the CPUs this benchmark may use and everything else (the control plane, evalsid, the benchmark itself) on the first half, as in a cluster whose control plane has nodes of its own; false: all of them share every CPU, and the replicas' CPU is inflated by the API server's and etcd's work on the same cores")
 
 // placement is where BenchmarkShards runs its processes: the control plane, evalsid and the
-// benchmark on control, the replicas on replicas. A placement that is not on leaves every
-// process on every CPU.
-type placement struct {
-	on                     bool
-	all, control, replicas unix.CPUSet
-}
+// benchmark on control, the replicas on replicas. A placement without replicas' CPUs (off)
+// leaves every process on every CPU.
+type placement struct{ all, control, replicas unix.CPUSet }
+
+// on reports whether the placement moves anything.
+func (p placement) on() bool { return p.replicas.Count() > 0 }
 
 // placeProcesses splits the CPUs this process may run on into a first half for the control
 // plane and the rest for the replicas (-pin); off with -pin=false or fewer than 2 CPUs.
@@ -31,16 +31,10 @@ func placeProcesses(b testing.TB) placement {
 	if err := unix.SchedGetaffinity(0, &p.all); err != nil {
 		b.Fatalf("reading this process's CPUs: %v", err)
 	}
-	var cpus []int
-	for cpu := range len(p.all) * 64 {
-		if p.all.IsSet(cpu) {
-			cpus = append(cpus, cpu)
-		}
-	}
+	cpus := cpusOf(p.all)
 	if !*pin || len(cpus) < 2 {
 		return p
 	}
-	p.on = true
 	for i, cpu := range cpus {
 		if i < len(cpus)/2 {
 			p.control.Set(cpu)
@@ -53,7 +47,7 @@ func placeProcesses(b testing.TB) placement {
 
 // String says where the processes run.
 func (p placement) String() string {
-	if !p.on {
+	if !p.on() {
 		return "every process on every CPU (-pin=false, or one CPU)"
 	}
 	return fmt.Sprintf("the control plane, evalsid and the benchmark on CPUs %s, the replicas on CPUs %s", cpuList(p.control), cpuList(p.replicas))
@@ -62,14 +56,14 @@ func (p placement) String() string {
 // enter moves this process and every process it started (the control plane, and whatever is
 // started later from its threads: evalsid) onto the control CPUs.
 func (p placement) enter(b testing.TB) {
-	if p.on {
+	if p.on() {
 		moveTree(b, os.Getpid(), p.control)
 	}
 }
 
 // leave gives this process and its children every CPU again, for the benchmarks after.
 func (p placement) leave(b testing.TB) {
-	if p.on {
+	if p.on() {
 		moveTree(b, os.Getpid(), p.all)
 	}
 }
@@ -78,7 +72,7 @@ func (p placement) leave(b testing.TB) {
 // there, whose CPUs the child inherits before its first instruction (so that its Go runtime
 // sizes GOMAXPROCS for them).
 func (p placement) start(cmd *exec.Cmd) error {
-	if !p.on {
+	if !p.on() {
 		return cmd.Start()
 	}
 	runtime.LockOSThread()
@@ -158,13 +152,22 @@ func descendants(pid int) []int {
 	return out
 }
 
+// cpusOf returns the numbers of the CPUs in s, in order.
+func cpusOf(s unix.CPUSet) []int {
+	var out []int
+	for cpu := range len(s) * 64 {
+		if s.IsSet(cpu) {
+			out = append(out, cpu)
+		}
+	}
+	return out
+}
+
 // cpuList writes a CPU set as its CPUs' numbers, comma-separated.
 func cpuList(s unix.CPUSet) string {
 	var out []string
-	for cpu := range len(s) * 64 {
-		if s.IsSet(cpu) {
-			out = append(out, strconv.Itoa(cpu))
-		}
+	for _, cpu := range cpusOf(s) {
+		out = append(out, strconv.Itoa(cpu))
 	}
 	return strings.Join(out, ",")
 }
