@@ -58,7 +58,7 @@ test: lint generate-check test-assets lint-workflows
 # Every test under the race detector. The packages that take longest are named first, so that
 # they start first: go test runs two packages at a time on 2 cores, in the order given, and the
 # operator's own (about 3 minutes) used to start last.
-SLOW_TESTS := ./reconcile ./chart ./webhook ./cmd/evalsi-dev/devenv ./cluster ./kedatest
+SLOW_TESTS := ./reconcile ./chart ./webhook ./cmd/evalsi-dev ./cluster ./kedatest
 test-race:
 	go test -race -trimpath -ldflags=-w -count=1 -timeout $(TEST_TIMEOUT) $(SLOW_TESTS) ./...
 	cd netpol && go test -race -trimpath -ldflags=-w -count=1 ./...

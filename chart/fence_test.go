@@ -175,19 +175,6 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 	deploy := func(name string, change func(pod, container map[string]any)) *unstructured.Unstructured {
 		return workload("Deployment", name, managedByEvals, restrictedPod(change))
 	}
-	// In force once the policies (not RBAC, whose new bindings take a moment) refuse a probe.
-	clustertest.Eventually(t, ctx, "policies in force", func() error {
-		err := try(op, deploymentsGVR, ns, workload("Deployment", "probe", nil, restrictedPod(nil)))
-		if err == nil || !strings.Contains(err.Error(), "evalsi-operator-limits") {
-			return fmt.Errorf("a probe of evalsi-operator-limits gave %v", err)
-		}
-		_, err = wh.Resource(deploymentsGVR).Namespace(ns).Create(ctx, deploy("probe", nil), metav1.CreateOptions{})
-		if err == nil || !strings.Contains(err.Error(), "evalsi-webhook-dry-run-only") {
-			wh.Resource(deploymentsGVR).Namespace(ns).Delete(ctx, "probe", metav1.DeleteOptions{})
-			return fmt.Errorf("a probe of evalsi-webhook-dry-run-only gave %v", err)
-		}
-		return nil
-	})
 	// Objects that someone else made, without the label, for the operator to delete or take.
 	theirs := map[schema.GroupVersionResource]*unstructured.Unstructured{
 		deploymentsGVR: workload("Deployment", "theirs", nil, restrictedPod(nil)),
@@ -232,6 +219,23 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		delete(pod, "securityContext")
 	}
 	sandboxPool := map[string]any{"app.kubernetes.io/managed-by": "evalsi", "app.kubernetes.io/name": "sandboxclass"}
+	// In force once the policies (not RBAC, whose new bindings take a moment) refuse a probe,
+	// and their version of this upgrade once they admit what only its sandbox namespace allows.
+	clustertest.Eventually(t, ctx, "policies in force", func() error {
+		err := try(op, deploymentsGVR, ns, workload("Deployment", "probe", nil, restrictedPod(nil)))
+		if err == nil || !strings.Contains(err.Error(), "evalsi-operator-limits") {
+			return fmt.Errorf("a probe of evalsi-operator-limits gave %v", err)
+		}
+		_, err = wh.Resource(deploymentsGVR).Namespace(ns).Create(ctx, deploy("probe", nil), metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "evalsi-webhook-dry-run-only") {
+			wh.Resource(deploymentsGVR).Namespace(ns).Delete(ctx, "probe", metav1.DeleteOptions{})
+			return fmt.Errorf("a probe of evalsi-webhook-dry-run-only gave %v", err)
+		}
+		if err := try(sbd, deploymentsGVR, sandbox, workload("Deployment", "probe-bwrap", sandboxPool, restrictedPod(bubblewrap))); err != nil {
+			return fmt.Errorf("a privileged bubblewrap pool in %s, the upgrade's sandbox namespace: %v", sandbox, err)
+		}
+		return nil
+	})
 	const unlabelled = "creates, updates and deletes only objects labelled app.kubernetes.io/managed-by: evalsi"
 	const volumesAllowed = "mount only emptyDir, persistentVolumeClaim and projected service-account token volumes"
 	volume := func(name string, source map[string]any) *unstructured.Unstructured {

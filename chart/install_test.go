@@ -403,6 +403,16 @@ func TestKindHelperRoles(t *testing.T) {
 	clustertest.Eventually(t, ctx, "erin, an Evaluator editor, creates an Evaluator", func() error {
 		return create(ctx, erin, evalsi("evaluators"), ns, evaluator(map[string]any{}))
 	})
+	// The chart's references policy is judged below: first see it in force (an upgrade's new
+	// policy reaches the API server's admission a moment after helm returns), by a refusal of
+	// its other rule, an account of erin's choosing.
+	clustertest.Eventually(t, ctx, "the references policy refusing erin's Evaluator of an account of her choosing", func() error {
+		err := create(ctx, erin, evalsi("evaluators"), ns, evaluator(map[string]any{"serviceAccountName": "judge"}))
+		if err == nil || !strings.Contains(err.Error(), "spec.serviceAccountName runs the pool as a service account of its writer's choosing") {
+			return fmt.Errorf("admitted or refused otherwise: %v", err)
+		}
+		return nil
+	})
 	for name, tc := range map[string]struct {
 		err  error
 		want string

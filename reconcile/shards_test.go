@@ -195,10 +195,11 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 	stopped, other, standby := twoMembersAndStandby(t, ctx, ns)
 	waitJudgesAvailable(t, ctx, ns, 4)
 
-	// Readiness does not flap at the handover: the standby and the other member, both ready
-	// now, stay ready while the standby takes the stopped replica's shard and syncs it.
+	// Readiness does not flap at the handover: the standby and the other member, once each is
+	// ready, stay ready while the standby takes the stopped replica's shard and syncs it.
 	ready := map[string]*readiness{}
 	for _, name := range []string{other, standby} {
+		waitReadyz(t, ctx, name, health[name])
 		ready[name] = watchReadiness(t, ctx, health[name])
 	}
 	before := len(logs[other].String())
@@ -228,6 +229,23 @@ func TestStoppedReplicasShardGoesToTheStandby(t *testing.T) {
 			t.Errorf("%s's /readyz during the handover: %d polls, %s", name, polls, failed)
 		}
 	}
+}
+
+// waitReadyz waits until the replica serving health answers /readyz with 200.
+func waitReadyz(t *testing.T, ctx context.Context, name, health string) {
+	t.Helper()
+	clustertest.Eventually(t, ctx, name+"'s /readyz answering 200", func() error {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		}
+		return nil
+	})
 }
 
 // readiness polls a replica's /readyz until stopped and keeps the first answer that was not 200.

@@ -44,7 +44,9 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "context", Usage: "run against this context of the kubeconfig (--kubeconfig, else KUBECONFIG or ~/.kube/config) instead of starting a cluster"},
 		}, renderFlags()...),
 		Action: func(c *cli.Context) error {
-			opts, err := command.RenderOptions(c)
+			// evalsid's address is the session's own, known once it serves: devenv.Run fills it
+			// in and checks it then.
+			opts, err := command.ReadRenderOptions(c)
 			if err != nil {
 				return err
 			}

@@ -30,8 +30,22 @@ var RenderFlags = []cli.Flag{
 var MaxPoolReplicasFlag = &cli.IntFlag{Name: "max-pool-replicas", Value: render.DefaultMaxPoolReplicas,
 	Usage: "most replicas an Evaluator may ask for (spec.replicas and every count of spec.autoscaling); 0: no bound"}
 
-// RenderOptions reads RenderFlags.
+// RenderOptions reads RenderFlags and checks that the pools it renders can reach evalsid at
+// --api-url through their NetworkPolicies (render.CheckAPIEgress).
 func RenderOptions(c *cli.Context) (render.Options, error) {
+	opts, err := ReadRenderOptions(c)
+	if err != nil {
+		return render.Options{}, err
+	}
+	if err := render.CheckAPIEgress(opts); err != nil {
+		return render.Options{}, cli.Exit(fmt.Sprintf("--api-url, --api-network-peers: %v", err), ExitUsage)
+	}
+	return opts, nil
+}
+
+// ReadRenderOptions reads RenderFlags without checking evalsid's address: for a command that
+// fills in the address itself (dev serves its own evalsid), and checks it then.
+func ReadRenderOptions(c *cli.Context) (render.Options, error) {
 	var peers []any
 	if p := c.String("api-network-peers"); p != "" {
 		var list []map[string]any
@@ -57,9 +71,6 @@ func RenderOptions(c *cli.Context) (render.Options, error) {
 		APIPeers:           peers,
 		APIPort:            int32(c.Int("api-network-port")),
 		KubernetesAPICIDRs: c.StringSlice("kubernetes-api-cidrs"),
-	}
-	if err := render.CheckAPIEgress(opts); err != nil {
-		return render.Options{}, cli.Exit(fmt.Sprintf("--api-url, --api-network-peers: %v", err), ExitUsage)
 	}
 	return opts, nil
 }

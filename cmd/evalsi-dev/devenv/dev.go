@@ -46,8 +46,6 @@ type Options struct {
 	KEDA   bool
 	// Existing, when set, is a cluster to run against instead of starting one (installer.go).
 	Existing *Target
-	// Until, when set, ends the session once it returns true for the table of resources.
-	Until func(rows []Row) bool
 }
 
 // Target is an existing cluster: a kubeconfig file (the default loading rules when empty) and a
@@ -56,9 +54,8 @@ type Target struct{ Kubeconfig, Context string }
 
 // Run starts a control plane with a GPU node (or uses opts.Existing), installs the CRDs (and
 // KEDA's), runs the admission webhook, serves the reference evalsid, runs the operator, applies
-// the examples, and prints a table of the evals.si resources whenever it changes, until ctx ends
-// (or opts.Until holds). It reads the CRDs, the chart's policies and the examples from the
-// checkout (Checkout). On an existing cluster it removes at the end what it created.
+// the examples, and prints a table of the evals.si resources whenever it changes, until ctx ends.
+// It reads the CRDs, the chart's policies and the examples from the checkout (Checkout). On an existing cluster it removes at the end what it created.
 func Run(ctx context.Context, opts Options, out io.Writer) error {
 	root, err := cluster.Checkout()
 	if err != nil {
@@ -130,6 +127,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 	apiURL := "http://" + apiListener.Addr().String()
 	opts.Render.APIURL = apiURL
+	if err := render.CheckAPIEgress(opts.Render); err != nil {
+		return fmt.Errorf("the pools' egress to the session's evalsid: %w", err)
+	}
 	fmt.Fprintf(out, "evalsid (reference) serving on %s: it runs no evaluator, so every run's result is SIMULATED (made up, marked so in its status)\n", apiURL)
 
 	logPath := filepath.Join(c.Dir, "operator.log")
@@ -172,9 +172,6 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 			if table := formatRows(rows); table != last {
 				fmt.Fprintf(out, "%s\n%s", time.Now().Format("15:04:05"), table)
 				last = table
-			}
-			if opts.Until != nil && opts.Until(rows) {
-				return nil
 			}
 		}
 		select {
@@ -271,31 +268,31 @@ func applyAll(ctx context.Context, c *cluster.Cluster, in *installer, docs []man
 	return nil
 }
 
-// Row is one evals.si resource in the table.
-type Row struct {
+// row is one evals.si resource in the table.
+type row struct {
 	Kind, Namespace, Name, Ready, Reason, Message string
 }
 
 // devTable lists every evals.si resource with its Ready condition.
-func devTable(ctx context.Context, c *cluster.Cluster) ([]Row, error) {
-	var rows []Row
+func devTable(ctx context.Context, c *cluster.Cluster) ([]row, error) {
+	var rows []row
 	for _, k := range evalsi.Kinds {
 		list, err := c.Dynamic().Resource(k.Resource).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
 		for _, o := range list.Items {
-			row := Row{Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(), Ready: "-"}
+			r := row{Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(), Ready: "-"}
 			conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
 			for _, cond := range conds {
 				m, _ := cond.(map[string]any)
 				if m["type"] == evalsi.ConditionReady {
-					row.Ready, _ = m["status"].(string)
-					row.Reason, _ = m["reason"].(string)
-					row.Message, _ = m["message"].(string)
+					r.Ready, _ = m["status"].(string)
+					r.Reason, _ = m["reason"].(string)
+					r.Message, _ = m["message"].(string)
 				}
 			}
-			rows = append(rows, row)
+			rows = append(rows, r)
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool {
@@ -305,7 +302,7 @@ func devTable(ctx context.Context, c *cluster.Cluster) ([]Row, error) {
 	return rows, nil
 }
 
-func formatRows(rows []Row) string {
+func formatRows(rows []row) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "KIND\tNAMESPACE\tNAME\tREADY\tREASON\tMESSAGE")

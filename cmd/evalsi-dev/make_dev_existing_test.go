@@ -1,7 +1,6 @@
-package devenv
+package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -20,12 +19,16 @@ import (
 	"evals.si/operator/render"
 )
 
-// TestDevOnAnExistingCluster runs the development environment against a control plane it did not
-// start (the project's, as an existing cluster would be), which already holds a namespace of
-// someone's with a ConfigMap and one of the evals.si CRDs. The examples become Ready; at the end
-// the session removes what it created (the other CRDs, KEDA's, the admission policies and webhook
-// configurations, the namespaces it made) and leaves what was there.
-func TestDevOnAnExistingCluster(t *testing.T) {
+// TestMakeDevOnAnExistingCluster types README's `make dev DEV_ARGS='--kubeconfig FILE'` against
+// a control plane the session did not start (the project's, as an existing cluster would be),
+// which already holds a namespace of someone's with a ConfigMap and one of the evals.si CRDs. The
+// examples become Ready; after Ctrl-C the session has removed what it created (the other CRDs,
+// KEDA's, the admission policies and webhook configurations, the namespaces it made) and left what
+// was there.
+func TestMakeDevOnAnExistingCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the dev program and starts a control plane")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	root, err := cluster.Checkout()
@@ -47,43 +50,22 @@ func TestDevOnAnExistingCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var out bytes.Buffer
-	ready := false
-	var tooMany error
-	err = Run(ctx, Options{
-		Render: render.Options{DefaultImage: "evalsi/platform:dev", VLLMImage: "vllm/vllm-openai:v0.11.0", SandboxNamespace: "evalsi-sandbox", APIURL: "http://evalsid:8080",
-			Limits: render.Limits{MaxPoolReplicas: render.DefaultMaxPoolReplicas}},
-		GPUs: "8", KEDA: true,
-		Existing: &Target{Kubeconfig: c.Kubeconfig},
-		Until: func(rows []Row) bool {
-			ready = len(rows) >= 8
-			for _, r := range rows {
-				ready = ready && r.Ready == "True"
-			}
-			if ready {
-				// The session's admission holds specs to the operator's limits, as a real install's
-				// webhook does (--max-pool-replicas of both).
-				_, tooMany = c.Dynamic().Resource(evalsi.Evaluators).Namespace("team-a").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
-					"metadata": map[string]any{"name": "too-many", "namespace": "team-a"},
-					"spec":     map[string]any{"replicas": int64(render.DefaultMaxPoolReplicas + 1)},
-				}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			}
-			return ready
-		},
-	}, &out)
-	if err != nil || !ready {
-		t.Fatalf("dev on an existing cluster: %v, examples Ready %v\n%s", err, ready, out.String())
-	}
+	run := makeDev(t, "DEV_ARGS=--kubeconfig "+c.Kubeconfig)
+	run.waitReady(ctx)
+	// The session's admission holds specs to the operator's limits, as a real install's webhook
+	// does (--max-pool-replicas of both).
+	_, tooMany := c.Dynamic().Resource(evalsi.Evaluators).Namespace("team-a").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
+		"metadata": map[string]any{"name": "too-many", "namespace": "team-a"},
+		"spec":     map[string]any{"replicas": int64(render.DefaultMaxPoolReplicas + 1)},
+	}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	run.interrupt()
 	if want := "the platform allows at most 100 per pool"; tooMany == nil || !strings.Contains(tooMany.Error(), want) {
 		t.Errorf("an Evaluator past the operator's replica limit: admission answered %v, want a refusal saying %q", tooMany, want)
 	}
-	for _, want := range []string{"using the existing cluster at", "CustomResourceDefinition tracesources.evals.si is there already: left as it is", "removed the"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
+	run.outputHas("using the existing cluster at", "CustomResourceDefinition tracesources.evals.si is there already: left as it is", "removed the")
 
+	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	gone := func(gvr schema.GroupVersionResource, namespace, name string) bool {
 		o, err := c.Dynamic().Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || err == nil && o.GetDeletionTimestamp() != nil
@@ -95,11 +77,11 @@ func TestDevOnAnExistingCluster(t *testing.T) {
 		gvr             schema.GroupVersionResource
 		namespace, name string
 	}{
-		{crdsResource, "", "evaluators.evals.si"},
-		{crdsResource, "", "scaledobjects.keda.sh"},
-		{admission("validatingwebhookconfigurations"), "", devWebhookName + "-validation"},
-		{admission("mutatingwebhookconfigurations"), "", devWebhookName + "-creator"},
-		{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", devWebhookNamespace},
+		{crds, "", "evaluators.evals.si"},
+		{crds, "", "scaledobjects.keda.sh"},
+		{admission("validatingwebhookconfigurations"), "", "evalsi-dev-validation"},
+		{admission("mutatingwebhookconfigurations"), "", "evalsi-dev-creator"},
+		{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", "evalsi-system"},
 		{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", "team-a"},
 	} {
 		if !gone(o.gvr, o.namespace, o.name) {
@@ -114,7 +96,7 @@ func TestDevOnAnExistingCluster(t *testing.T) {
 		gvr             schema.GroupVersionResource
 		namespace, name string
 	}{
-		{crdsResource, "", "tracesources.evals.si"},
+		{crds, "", "tracesources.evals.si"},
 		{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", "someones"},
 		{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "someones", "settings"},
 	} {
