@@ -38,8 +38,10 @@ dev:
 	if [ $$seconds -ge 30 ]; then echo $$seconds > "$(CACHE_DIR)/evalsi-dev.build-seconds"; fi; \
 	exec "$(CACHE_DIR)/bin/evalsi-dev" $(DEV_ARGS)
 
+# Built as the release and the tests build it (no cgo, -trimpath), so that it compiles nothing
+# they have compiled.
 build:
-	go build -ldflags "$(LDFLAGS)" -o bin/evalsi-operator .
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/evalsi-operator .
 
 # The operator image with a Docker engine: the binaries first, then the Dockerfile with their
 # directory as its context (release-dry-run builds it without one).

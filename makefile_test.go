@@ -2,13 +2,17 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"evals.si/operator/internal/maketest"
 )
 
 // TestMakeFuzzRunsEveryFuzzer holds make fuzz to the fuzz tests there are: each line fuzzes one
@@ -62,4 +66,18 @@ func TestMakeFuzzRunsEveryFuzzer(t *testing.T) {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// TestMakeBuild types README's `make build`: bin/evalsi-operator, whose version names the
+// version and commit make was given.
+func TestMakeBuild(t *testing.T) {
+	run := maketest.Start(t, nil, "build", "VERSION=v0.0.0-maketest", "COMMIT=0123abc")
+	run.Wait(10 * time.Minute)
+	out, err := exec.Command("bin/evalsi-operator", "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("bin/evalsi-operator version: %v\n%s", err, out)
+	}
+	if want := "evalsi-operator v0.0.0-maketest (commit 0123abc, Kubernetes 1.37)\n"; string(out) != want {
+		t.Errorf("bin/evalsi-operator version printed %q, want %q", out, want)
+	}
 }

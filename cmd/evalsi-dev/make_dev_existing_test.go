@@ -26,9 +26,6 @@ import (
 // KEDA's, the admission policies and webhook configurations, the namespaces it made) and left what
 // was there.
 func TestMakeDevOnAnExistingCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the dev program and starts a control plane")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	root, err := cluster.Checkout()
@@ -50,8 +47,8 @@ func TestMakeDevOnAnExistingCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	run := makeDev(t, "DEV_ARGS=--kubeconfig "+c.Kubeconfig)
-	run.waitReady(ctx)
+	run, ready := makeDev(t, "DEV_ARGS=--kubeconfig "+c.Kubeconfig)
+	run.Until(ctx, "every example Ready", ready)
 	// The session's admission holds specs to the operator's limits, as a real install's webhook
 	// does (--max-pool-replicas of both).
 	_, tooMany := c.Dynamic().Resource(evalsi.Evaluators).Namespace("team-a").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
@@ -59,11 +56,11 @@ func TestMakeDevOnAnExistingCluster(t *testing.T) {
 		"metadata": map[string]any{"name": "too-many", "namespace": "team-a"},
 		"spec":     map[string]any{"replicas": int64(render.DefaultMaxPoolReplicas + 1)},
 	}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	run.interrupt()
+	run.Interrupt()
 	if want := "the platform allows at most 100 per pool"; tooMany == nil || !strings.Contains(tooMany.Error(), want) {
 		t.Errorf("an Evaluator past the operator's replica limit: admission answered %v, want a refusal saying %q", tooMany, want)
 	}
-	run.outputHas("using the existing cluster at", "CustomResourceDefinition tracesources.evals.si is there already: left as it is", "removed the")
+	run.Has("using the existing cluster at", "CustomResourceDefinition tracesources.evals.si is there already: left as it is", "removed the")
 
 	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	gone := func(gvr schema.GroupVersionResource, namespace, name string) bool {

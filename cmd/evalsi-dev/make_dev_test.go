@@ -1,21 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"evals.si/operator/cluster"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/maketest"
 	"evals.si/operator/internal/manifest"
 )
 
@@ -27,103 +22,29 @@ import (
 func TestMakeDevBringsExamplesToReady(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	run := makeDev(t)
-	run.waitReady(ctx)
-	run.interrupt()
+	run, ready := makeDev(t)
+	run.Until(ctx, "every example Ready", ready)
+	run.Interrupt()
 
-	run.outputHas("admission webhook serving on", "admission policies applied", "export KUBECONFIG=",
+	run.Has("admission webhook serving on", "admission policies applied", "export KUBECONFIG=",
 		"every run's result is SIMULATED", "(simulated: the reference evalsid ran no evaluator")
-	dir := run.session.clusterDir()
-	if dir == "" {
-		t.Fatalf("make dev printed no KUBECONFIG:\n%s", run.session.text())
+	kubeconfig := run.Kubeconfig()
+	if kubeconfig == "" {
+		t.Fatalf("make dev printed no KUBECONFIG:\n%s", run.Text())
 	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("the session's directory %s is still there after Ctrl-C (%v)", dir, err)
-	}
-	if left := processesNaming(dir); len(left) > 0 {
-		t.Errorf("processes of the session left after Ctrl-C:\n%s", strings.Join(left, "\n"))
-	}
+	maketest.LeftBehind(t, filepath.Dir(kubeconfig))
 }
 
-// devRun is one `make dev` started by a test, in a process group of its own as a shell's
-// foreground job is.
-type devRun struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	session *devSession
-	exited  chan error
-}
-
-// makeDev starts `make dev` in the checkout with args after the target (DEV_ARGS=...), and
-// kills what is left of it when the test ends.
-func makeDev(t *testing.T, args ...string) *devRun {
+// makeDev starts `make dev` with args after the target (DEV_ARGS=...); ready closes once a table
+// it printed shows every example Ready.
+func makeDev(t *testing.T, args ...string) (run *maketest.Run, ready <-chan struct{}) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the dev program and starts a control plane")
-	}
 	root, err := cluster.Checkout()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("make", append([]string{"--no-print-directory", "-C", root, "dev"}, args...)...)
-	// The test may itself run under make (make test): its jobserver is not this make's.
-	cmd.Env = withoutMake(os.Environ())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := &devRun{t: t, cmd: cmd, session: &devSession{want: exampleCount(t, root), ready: make(chan struct{})}, exited: make(chan error, 1)}
-	go func() {
-		r.session.read(out)
-		r.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nothing, once it exited
-	})
-	return r
-}
-
-// waitReady waits until a table make dev printed shows every example Ready.
-func (r *devRun) waitReady(ctx context.Context) {
-	r.t.Helper()
-	select {
-	case <-r.session.ready:
-	case err := <-r.exited:
-		r.t.Fatalf("make dev exited before the examples were Ready (%v):\n%s", err, r.session.text())
-	case <-ctx.Done():
-		r.t.Fatalf("the examples were not all Ready within the time:\n%s", r.session.text())
-	}
-}
-
-// interrupt presses Ctrl-C and waits for make dev to end, which it must do on its own, at once
-// and with success.
-func (r *devRun) interrupt() {
-	r.t.Helper()
-	syscall.Kill(-r.cmd.Process.Pid, syscall.SIGINT)
-	select {
-	case err := <-r.exited:
-		if err != nil {
-			r.t.Errorf("make dev after Ctrl-C: %v\n%s", err, r.session.text())
-		}
-	case <-time.After(3 * time.Minute):
-		r.t.Fatalf("make dev still running 3 minutes after Ctrl-C:\n%s", r.session.text())
-	}
-}
-
-// outputHas checks that make dev printed each of lines.
-func (r *devRun) outputHas(lines ...string) {
-	r.t.Helper()
-	text := r.session.text()
-	for _, line := range lines {
-		if !strings.Contains(text, line) {
-			r.t.Errorf("make dev's output lacks %q:\n%s", line, text)
-		}
-	}
+	table := &devTable{want: exampleCount(t, root), ready: make(chan struct{})}
+	return maketest.Start(t, table.read, append([]string{"dev"}, args...)...), table.ready
 }
 
 // exampleCount is the number of evals.si resources in testdata/examples, each a row of the table.
@@ -149,90 +70,32 @@ func exampleCount(t *testing.T, root string) int {
 	return n
 }
 
-// withoutMake is env less the variables by which an outer make hands its jobserver down.
-func withoutMake(env []string) []string {
-	var out []string
-	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if name != "MAKEFLAGS" && name != "MFLAGS" && name != "MAKELEVEL" {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-// devSession is what make dev printed, read line by line as it comes.
-type devSession struct {
+// devTable reads the tables make dev prints, each tabwriter's after a line with the time: a
+// header naming the columns, then a row a resource.
+type devTable struct {
 	want  int
 	ready chan struct{} // closed once a table shows want rows, all Ready
 
-	mu    sync.Mutex
-	lines []string
+	once            sync.Once
+	readyAt         int // the READY column's offset in the current table; 0 outside one
+	rows, readyRows int
 }
 
-// read takes in r's lines and closes ready once a table shows every example Ready. A table is
-// tabwriter's, after a line with the time: a header naming the columns, then a row a resource.
-func (s *devSession) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	readyAt := -1 // the READY column's offset in the current table, -1 outside one
-	var rows, readyRows int
-	closed := false
-	for sc.Scan() {
-		line := sc.Text()
-		s.mu.Lock()
-		s.lines = append(s.lines, line)
-		s.mu.Unlock()
-		switch {
-		case strings.HasPrefix(line, "KIND ") && strings.Contains(line, " READY "):
-			readyAt, rows, readyRows = strings.Index(line, " READY ")+1, 0, 0
-		case readyAt < 0:
-		case strings.TrimSpace(line) == "" || len(line) <= readyAt:
-			readyAt = -1 // the time line before the next table, or what follows the last
-		default:
-			rows++
-			if strings.HasPrefix(line[readyAt:], "True ") || line[readyAt:] == "True" {
-				readyRows++
-			}
-			if !closed && rows == s.want && readyRows == rows {
-				close(s.ready)
-				closed = true
-			}
+// read takes in one line of make dev's output.
+func (d *devTable) read(line string) {
+	switch {
+	case strings.HasPrefix(line, "KIND ") && strings.Contains(line, " READY "):
+		d.readyAt, d.rows, d.readyRows = strings.Index(line, " READY ")+1, 0, 0
+	case d.readyAt == 0:
+	case strings.TrimSpace(line) == "" || len(line) <= d.readyAt:
+		d.readyAt = 0 // the time line before the next table, or what follows the last
+	default:
+		d.rows++
+		if cell := line[d.readyAt:]; cell == "True" || strings.HasPrefix(cell, "True ") {
+			d.readyRows++
+		}
+		if d.rows == d.want && d.readyRows == d.rows {
+			d.once.Do(func() { close(d.ready) })
 		}
 	}
-}
-
-func (s *devSession) text() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Join(s.lines, "\n")
-}
-
-// clusterDir is the directory of the session's control plane, from the KUBECONFIG it printed.
-func (s *devSession) clusterDir() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, line := range s.lines {
-		if path, ok := strings.CutPrefix(strings.TrimSpace(line), "export KUBECONFIG="); ok {
-			return filepath.Dir(path)
-		}
-	}
-	return ""
-}
-
-// processesNaming lists the processes whose command line names dir.
-func processesNaming(dir string) []string {
-	entries, _ := os.ReadDir("/proc")
-	var out []string
-	for _, e := range entries {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(cmdline) == 0 {
-			continue
-		}
-		line := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		if strings.Contains(line, dir) {
-			out = append(out, fmt.Sprintf("%s: %s", e.Name(), line))
-		}
-	}
-	return out
 }

@@ -45,27 +45,35 @@ func main() {
 		}
 		return
 	}
-	opts := cluster.Options{Nodes: *nodes, Progress: os.Stderr}
-	if *gpus != "" {
-		opts.NodeCapacity = map[string]string{"nvidia.com/gpu": *gpus}
-	}
-	if *crds != "" {
-		opts.CRDDirs = []string{*crds}
-	}
-	c, err := cluster.Start(ctx, opts)
-	if err != nil {
+	if err := serve(ctx, *nodes, *gpus, *crds, *keda); err != nil {
 		fmt.Fprintln(os.Stderr, "evalsi-cluster:", err)
 		os.Exit(1)
 	}
+}
+
+// serve starts a control plane of nodes KWOK nodes (each with gpus nvidia.com/gpu when not
+// empty), with the CRDs of the directory crds and KEDA's, and stops it when ctx ends.
+func serve(ctx context.Context, nodes int, gpus, crds string, keda bool) error {
+	opts := cluster.Options{Nodes: nodes, Progress: os.Stderr}
+	if gpus != "" {
+		opts.NodeCapacity = map[string]string{"nvidia.com/gpu": gpus}
+	}
+	if crds != "" {
+		opts.CRDDirs = []string{crds}
+	}
+	c, err := cluster.Start(ctx, opts)
+	if err != nil {
+		return err
+	}
 	defer c.Stop()
-	if *keda {
+	if keda {
 		if err := c.InstallKedaCRDs(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "evalsi-cluster:", err)
-			return
+			return fmt.Errorf("installing KEDA's CRDs: %w", err)
 		}
 	}
 	fmt.Printf("control plane ready; in another shell:\n  export KUBECONFIG=%s\n  kubectl get nodes\nCtrl-C stops it.\n", c.Kubeconfig)
 	<-ctx.Done()
+	return nil
 }
 
 // buildAll builds every binary the tests need, with a line of progress every 30 s. The control
