@@ -25,6 +25,9 @@ func TestMakeDevBringsExamplesToReady(t *testing.T) {
 	run, ready := makeDev(t)
 	run.Until(ctx, "every example Ready", ready)
 	run.Interrupt()
+	if strings.Contains(run.Text(), "evalsi-dev: ") {
+		t.Errorf("the dev program ended with an error:\n%s", run.Text())
+	}
 
 	run.Has("admission webhook serving on", "admission policies applied", "export KUBECONFIG=",
 		"every run's result is SIMULATED", "(simulated: the reference evalsid ran no evaluator")
