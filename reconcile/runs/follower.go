@@ -30,9 +30,11 @@ const runBatch = 500
 type Follower struct {
 	mu     sync.Mutex
 	latest map[string]followedRun // by project/id, from the last sweep only
-	// joined are the EvalRun controllers of the engines that run; stop ends the loop.
+	// joined are the EvalRun controllers of the engines that run; stop ends the loop, which
+	// closes ended once its last sweep has returned.
 	joined map[*engine.Controller]bool
 	stop   context.CancelFunc
+	ended  chan struct{}
 }
 
 // NewFollower returns a follower that sweeps nothing until an engine's EvalRun controller runs.
@@ -52,7 +54,8 @@ func running(obj *unstructured.Unstructured) bool {
 }
 
 // follow has the follower sweep c's EvalRuns until ctx ends (the kind's Run). The first
-// controller to join starts the loop, at its kind's poll interval; the last to leave stops it.
+// controller to join starts the loop, at its kind's poll interval; the last to leave stops it
+// and returns once its sweep has, so that nothing of a stopped engine runs on.
 func (er *evalRuns) follow(ctx context.Context, c *engine.Controller) {
 	f := er.follower
 	f.mu.Lock()
@@ -60,17 +63,25 @@ func (er *evalRuns) follow(ctx context.Context, c *engine.Controller) {
 	if f.stop == nil {
 		var lctx context.Context
 		lctx, f.stop = context.WithCancel(context.WithoutCancel(ctx))
-		go wait.UntilWithContext(lctx, func(ctx context.Context) { er.sweep(ctx) }, er.opts.PollInterval)
+		f.ended = make(chan struct{})
+		go func(ended chan struct{}) {
+			defer close(ended)
+			wait.UntilWithContext(lctx, func(ctx context.Context) { er.sweep(ctx) }, er.opts.PollInterval)
+		}(f.ended)
 	}
 	f.mu.Unlock()
 	<-ctx.Done()
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	delete(f.joined, c)
-	if len(f.joined) == 0 {
-		f.stop()
-		f.stop = nil
+	if len(f.joined) > 0 {
+		f.mu.Unlock()
+		return
 	}
+	stop, ended := f.stop, f.ended
+	f.stop, f.ended = nil, nil
+	f.mu.Unlock()
+	stop()
+	<-ended // a sweep takes the lock: waited for without it
 }
 
 // fresh returns the run project/id as the follower read it within the last two poll intervals.
