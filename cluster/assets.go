@@ -27,6 +27,11 @@ const (
 	CosignVersion     = "v3.1.3"
 	ActionlintVersion = "v1.7.12"
 	CraneVersion      = "v0.22.1"
+	// The real node's runtime: containerd 2.x (Kubernetes 1.37 no longer supports 1.x), runc and
+	// the CNI plugins.
+	ContainerdVersion = "v2.2.9"
+	RuncVersion       = "v1.4.4"
+	CNIVersion        = "v1.9.1"
 )
 
 // Assets are the paths of the control-plane binaries and KWOK's stage files.
@@ -137,6 +142,7 @@ var controlPlanePackages = map[string]string{
 	"etcd":                    "go.etcd.io/etcd/server/v3",
 	"kwok":                    "sigs.k8s.io/kwok/cmd/kwok",
 	"helm":                    "helm.sh/helm/v3/cmd/helm",
+	"kubelet":                 "k8s.io/kubernetes/cmd/kubelet",
 }
 
 // controlPlaneDir is the cache directory of the control plane's module and binaries; its name

@@ -67,6 +67,7 @@ type Cluster struct {
 
 	pki       certFiles
 	net       *serviceNetwork
+	node      *RealNode // StartRealNode's
 	procs     []*process
 	ownsDir   bool
 	nodeCount int
@@ -133,6 +134,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 // Stop ends every process the cluster started and removes its directory when Start created it.
 func (c *Cluster) Stop() {
+	if c.node != nil {
+		c.node.stop()
+		c.node = nil
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].stop(10 * time.Second)
 	}

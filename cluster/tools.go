@@ -111,14 +111,8 @@ func fromPrometheusPackage(ctx context.Context, progress io.Writer, name string)
 
 // installTool go-installs pkg@version into the cache directory name-version, once.
 func installTool(ctx context.Context, progress io.Writer, name, pkg, version string) (string, error) {
-	return cachedTool(progress, name, version, func(dir string) error {
-		cache, err := CacheDir()
-		if err != nil {
-			return err
-		}
-		b := builder{cache: cache, progress: progress}
-		return b.goCmdEnv(ctx, dir, []string{"GOBIN=" + dir}, "install", "-ldflags=-s -w", pkg+"@"+version)
-	})
+	dir, err := goInstall(ctx, progress, name, version, nil, pkg)
+	return filepath.Join(dir, name), err
 }
 
 // cachedTool returns the tool name from the cache directory name-version, making it there with install the first time, under a lock of its own so that tools are made

@@ -85,6 +85,7 @@ func buildAll(ctx context.Context) error {
 	builds := map[string]func() error{
 		"control plane": func() error { _, err := cluster.EnsureAssets(ctx, os.Stderr, true); return err },
 		"KEDA":          func() error { _, _, err := cluster.Keda(ctx, os.Stderr); return err },
+		"real node":     func() error { _, err := cluster.EnsureNodeBinaries(ctx, os.Stderr); return err },
 	}
 	for _, t := range []string{"cosign", "actionlint", "promtool"} {
 		builds[t] = func() error { _, err := toolPath(ctx, t); return err }

@@ -1,0 +1,133 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// isolatedEnv names the variable by which a test binary knows it runs inside the namespaces
+// IsolatedMain made; its value is the id of the run's cgroups (nodeCgroupPrefix + id).
+const isolatedEnv = "EVALSI_ISOLATED"
+
+// nodeCgroupPrefix starts the name of the cgroup a real node's pods run under, at the top of
+// each cgroup hierarchy: the one thing of a run outside its namespaces, removed at its end and,
+// after a kill, at the next run's start.
+const nodeCgroupPrefix = "evalsi-node-"
+
+// IsolatedMain runs a test binary's tests (m.Run) inside network, mount and PID namespaces of
+// their own, for the packages that start a real node (RealNode): every address, route, firewall
+// rule and mount the node makes is in them, and every process it starts dies with them when the
+// tests end or the test binary is killed (the kernel ends a PID namespace with its first process).
+// It re-executes the test binary there, which needs root; without it the tests fail, naming what
+// is missing. Outside, once the tests end, it removes the node's cgroups and fails the run if
+// anything of it is left.
+func IsolatedMain(m interface{ Run() int }) {
+	if id := os.Getenv(isolatedEnv); id != "" {
+		if err := enterIsolation(); err != nil {
+			fmt.Fprintln(os.Stderr, "setting up the test's namespaces:", err)
+			os.Exit(1)
+		}
+		os.Exit(m.Run())
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "these tests run a real node (kubelet, containerd, runc) in namespaces of their own: run them as root (make test does, as CI does)")
+		os.Exit(1)
+	}
+	removeNodeCgroups("") // left by a run that was killed
+	// Inside, nothing reaches the Go module proxy: what the node runs is built first.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	_, err := EnsureAssets(ctx, os.Stderr, true)
+	if err == nil {
+		_, err = EnsureNodeBinaries(ctx, os.Stderr)
+	}
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "building the control plane and the real node:", err)
+		os.Exit(1)
+	}
+	id := strconv.Itoa(os.Getpid())
+	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), isolatedEnv+"="+id)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	code := 0
+	if err = cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			fmt.Fprintln(os.Stderr, "running the tests in namespaces of their own:", err)
+		}
+		code = 1
+	}
+	if left := removeNodeCgroups(id); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "the real node's cgroups could not be removed: %s\n", strings.Join(left, ", "))
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// enterIsolation makes the new mount namespace private (nothing mounted in it reaches the host),
+// mounts /proc of the new PID namespace, and brings up its loopback.
+func enterIsolation() error {
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making the mounts private: %w", err)
+	}
+	if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	// Containerd's and the CNI plugins' state (network namespaces of pods among it) under /run.
+	if err := syscall.Mount("tmpfs", "/run", "tmpfs", 0, "mode=0755"); err != nil {
+		return fmt.Errorf("mounting /run: %w", err)
+	}
+	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		return fmt.Errorf("ip link set lo up: %v: %s", err, out)
+	}
+	return nil
+}
+
+// isolated reports whether this process runs inside IsolatedMain's namespaces, and the id of its
+// node cgroups.
+func isolated() (string, bool) {
+	id := os.Getenv(isolatedEnv)
+	return id, id != ""
+}
+
+// removeNodeCgroups removes the node cgroups of the run id (of every run whose IsolatedMain is
+// gone, when id is empty), deepest first, and returns those left.
+func removeNodeCgroups(id string) []string {
+	name := nodeCgroupPrefix + id
+	if id == "" {
+		name += "*"
+	}
+	roots, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", name))
+	var left []string
+	for _, root := range roots {
+		owner := strings.TrimPrefix(filepath.Base(root), nodeCgroupPrefix)
+		if _, err := os.Stat(filepath.Join("/proc", owner)); id == "" && err == nil {
+			continue // a run still going: its own end removes them
+		}
+		var dirs []string
+		filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := syscall.Rmdir(dirs[i]); err != nil && !errors.Is(err, syscall.ENOENT) && id != "" {
+				left = append(left, dirs[i])
+			}
+		}
+	}
+	return left
+}

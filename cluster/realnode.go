@@ -1,0 +1,308 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// The real node's addresses, inside the test's network namespace (IsolatedMain): the node on a
+// veth pair whose both ends are there, its pods on the CNI bridge. Nothing routes out of the
+// namespace: the default route points at an address nobody holds.
+const (
+	RealNodeIP  = "10.88.0.2"
+	realNodeGW  = "10.88.0.1"
+	podSubnet   = "10.244.0.0/24"
+	pauseImage  = "evalsi.test/pause:1"
+	realNodeDir = "node"
+)
+
+// RealNode is a node whose kubelet runs pods in containers: containerd and runc, with the CNI
+// bridge for their network, in the namespaces of a test binary run by IsolatedMain.
+type RealNode struct {
+	Name  string
+	dir   string
+	bins  NodeBinaries
+	procs []*process
+}
+
+// StartRealNode starts a real node named name for the cluster and waits until it is Ready. The
+// cluster's processes and the node share the test's network namespace; the node's state is under
+// the cluster's directory, and Cluster.Stop stops it.
+func (c *Cluster) StartRealNode(ctx context.Context, name string) (*RealNode, error) {
+	id, ok := isolated()
+	if !ok {
+		return nil, errors.New("a real node runs only inside a test binary's own namespaces: call cluster.IsolatedMain from its TestMain")
+	}
+	bins, err := EnsureNodeBinaries(ctx, c.opts.Progress)
+	if err != nil {
+		return nil, err
+	}
+	n := &RealNode{Name: name, dir: filepath.Join(c.Dir, realNodeDir), bins: bins}
+	c.node = n
+	for _, d := range []string{"cni", "pod-logs", "kubelet", "sysctl"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.network(); err != nil {
+		return nil, err
+	}
+	if err := n.kernelTunables(); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct{ name, text string }{
+		{"containerd.toml", n.containerdConfig()},
+		{"cni/10-bridge.conflist", n.cniConfig()},
+		{"kubelet.yaml", n.kubeletConfig(id)},
+		{"resolv.conf", "nameserver 10.0.0.10\n"},
+	} {
+		if err := os.WriteFile(filepath.Join(n.dir, f.name), []byte(f.text), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range []string{"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "memory", "pids", "systemd", "unified"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", h)); err == nil {
+			if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", h, nodeCgroupPrefix+id), 0o755); err != nil {
+				return nil, err
+			}
+		}
+	}
+	path := "PATH=" + filepath.Dir(bins.Shim) + ":" + os.Getenv("PATH")
+	ctrd, err := startProcess(n.dir, "containerd", bins.Containerd, []string{path}, "--config", filepath.Join(n.dir, "containerd.toml"))
+	if err != nil {
+		return nil, err
+	}
+	n.procs = append(n.procs, ctrd)
+	if err := ctrd.poll(ctx, 100*time.Millisecond, func(context.Context) error {
+		_, err := os.Stat(n.socket())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	pause, err := c.buildPause(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Import(ctx, Image{Ref: pauseImage, Files: map[string]string{"/pause": pause}, Entrypoint: []string{"/pause"}, User: "65535"}); err != nil {
+		return nil, err
+	}
+	kubelet, err := startProcess(n.dir, "kubelet", bins.Kubelet, nil,
+		"--config", filepath.Join(n.dir, "kubelet.yaml"), "--kubeconfig", c.Kubeconfig,
+		"--hostname-override", name, "--node-ip", RealNodeIP, "--root-dir", filepath.Join(n.dir, "kubelet"))
+	if err != nil {
+		return nil, err
+	}
+	n.procs = append(n.procs, kubelet)
+	err = kubelet.poll(ctx, 200*time.Millisecond, func(ctx context.Context) error {
+		node, err := c.Clientset().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("node %s not Ready", name)
+	})
+	return n, err
+}
+
+// Import makes img an image of the node's containerd, as if pulled.
+func (n *RealNode) Import(ctx context.Context, img Image) error {
+	archive := filepath.Join(n.dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
+	if err := img.writeArchive(archive); err != nil {
+		return err
+	}
+	return n.run(ctx, n.bins.Ctr, "--address", n.socket(), "--namespace", "k8s.io", "images", "import", archive)
+}
+
+// stop ends the kubelet and containerd, then every process of the node's pods (their
+// containers and shims), so that the cgroups can go.
+func (n *RealNode) stop() {
+	for i := len(n.procs) - 1; i >= 0; i-- {
+		n.procs[i].stop(10 * time.Second)
+	}
+	n.procs = nil
+	if id, ok := isolated(); ok {
+		killCgroup(filepath.Join("/sys/fs/cgroup", "pids", nodeCgroupPrefix+id))
+	}
+	killExe(n.bins.Shim)
+	unmountUnder(n.dir)
+}
+
+// unmountUnder unmounts what is mounted under dir (pods' volumes and root filesystems), the
+// latest first, so that the directory can be removed.
+func unmountUnder(dir string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		fields := strings.Fields(lines[i])
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			_ = syscall.Unmount(fields[4], syscall.MNT_DETACH)
+		}
+	}
+}
+
+func (n *RealNode) socket() string { return filepath.Join(n.dir, "containerd.sock") }
+
+// network gives the node its address on a veth pair whose both ends are in the test's network
+// namespace, and a default route to an address nobody holds, which the kubelet and the CNI
+// bridge expect: a packet for an address outside the namespace goes nowhere.
+func (n *RealNode) network() error {
+	for _, args := range [][]string{
+		{"link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer"},
+		{"addr", "add", RealNodeIP + "/24", "dev", "eth0"},
+		{"link", "set", "eth0", "up"},
+		{"link", "set", "eth0-peer", "up"},
+		{"route", "add", "default", "via", realNodeGW, "dev", "eth0"},
+	} {
+		if err := n.run(context.Background(), "ip", args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kernelTunables shows the kubelet, in the test's mount namespace, the kernel settings it wants
+// (it would set them otherwise, for the whole machine; protectKernelDefaults makes it only check).
+func (n *RealNode) kernelTunables() error {
+	for key, value := range map[string]string{
+		"vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10", "kernel/panic_on_oops": "1",
+		"kernel/keys/root_maxkeys": "1000000", "kernel/keys/root_maxbytes": "25000000",
+	} {
+		f := filepath.Join(n.dir, "sysctl", strings.ReplaceAll(key, "/", "_"))
+		if err := os.WriteFile(f, []byte(value+"\n"), 0o644); err != nil {
+			return err
+		}
+		if err := n.run(context.Background(), "mount", "--bind", f, "/proc/sys/"+key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *RealNode) containerdConfig() string {
+	return fmt.Sprintf(`version = 3
+root = '%[1]s/containerd/root'
+state = '%[1]s/containerd/state'
+[grpc]
+  address = '%[1]s/containerd.sock'
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'overlayfs'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = '%[2]s'
+[plugins.'io.containerd.cri.v1.runtime']
+  # Root here lacks CAP_SYS_RESOURCE: containers may not lower their OOM score below ours.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = 'io.containerd.runc.v2'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      BinaryName = '%[3]s'
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ['%[4]s']
+    conf_dir = '%[1]s/cni'
+`, n.dir, pauseImage, n.bins.Runc, n.bins.CNI)
+}
+
+func (n *RealNode) cniConfig() string {
+	return fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "evalsi", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}}
+]}
+`, podSubnet, filepath.Join(n.dir, "ipam"))
+}
+
+func (n *RealNode) kubeletConfig(id string) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This machine's cgroups are v1, which Kubernetes 1.37 supports only when told to.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /%[1]s
+containerRuntimeEndpoint: unix://%[2]s/containerd.sock
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+failSwapOn: false
+protectKernelDefaults: true
+podLogsDir: %[2]s/pod-logs
+resolvConf: %[2]s/resolv.conf
+localStorageCapacityIsolation: false
+makeIPTablesUtilChains: false
+enforceNodeAllocatable: []
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+address: %[3]s
+readOnlyPort: 0
+healthzPort: 0
+`, nodeCgroupPrefix+id, n.dir, RealNodeIP)
+}
+
+// run runs a command of the node's set-up and says what it answered when it fails.
+func (n *RealNode) run(ctx context.Context, name string, args ...string) error {
+	if out, err := exec.CommandContext(ctx, name, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// buildPause builds the pause program into the cluster's directory.
+func (c *Cluster) buildPause(ctx context.Context) (string, error) {
+	root, err := Checkout()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(c.Dir, "pause")
+	b := builder{progress: c.opts.Progress}
+	return out, b.goCmd(ctx, root, "build", "-o", out, "./cluster/pause")
+}
+
+// killCgroup kills every process of the cgroup dir and its descendants, until none is left.
+func killCgroup(dir string) {
+	_ = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		found := false
+		filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			data, _ := os.ReadFile(path)
+			for _, f := range strings.Fields(string(data)) {
+				found = true
+				var pid int
+				fmt.Sscan(f, &pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			return nil
+		})
+		return !found, nil
+	})
+}
+
+// killExe kills every process running the program at path.
+func killExe(path string) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == path {
+			var pid int
+			if _, err := fmt.Sscan(e.Name(), &pid); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+}
