@@ -85,9 +85,13 @@ func enterIsolation() error {
 	if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
-	// Containerd's and the CNI plugins' state (network namespaces of pods among it) under /run.
-	if err := syscall.Mount("tmpfs", "/run", "tmpfs", 0, "mode=0755"); err != nil {
-		return fmt.Errorf("mounting /run: %w", err)
+	// Containerd's and the CNI plugins' state (network namespaces of pods among it) under /run,
+	// and every temporary file of the tests (the control plane's and the node's directories),
+	// go with the namespace, also when the tests are killed.
+	for _, dir := range []string{"/run", "/tmp"} {
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "mode=1777"); err != nil {
+			return fmt.Errorf("mounting %s: %w", dir, err)
+		}
 	}
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		return fmt.Errorf("ip link set lo up: %v: %s", err, out)

@@ -9,11 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"evals.si/operator/cluster"
@@ -23,44 +26,57 @@ import (
 
 func TestMain(m *testing.M) { cluster.IsolatedMain(m) }
 
-// TestIsolationProbeRunsInARealContainer runs the operator's isolation probe, as the first
-// container of a Landlock sandbox pool's pod runs it, from an image of the operator binary on a
-// real node: the kubelet starts it through containerd and runc as a restricted pod (uid 65532,
-// no capabilities, no privilege escalation, the runtime's default seccomp profile), and the
-// probe's report, which the kubelet takes from its termination message, shows each in force, as
-// the runtime gives it and not as the test kubelet that ran it as a local process did. The
-// metadata address is dialed from the pod's own network and goes nowhere: nothing routes out of
-// the test's namespace.
-func TestIsolationProbeRunsInARealContainer(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Progress: os.Stderr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	node, err := c.StartRealNode(ctx, "real-node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := cluster.Checkout()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "evalsi-operator")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, ".")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
-	}
-	const image = "evalsi.test/evalsi-operator:test"
-	if err := node.Import(ctx, cluster.Image{Ref: image, Files: map[string]string{"/usr/local/bin/evalsi-operator": bin},
-		Entrypoint: []string{"/usr/local/bin/evalsi-operator"}, User: "65532"}); err != nil {
-		t.Fatal(err)
-	}
+// operatorImage is the image of the operator binary the tests' pods run.
+const operatorImage = "evalsi.test/evalsi-operator:test"
 
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
+// world is the control plane with its real node, started by the first test that needs it; it
+// ends with the test binary's namespaces.
+var world struct {
+	once sync.Once
+	c    *cluster.Cluster
+	node *cluster.RealNode
+	err  error
+}
+
+// realNode returns the control plane and its real node, with operatorImage imported.
+func realNode(t *testing.T) (*cluster.Cluster, *cluster.RealNode) {
+	t.Helper()
+	world.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		if world.c, world.err = cluster.Start(ctx, cluster.Options{Progress: os.Stderr}); world.err != nil {
+			return
+		}
+		if world.node, world.err = world.c.StartRealNode(ctx, "real-node"); world.err != nil {
+			return
+		}
+		root, err := cluster.Checkout()
+		if err != nil {
+			world.err = err
+			return
+		}
+		bin := filepath.Join(world.c.Dir, "evalsi-operator")
+		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, ".")
+		build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			world.err = fmt.Errorf("building the operator: %v\n%s", err, out)
+			return
+		}
+		world.err = world.node.Import(ctx, cluster.Image{Ref: operatorImage, Files: map[string]string{"/usr/local/bin/evalsi-operator": bin},
+			Entrypoint: []string{"/usr/local/bin/evalsi-operator"}, User: "65532"})
+	})
+	if world.err != nil {
+		t.Fatal(world.err)
+	}
+	return world.c, world.node
+}
+
+// restrictedPod is a pod of operatorImage on the real node with args, as Pod Security
+// `restricted` asks: uid 65532, the runtime's default seccomp profile, no capabilities, no
+// privilege escalation, a read-only root with an emptyDir at /tmp.
+func restrictedPod(node *cluster.RealNode, name string, args ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
 			NodeName:                     node.Name,
 			RestartPolicy:                corev1.RestartPolicyNever,
@@ -68,8 +84,7 @@ func TestIsolationProbeRunsInARealContainer(t *testing.T) {
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{
-				Name: "probe", Image: image, ImagePullPolicy: corev1.PullNever,
-				Args: []string{"probe", "--rung=landlock", "--temp-dir=/tmp", "--dial-timeout=2s"},
+				Name: "main", Image: operatorImage, ImagePullPolicy: corev1.PullNever, Args: args,
 				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 				VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}},
@@ -77,7 +92,15 @@ func TestIsolationProbeRunsInARealContainer(t *testing.T) {
 			Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		},
 	}
-	pods := c.Clientset().CoreV1().Pods("default")
+}
+
+// probeResult runs pod, an isolation probe, to its end and returns its exit code and the result
+// the kubelet took from its termination message.
+func probeResult(t *testing.T, c *cluster.Cluster, pod *corev1.Pod) (int32, isolation.Result, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pods := c.Clientset().CoreV1().Pods(pod.Namespace)
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,15 +115,27 @@ func TestIsolationProbeRunsInARealContainer(t *testing.T) {
 				return nil
 			}
 		}
-		return fmt.Errorf("phase %s", p.Status.Phase)
+		return fmt.Errorf("phase %s; %s", p.Status.Phase, podEvents(ctx, c, p))
 	})
-	message := ended.Message
-	if ended.ExitCode != 0 {
-		t.Errorf("the probe exited %d (the floor not met): %s", ended.ExitCode, message)
-	}
 	var result isolation.Result
-	if err := json.Unmarshal([]byte(message), &result); err != nil {
-		t.Fatalf("the probe's termination message %q: %v", message, err)
+	if err := json.Unmarshal([]byte(ended.Message), &result); err != nil {
+		t.Fatalf("the probe's termination message %q: %v", ended.Message, err)
+	}
+	return ended.ExitCode, result, ended.Message
+}
+
+// TestIsolationProbeRunsInARealContainer runs the operator's isolation probe, as the first
+// container of a Landlock sandbox pool's pod runs it, from an image of the operator binary on a
+// real node: the kubelet starts it through containerd and runc as a restricted pod, and the
+// probe's report, which the kubelet takes from its termination message, shows each part of that
+// in force as the runtime gives it (not as the test kubelet that ran it as a local process did).
+// The metadata address is dialed from the pod's own network and goes nowhere: nothing routes out
+// of the test's namespace.
+func TestIsolationProbeRunsInARealContainer(t *testing.T) {
+	c, node := realNode(t)
+	code, result, message := probeResult(t, c, restrictedPod(node, "probe", "probe", "--rung=landlock", "--temp-dir=/tmp", "--dial-timeout=2s"))
+	if code != 0 {
+		t.Errorf("the probe exited %d (the floor not met): %s", code, message)
 	}
 	r := result.Report
 	for what, ok := range map[string]bool{
@@ -116,4 +151,57 @@ func TestIsolationProbeRunsInARealContainer(t *testing.T) {
 			t.Errorf("the probe in a real container does not show %s: %s", what, message)
 		}
 	}
+}
+
+// TestKubeletRunsReadinessProbes serves the reference evalsid from the operator's image, with
+// the readiness probe its charts give it (HTTP /healthz): the kubelet reaches the pod over the
+// CNI bridge, and the pod becomes Ready only once the probe passes.
+func TestKubeletRunsReadinessProbes(t *testing.T) {
+	c, node := realNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tokens := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "evalsid-tokens", Namespace: "default"},
+		Data: map[string]string{"tokens": "test-token system:serviceaccount:default:test\n"}}
+	if _, err := c.Clientset().CoreV1().ConfigMaps("default").Create(ctx, tokens, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := restrictedPod(node, "evalsid", "evalsid", "--listen=0.0.0.0:8090", "--tokens=/etc/evalsid/tokens")
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "tokens",
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: tokens.Name}}}})
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "tokens", MountPath: "/etc/evalsid", ReadOnly: true})
+	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8090)}}}
+	pods := c.Clientset().CoreV1().Pods(pod.Namespace)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "evalsid's pod Ready by its readiness probe", func() error {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %s; %s", p.Status.Phase, podEvents(ctx, c, p))
+	})
+}
+
+// podEvents says what the kubelet reported of p: its Events, and its containers' last ends.
+func podEvents(ctx context.Context, c *cluster.Cluster, p *corev1.Pod) string {
+	var parts []string
+	if events, err := c.Clientset().CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name}); err == nil {
+		for _, e := range events.Items {
+			parts = append(parts, e.Reason+": "+e.Message)
+		}
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if t := s.LastTerminationState.Terminated; t != nil {
+			parts = append(parts, fmt.Sprintf("%s ended %d: %s", s.Name, t.ExitCode, t.Message))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
