@@ -42,6 +42,7 @@ func IsolatedMain(m interface{ Run() int }) {
 		os.Exit(1)
 	}
 	removeNodeCgroups("") // left by a run that was killed
+	removeTempDirs("")
 	// Inside, nothing reaches the Go module proxy: what the node runs is built first.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	_, err := EnsureAssets(ctx, os.Stderr, true)
@@ -54,9 +55,15 @@ func IsolatedMain(m interface{ Run() int }) {
 		os.Exit(1)
 	}
 	id := strconv.Itoa(os.Getpid())
+	// The tests' temporary directory: a tmpfs inside, so that its files go with the namespace.
+	tmp := filepath.Join(os.TempDir(), isolatedTempPrefix+id)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "making the tests' temporary directory:", err)
+		os.Exit(1)
+	}
 	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), isolatedEnv+"="+id)
+	cmd.Env = append(os.Environ(), isolatedEnv+"="+id, "TMPDIR="+tmp)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
 		Pdeathsig:  syscall.SIGKILL,
@@ -69,6 +76,7 @@ func IsolatedMain(m interface{ Run() int }) {
 		}
 		code = 1
 	}
+	removeTempDirs(id)
 	if left := removeNodeCgroups(id); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "the real node's cgroups could not be removed: %s\n", strings.Join(left, ", "))
 		code = 1
@@ -88,7 +96,7 @@ func enterIsolation() error {
 	// Containerd's and the CNI plugins' state (network namespaces of pods among it) under /run,
 	// and every temporary file of the tests (the control plane's and the node's directories),
 	// go with the namespace, also when the tests are killed.
-	for _, dir := range []string{"/run", "/tmp"} {
+	for _, dir := range []string{"/run", os.TempDir()} {
 		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "mode=1777"); err != nil {
 			return fmt.Errorf("mounting %s: %w", dir, err)
 		}
@@ -97,6 +105,27 @@ func enterIsolation() error {
 		return fmt.Errorf("ip link set lo up: %v: %s", err, out)
 	}
 	return nil
+}
+
+// isolatedTempPrefix starts the name of the directory, in the machine's temporary directory,
+// where a run's tmpfs is mounted inside its namespaces; outside, it stays empty, and it is
+// removed at the run's end and, after a kill, at the next run's start.
+const isolatedTempPrefix = "evalsi-isolated-"
+
+// removeTempDirs removes the temporary directory of the run id (of every run whose IsolatedMain
+// is gone, when id is empty).
+func removeTempDirs(id string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), isolatedTempPrefix+id+"*"))
+	for _, dir := range dirs {
+		owner := strings.TrimPrefix(filepath.Base(dir), isolatedTempPrefix)
+		if _, err := os.Stat(filepath.Join("/proc", owner)); id == "" && err == nil {
+			continue
+		}
+		if id != "" && owner != id {
+			continue
+		}
+		os.RemoveAll(dir)
+	}
 }
 
 // isolated reports whether this process runs inside IsolatedMain's namespaces, and the id of its
