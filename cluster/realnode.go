@@ -38,7 +38,8 @@ type RealNode struct {
 
 // StartRealNode starts a real node named name for the cluster and waits until it is Ready. The
 // cluster's processes and the node share the test's network namespace; the node's state is under
-// the cluster's directory, and Cluster.Stop stops it.
+// the cluster's directory, and Cluster.Stop stops it. A test binary runs one: the node's links,
+// address and cgroups are named for the namespace, not the node.
 func (c *Cluster) StartRealNode(ctx context.Context, name string) (*RealNode, error) {
 	id, ok := isolated()
 	if !ok {
