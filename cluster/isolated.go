@@ -115,17 +115,26 @@ const isolatedTempPrefix = "evalsi-isolated-"
 // removeTempDirs removes the temporary directory of the run id (of every run whose IsolatedMain
 // is gone, when id is empty).
 func removeTempDirs(id string) {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), isolatedTempPrefix+id+"*"))
-	for _, dir := range dirs {
-		owner := strings.TrimPrefix(filepath.Base(dir), isolatedTempPrefix)
-		if _, err := os.Stat(filepath.Join("/proc", owner)); id == "" && err == nil {
-			continue
-		}
-		if id != "" && owner != id {
-			continue
-		}
+	for _, dir := range leftovers(filepath.Join(os.TempDir(), isolatedTempPrefix), id) {
 		os.RemoveAll(dir)
 	}
+}
+
+// leftovers are the paths prefix+id, or, when id is empty, prefix+ID for every ID whose
+// IsolatedMain is gone (a run still going removes its own at its end).
+func leftovers(prefix, id string) []string {
+	if id != "" {
+		paths, _ := filepath.Glob(prefix + id)
+		return paths
+	}
+	paths, _ := filepath.Glob(prefix + "*")
+	var gone []string
+	for _, p := range paths {
+		if _, err := os.Stat(filepath.Join("/proc", strings.TrimPrefix(p, prefix))); err != nil {
+			gone = append(gone, p)
+		}
+	}
+	return gone
 }
 
 // isolated reports whether this process runs inside IsolatedMain's namespaces, and the id of its
@@ -138,17 +147,13 @@ func isolated() (string, bool) {
 // removeNodeCgroups removes the node cgroups of the run id (of every run whose IsolatedMain is
 // gone, when id is empty), deepest first, and returns those left.
 func removeNodeCgroups(id string) []string {
-	name := nodeCgroupPrefix + id
-	if id == "" {
-		name += "*"
+	var roots []string
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range hierarchies {
+		roots = append(roots, leftovers(filepath.Join(h, nodeCgroupPrefix), id)...)
 	}
-	roots, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", name))
 	var left []string
 	for _, root := range roots {
-		owner := strings.TrimPrefix(filepath.Base(root), nodeCgroupPrefix)
-		if _, err := os.Stat(filepath.Join("/proc", owner)); id == "" && err == nil {
-			continue // a run still going: its own end removes them
-		}
 		var dirs []string
 		filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

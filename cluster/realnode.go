@@ -20,7 +20,7 @@ import (
 // veth pair whose both ends are there, its pods on the CNI bridge. Nothing routes out of the
 // namespace: the default route points at an address nobody holds.
 const (
-	RealNodeIP  = "10.88.0.2"
+	realNodeIP  = "10.88.0.2"
 	realNodeGW  = "10.88.0.1"
 	podSubnet   = "10.244.0.0/24"
 	pauseImage  = "evalsi.test/pause:1"
@@ -100,7 +100,7 @@ func (c *Cluster) StartRealNode(ctx context.Context, name string) (*RealNode, er
 	}
 	kubelet, err := startProcess(n.dir, "kubelet", bins.Kubelet, nil,
 		"--config", filepath.Join(n.dir, "kubelet.yaml"), "--kubeconfig", c.Kubeconfig,
-		"--hostname-override", name, "--node-ip", RealNodeIP, "--root-dir", filepath.Join(n.dir, "kubelet"))
+		"--hostname-override", name, "--node-ip", realNodeIP, "--root-dir", filepath.Join(n.dir, "kubelet"))
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func (n *RealNode) socket() string { return filepath.Join(n.dir, "containerd.soc
 func (n *RealNode) network() error {
 	for _, args := range [][]string{
 		{"link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer"},
-		{"addr", "add", RealNodeIP + "/24", "dev", "eth0"},
+		{"addr", "add", realNodeIP + "/24", "dev", "eth0"},
 		{"link", "set", "eth0", "up"},
 		{"link", "set", "eth0-peer", "up"},
 		{"route", "add", "default", "via", realNodeGW, "dev", "eth0"},
@@ -252,7 +252,7 @@ imageGCLowThresholdPercent: 99
 address: %[3]s
 readOnlyPort: 0
 healthzPort: 0
-`, nodeCgroupPrefix+id, n.dir, RealNodeIP)
+`, nodeCgroupPrefix+id, n.dir, realNodeIP)
 }
 
 // run runs a command of the node's set-up and says what it answered when it fails.
