@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ Example:
 			&cli.StringSliceFlag{Name: "unreachable", Value: cli.NewStringSlice(isolation.MetadataTarget),
 				Usage: "names of --reach targets that must not answer for the floor to be met"},
 			&cli.DurationFlag{Name: "dial-timeout", Value: 3 * time.Second, Usage: "how long an address may take to answer"},
+			&cli.DurationFlag{Name: "settle", Value: 15 * time.Second, Usage: "how long an --unreachable target that answers is dialed again before the probe says it answers (NetworkPolicies are programmed after a pod starts)"},
 			&cli.StringSliceFlag{Name: "without", Usage: "simulate a node without these primitives: landlock, userns"},
 			&cli.StringFlag{Name: "temp-dir", Value: os.TempDir(), Usage: "where the Landlock check writes the two files it reads"},
 			&cli.StringFlag{Name: "termination-log", Value: "/dev/termination-log", Usage: "where the result is written for the pod's status (\"\" for nowhere)"},
@@ -58,9 +60,12 @@ Example:
 			if host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"); host != "" && port != "" {
 				targets = append(targets, isolation.Target{Name: "kubernetes", Address: net.JoinHostPort(host, port)})
 			}
+			for i := range targets {
+				targets[i].Closed = slices.Contains(c.StringSlice("unreachable"), targets[i].Name)
+			}
 			floor := isolation.Floor{Rung: rung, UserNamespaces: c.Bool("user-namespaces"), Unreachable: c.StringSlice("unreachable")}
 			result := floor.Judge(isolation.Probe(c.Context, isolation.Options{
-				Targets: targets, DialTimeout: c.Duration("dial-timeout"),
+				Targets: targets, DialTimeout: c.Duration("dial-timeout"), Settle: c.Duration("settle"),
 				Without: c.StringSlice("without"), TempDir: c.String("temp-dir"),
 			}))
 			out, err := json.Marshal(result)

@@ -78,9 +78,19 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 		return err
 	}
 	extra = append(extra, "--admission-control-config-file="+admission)
+	// Without a real node, Services are played by the service network: the kubernetes Service
+	// cannot point at a loopback address, and the API server reaches webhooks and aggregated APIs
+	// by Service through the service network's proxy. With one, the API server listens on the
+	// node's address too (all inside the test's network namespace), which the kubernetes Service
+	// points at, and reaches Services through kube-proxy's rules like any process of the node.
+	network := []string{"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--endpoint-reconciler-type=none", "--egress-selector-config-file=" + egress}
+	if c.Node != nil {
+		network = []string{"--bind-address=0.0.0.0", "--advertise-address=" + realNodeIP}
+	}
+	extra = append(extra, network...)
 	p, err := c.start("kube-apiserver", bin, append([]string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(ports[0]),
 		"--tls-cert-file=" + c.pki.ServingCert, "--tls-private-key-file=" + c.pki.ServingKey,
 		"--client-ca-file=" + c.pki.CACert,
@@ -95,15 +105,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 		// this admission plugin's not-ready taint, is not run.
 		"--disable-admission-plugins=TaintNodesByCondition",
 		"--enable-priority-and-fairness=false",
-		// The kubernetes Service cannot point at a loopback address.
-		"--endpoint-reconciler-type=none",
 		// A namespace's deletion sends one DeleteCollection per resource, which deletes one object
 		// at a time by default: with a benchmark's 10,000 Evaluators, several timed out at the
 		// request timeout (60 s) and the namespace took several passes. A namespace of 5,000
 		// ConfigMaps went in 12.6 s with one worker, 10.0 s with these.
 		"--delete-collection-workers=8",
-		// Webhooks and aggregated APIs by Service go through the service network.
-		"--egress-selector-config-file=" + egress,
 	}, extra...)...)
 	if err != nil {
 		return err

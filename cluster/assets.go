@@ -32,6 +32,12 @@ const (
 	ContainerdVersion = "v2.2.9"
 	RuncVersion       = "v1.4.4"
 	CNIVersion        = "v1.9.1"
+	// The real node's network add-ons: cluster DNS, and kube-router for its NetworkPolicy
+	// controller only (iptables and ipset). kube-network-policies (v0.8.0) queues packets with
+	// nftables' queue statement, which this kernel lacks; kube-router's advisories are for its
+	// BGP routing and service proxy, which are not run.
+	CoreDNSVersion    = "v1.14.7"
+	KubeRouterVersion = "v2.1.0"
 )
 
 // Assets are the paths of the control-plane binaries and KWOK's stage files.
@@ -143,6 +149,7 @@ var controlPlanePackages = map[string]string{
 	"kwok":                    "sigs.k8s.io/kwok/cmd/kwok",
 	"helm":                    "helm.sh/helm/v3/cmd/helm",
 	"kubelet":                 "k8s.io/kubernetes/cmd/kubelet",
+	"kube-proxy":              "k8s.io/kubernetes/cmd/kube-proxy",
 }
 
 // controlPlaneDir is the cache directory of the control plane's module and binaries; its name

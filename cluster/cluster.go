@@ -26,8 +26,12 @@ import (
 
 // Options configure a control plane.
 type Options struct {
-	// Nodes is the number of KWOK nodes; 1 when zero.
+	// Nodes is the number of KWOK nodes; 1 when zero, unless RealNode.
 	Nodes int
+	// RealNode adds a node whose kubelet runs pods in containers, with kube-proxy, cluster DNS
+	// and NetworkPolicy enforcement (Cluster.Node), inside the namespaces of a test binary run by
+	// IsolatedMain; KWOK nodes are then only those Nodes asks for.
+	RealNode bool
 	// NodeCapacity is each node's capacity and allocatable, by resource name; defaults give
 	// 64 CPUs, 256Gi memory and 1000 pods. Add "nvidia.com/gpu" for GPU nodes.
 	NodeCapacity map[string]string
@@ -64,10 +68,11 @@ type Cluster struct {
 	Kubectl string
 	// AuditLog is the API server's audit log when Options.AuditPolicy is set, else "".
 	AuditLog string
+	// Node is the real node (Options.RealNode), else nil.
+	Node *RealNode
 
 	pki       certFiles
 	net       *serviceNetwork
-	node      *RealNode // StartRealNode's
 	procs     []*process
 	ownsDir   bool
 	nodeCount int
@@ -80,12 +85,18 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
-	if opts.Nodes == 0 {
+	if opts.Nodes == 0 && !opts.RealNode {
 		opts.Nodes = 1
 	}
 	assets, err := EnsureAssets(ctx, opts.Progress, !opts.WithoutKubectl)
 	if err != nil {
 		return nil, err
+	}
+	var node *RealNode
+	if opts.RealNode {
+		if node, err = newRealNode(ctx, opts.Progress); err != nil {
+			return nil, err
+		}
 	}
 	c := &Cluster{Dir: opts.Dir, Kubectl: assets.Kubectl, opts: opts}
 	if c.Dir == "" {
@@ -105,6 +116,13 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.net, err = startServiceNetwork(c.Dir); err != nil {
 		return nil, err
 	}
+	if node != nil {
+		// Before the API server, which advertises the node's address to pods.
+		c.Node = node
+		if err := node.network(c.Dir); err != nil {
+			return nil, err
+		}
+	}
 	etcdURL, err := c.startEtcd(ctx, assets.Etcd)
 	if err != nil {
 		return nil, err
@@ -121,6 +139,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.AddNodes(ctx, opts.Nodes, opts.NodeCapacity); err != nil {
 		return nil, err
 	}
+	if node != nil {
+		if err := c.startRealNode(ctx); err != nil {
+			return nil, err
+		}
+	}
 	for _, d := range opts.CRDDirs {
 		if err := c.InstallCRDs(ctx, d); err != nil {
 			return nil, err
@@ -134,9 +157,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 // Stop ends every process the cluster started and removes its directory when Start created it.
 func (c *Cluster) Stop() {
-	if c.node != nil {
-		c.node.stop()
-		c.node = nil
+	if c.Node != nil {
+		c.Node.stop()
+		c.Node = nil
 	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].stop(10 * time.Second)
@@ -253,6 +276,11 @@ func (c *Cluster) startControllers(a Assets) error {
 	controllers := "garbagecollector,deployment,replicaset,namespace,clusterrole-aggregation,serviceaccount"
 	if c.opts.WithoutReplicaSets {
 		controllers = strings.Replace(controllers, ",replicaset", "", 1)
+	}
+	if c.Node != nil {
+		// kube-proxy routes a Service to the addresses of its EndpointSlices; a claim binds to
+		// a volume of the node; pods' projected tokens come with the cluster's CA.
+		controllers += ",endpointslice,persistentvolume-binder,root-ca-cert-publisher"
 	}
 	_, err = c.start("kube-controller-manager", a.KubeControllerManager,
 		"--kubeconfig="+c.Kubeconfig,

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 )
 
 var env *Cluster
@@ -198,7 +199,7 @@ func TestTokenRequestAuthenticatesServiceAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600))},
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -218,8 +219,6 @@ func TestTokenRequestAuthenticatesServiceAccount(t *testing.T) {
 		t.Errorf("listing ConfigMaps without a Role: got %v, want Forbidden", err)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // TestNoProcessLeftAfterExit runs a child test binary that starts a control plane and then either
 // stops it or exits without stopping it; in both cases none of its processes may outlive it.

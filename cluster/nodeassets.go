@@ -11,14 +11,18 @@ import (
 // NodeBinaries are the programs of a real node (RealNode), built from the Go module proxy into
 // the cache on first use.
 type NodeBinaries struct {
-	// Kubelet is built in the control plane's module, of the same Kubernetes version.
-	Kubelet string
+	// Kubelet and KubeProxy are built in the control plane's module, of the same Kubernetes
+	// version.
+	Kubelet, KubeProxy string
 	// Containerd, its runc shim and ctr, which imports images.
 	Containerd, Shim, Ctr string
 	// Runc is built with cgo and the seccomp tag, so that it enforces pods' seccomp profiles.
 	Runc string
 	// CNI is the directory of the CNI plugins: bridge, host-local and loopback.
 	CNI string
+	// CoreDNS is cluster DNS; KubeRouter enforces NetworkPolicies with Debian's iptables and
+	// ipset.
+	CoreDNS, KubeRouter string
 }
 
 // EnsureNodeBinaries returns the real node's programs, building those the cache lacks. runc
@@ -47,14 +51,27 @@ func EnsureNodeBinaries(ctx context.Context, progress io.Writer) (NodeBinaries, 
 		plugins+"main/bridge", plugins+"main/loopback", plugins+"ipam/host-local"); err != nil {
 		return n, err
 	}
-	// Last: it waits for the control plane's build, whose compiled packages it shares.
+	if dir, err = goInstall(ctx, progress, "coredns", CoreDNSVersion, nil, "github.com/coredns/coredns"); err != nil {
+		return n, err
+	}
+	n.CoreDNS = filepath.Join(dir, "coredns")
+	if dir, err = goInstall(ctx, progress, "kube-router", KubeRouterVersion, nil, "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"); err != nil {
+		return n, err
+	}
+	n.KubeRouter = filepath.Join(dir, "kube-router")
+	for _, tool := range []struct{ command, pkg string }{{"iptables", "iptables"}, {"ipset", "ipset"}} {
+		if _, err := DebianTool(ctx, progress, tool.command, tool.pkg); err != nil {
+			return n, err
+		}
+	}
+	// Last: they wait for the control plane's build, whose compiled packages they share.
 	b, unlock, err := lockCache(progress)
 	if err != nil {
 		return n, err
 	}
 	defer unlock()
-	paths, err := b.controlPlane(ctx, "kubelet")
-	n.Kubelet = paths["kubelet"]
+	paths, err := b.controlPlane(ctx, "kubelet", "kube-proxy")
+	n.Kubelet, n.KubeProxy = paths["kubelet"], paths["kube-proxy"]
 	return n, err
 }
 

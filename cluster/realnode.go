@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,8 @@ const (
 	podSubnet   = "10.244.0.0/24"
 	pauseImage  = "evalsi.test/pause:1"
 	realNodeDir = "node"
+	// realNodeName is the real node's Node name.
+	realNodeName = "real-node"
 )
 
 // RealNode is a node whose kubelet runs pods in containers: containerd and runc, with the CNI
@@ -36,77 +39,83 @@ type RealNode struct {
 	procs []*process
 }
 
-// StartRealNode starts a real node named name for the cluster and waits until it is Ready. The
-// cluster's processes and the node share the test's network namespace; the node's state is under
-// the cluster's directory, and Cluster.Stop stops it. A test binary runs one: the node's links,
-// address and cgroups are named for the namespace, not the node.
-func (c *Cluster) StartRealNode(ctx context.Context, name string) (*RealNode, error) {
-	id, ok := isolated()
-	if !ok {
+// newRealNode returns the real node of a control plane about to start, with its programs.
+func newRealNode(ctx context.Context, progress io.Writer) (*RealNode, error) {
+	if _, ok := isolated(); !ok {
 		return nil, errors.New("a real node runs only inside a test binary's own namespaces: call cluster.IsolatedMain from its TestMain")
 	}
-	bins, err := EnsureNodeBinaries(ctx, c.opts.Progress)
+	bins, err := EnsureNodeBinaries(ctx, progress)
 	if err != nil {
 		return nil, err
 	}
-	n := &RealNode{Name: name, dir: filepath.Join(c.Dir, realNodeDir), bins: bins}
-	c.node = n
+	return &RealNode{Name: realNodeName, bins: bins}, nil
+}
+
+// startRealNode starts the real node's containerd and kubelet with kube-proxy and cluster DNS,
+// waits until the node is Ready, then starts the NetworkPolicy controller. The cluster's processes
+// and the node share the test's network namespace; the node's state is under the cluster's
+// directory. A test binary runs one: the node's links, address and cgroups are named for the
+// namespace, not the node.
+func (c *Cluster) startRealNode(ctx context.Context) error {
+	n := c.Node
+	id, _ := isolated()
 	for _, d := range []string{"cni", "pod-logs", "kubelet", "sysctl"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := n.network(); err != nil {
-		return nil, err
-	}
 	if err := n.kernelTunables(); err != nil {
-		return nil, err
+		return err
 	}
 	for _, f := range []struct{ name, text string }{
 		{"containerd.toml", n.containerdConfig()},
 		{"cni/10-bridge.conflist", n.cniConfig()},
-		{"kubelet.yaml", n.kubeletConfig(id)},
-		{"resolv.conf", "nameserver 10.0.0.10\n"},
+		{"kubelet.yaml", n.kubeletConfig(id, c.pki.CACert)},
+		// Pods of dnsPolicy Default resolve nothing: nothing outside the namespace answers.
+		{"resolv.conf", "nameserver " + realNodeIP + "\n"},
 	} {
 		if err := os.WriteFile(filepath.Join(n.dir, f.name), []byte(f.text), 0o644); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, h := range []string{"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "memory", "pids", "systemd", "unified"} {
 		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", h)); err == nil {
 			if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", h, nodeCgroupPrefix+id), 0o755); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	path := "PATH=" + filepath.Dir(bins.Shim) + ":" + os.Getenv("PATH")
-	ctrd, err := startProcess(n.dir, "containerd", bins.Containerd, []string{path}, "--config", filepath.Join(n.dir, "containerd.toml"))
+	path := "PATH=" + filepath.Dir(n.bins.Shim) + ":" + os.Getenv("PATH")
+	ctrd, err := startProcess(n.dir, "containerd", n.bins.Containerd, []string{path}, "--config", filepath.Join(n.dir, "containerd.toml"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.procs = append(n.procs, ctrd)
 	if err := ctrd.poll(ctx, 100*time.Millisecond, func(context.Context) error {
 		_, err := os.Stat(n.socket())
 		return err
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	pause, err := c.buildPause(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := n.Import(ctx, Image{Ref: pauseImage, Files: map[string]string{"/pause": pause}, Entrypoint: []string{"/pause"}, User: "65535"}); err != nil {
-		return nil, err
+		return err
 	}
-	kubelet, err := startProcess(n.dir, "kubelet", bins.Kubelet, nil,
+	kubelet, err := startProcess(n.dir, "kubelet", n.bins.Kubelet, nil,
 		"--config", filepath.Join(n.dir, "kubelet.yaml"), "--kubeconfig", c.Kubeconfig,
-		"--hostname-override", name, "--node-ip", realNodeIP, "--root-dir", filepath.Join(n.dir, "kubelet"))
+		"--hostname-override", n.Name, "--node-ip", realNodeIP, "--root-dir", filepath.Join(n.dir, "kubelet"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.procs = append(n.procs, kubelet)
+	if err := c.startNodeNetwork(ctx); err != nil {
+		return err
+	}
 	err = kubelet.poll(ctx, 200*time.Millisecond, func(ctx context.Context) error {
-		node, err := c.Clientset().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		node, err := c.Clientset().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -115,9 +124,12 @@ func (c *Cluster) StartRealNode(ctx context.Context, name string) (*RealNode, er
 				return nil
 			}
 		}
-		return fmt.Errorf("node %s not Ready", name)
+		return fmt.Errorf("node %s not Ready", n.Name)
 	})
-	return n, err
+	if err != nil {
+		return err
+	}
+	return c.startPolicyController(ctx)
 }
 
 // Import makes img an image of the node's containerd, as if pulled.
@@ -164,7 +176,8 @@ func (n *RealNode) socket() string { return filepath.Join(n.dir, "containerd.soc
 // network gives the node its address on a veth pair whose both ends are in the test's network
 // namespace, and a default route to an address nobody holds, which the kubelet and the CNI
 // bridge expect: a packet for an address outside the namespace goes nowhere.
-func (n *RealNode) network() error {
+func (n *RealNode) network(clusterDir string) error {
+	n.dir = filepath.Join(clusterDir, realNodeDir)
 	for _, args := range [][]string{
 		{"link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer"},
 		{"addr", "add", realNodeIP + "/24", "dev", "eth0"},
@@ -228,7 +241,7 @@ func (n *RealNode) cniConfig() string {
 `, podSubnet, filepath.Join(n.dir, "ipam"))
 }
 
-func (n *RealNode) kubeletConfig(id string) string {
+func (n *RealNode) kubeletConfig(id, clientCA string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine's cgroups are v1, which Kubernetes 1.37 supports only when told to.
@@ -236,10 +249,14 @@ failCgroupV1: false
 cgroupDriver: cgroupfs
 cgroupRoot: /%[1]s
 containerRuntimeEndpoint: unix://%[2]s/containerd.sock
+# The API server's client certificate (kubectl logs, exec) is the harness's admin.
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
+  x509: {clientCAFile: %[4]s}
 authorization: {mode: AlwaysAllow}
+clusterDNS: [%[5]s]
+clusterDomain: cluster.local
 failSwapOn: false
 protectKernelDefaults: true
 podLogsDir: %[2]s/pod-logs
@@ -252,7 +269,7 @@ imageGCLowThresholdPercent: 99
 address: %[3]s
 readOnlyPort: 0
 healthzPort: 0
-`, nodeCgroupPrefix+id, n.dir, realNodeIP)
+`, nodeCgroupPrefix+id, n.dir, realNodeIP, clientCA, clusterDNSIP)
 }
 
 // run runs a command of the node's set-up and says what it answered when it fails.

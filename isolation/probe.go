@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,6 +59,9 @@ type Reach struct {
 type Target struct {
 	Name    string
 	Address string // host:port
+	// Closed says the address must not answer: while it does, it is dialed again until
+	// Options.Settle has passed.
+	Closed bool
 }
 
 // Options say what to probe.
@@ -67,6 +69,10 @@ type Options struct {
 	// Targets are dialled over TCP; each must not answer within DialTimeout to be unreachable.
 	Targets     []Target
 	DialTimeout time.Duration
+	// Settle is how long a Closed target that answers is dialed again (every half second) before
+	// the probe says it answers: NetworkPolicy controllers (kube-router among them) program a
+	// pod's rules after its containers start, and the probe is the first of them.
+	Settle time.Duration
 	// Without simulates a node that lacks these primitives ("landlock", "userns"): the probe
 	// reports them absent without asking the kernel.
 	Without []string
@@ -127,7 +133,7 @@ func Probe(ctx context.Context, opts Options) Report {
 		r.Errors["rootfs"] = err.Error()
 	}
 	r.RootReadOnly = fs.Flags&unix.ST_RDONLY != 0
-	r.Reach = reach(ctx, opts.Targets, opts.DialTimeout)
+	r.Reach = reach(ctx, opts.Targets, opts.DialTimeout, opts.Settle)
 	if len(r.Errors) == 0 {
 		r.Errors = nil
 	}
@@ -284,8 +290,9 @@ func nestedUserNamespace(ctx context.Context, errs map[string]string) bool {
 	return true
 }
 
-// reach dials every target at once, each bounded by timeout.
-func reach(ctx context.Context, targets []Target, timeout time.Duration) map[string]Reach {
+// reach dials every target at once, each bounded by timeout, a Closed one that answers again
+// until settle has passed.
+func reach(ctx context.Context, targets []Target, timeout, settle time.Duration) map[string]Reach {
 	if len(targets) == 0 {
 		return nil
 	}
@@ -300,6 +307,15 @@ func reach(ctx context.Context, targets []Target, timeout time.Duration) map[str
 		go func() {
 			defer wg.Done()
 			r := dial(ctx, t.Address, timeout)
+		settling:
+			for deadline := time.Now().Add(settle); t.Closed && r.Reachable && time.Now().Before(deadline); {
+				select {
+				case <-ctx.Done():
+					break settling
+				case <-time.After(500 * time.Millisecond):
+				}
+				r = dial(ctx, t.Address, timeout)
+			}
 			mu.Lock()
 			out[t.Name] = r
 			mu.Unlock()
@@ -307,28 +323,4 @@ func reach(ctx context.Context, targets []Target, timeout time.Duration) map[str
 	}
 	wg.Wait()
 	return out
-}
-
-// dial says whether address answers a TCP connection: accepted or refused (a host answered
-// either way), or not within timeout, or no route.
-func dial(ctx context.Context, address string, timeout time.Duration) Reach {
-	d := net.Dialer{Timeout: timeout}
-	c, err := d.DialContext(ctx, "tcp", address)
-	switch {
-	case err == nil:
-		c.Close()
-		return Reach{Reachable: true, How: "connected"}
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return Reach{Reachable: true, How: "refused (a host answered)"}
-	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
-		return Reach{How: "no route"}
-	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
-		return Reach{How: "refused by the node"}
-	default:
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return Reach{How: "no answer within " + timeout.String()}
-		}
-		return Reach{How: err.Error()}
-	}
 }

@@ -57,14 +57,30 @@ func answeringAddress(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// closedAddress returns a loopback address that refuses connections with a TCP reset: no one
+// listens there.
+func closedAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
 // TestProbeOnThisKernel runs the checks for real on this machine's kernel: Landlock is there and
 // a ruleset really keeps a file from being read, a nested user namespace really maps root, an
-// address that answers is reachable and one that never answers times out.
+// address that answers is reachable, one whose host resets the connection too (a firewall's
+// ICMP rejection is not: the real node's NetworkPolicy test shows it), and one that never
+// answers times out.
 func TestProbeOnThisKernel(t *testing.T) {
 	r := Probe(context.Background(), Options{
 		TempDir:     t.TempDir(),
 		DialTimeout: 500 * time.Millisecond,
-		Targets:     []Target{{"answers", answeringAddress(t)}, {MetadataTarget, silentAddress(t)}},
+		Targets: []Target{{Name: "answers", Address: answeringAddress(t)}, {Name: "refuses", Address: closedAddress(t)},
+			{Name: MetadataTarget, Address: silentAddress(t)}},
 	})
 	if r.LandlockABI < 1 || !r.LandlockRestricts {
 		t.Errorf("Landlock: ABI %d, restricts %v (%s); this machine's kernel has it", r.LandlockABI, r.LandlockRestricts, r.Errors["landlock"])
@@ -74,6 +90,7 @@ func TestProbeOnThisKernel(t *testing.T) {
 	}
 	want := map[string]Reach{
 		"answers":      {Reachable: true, How: "connected"},
+		"refuses":      {Reachable: true, How: "refused (a host answered)"},
 		MetadataTarget: {How: "no answer within 500ms"},
 	}
 	if diff := cmp.Diff(want, r.Reach); diff != "" {
@@ -165,7 +182,7 @@ func sharedDir(t *testing.T, mode os.FileMode) string {
 func TestFloorsInAConfinedProcess(t *testing.T) {
 	dir := sharedDir(t, 0o777) // the confined child writes its files here
 	silent := silentAddress(t)
-	opts := Options{TempDir: dir, DialTimeout: 500 * time.Millisecond, Targets: []Target{{MetadataTarget, silent}}}
+	opts := Options{TempDir: dir, DialTimeout: 500 * time.Millisecond, Targets: []Target{{Name: MetadataTarget, Address: silent}}}
 	landlock := Floor{Rung: RungLandlock, Unreachable: []string{MetadataTarget}}
 
 	r := confinedProbe(t, opts, false)
@@ -181,7 +198,7 @@ func TestFloorsInAConfinedProcess(t *testing.T) {
 	}
 
 	answering := opts
-	answering.Targets = []Target{{MetadataTarget, answeringAddress(t)}}
+	answering.Targets = []Target{{Name: MetadataTarget, Address: answeringAddress(t)}}
 	if missing := landlock.Missing(confinedProbe(t, answering, false)); !cmp.Equal(missing, []string{"metadata unreachable (connected)"}) {
 		t.Errorf("metadata answering: missing %q", missing)
 	}

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -44,12 +48,10 @@ func realNode(t *testing.T) (*cluster.Cluster, *cluster.RealNode) {
 	world.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		if world.c, world.err = cluster.Start(ctx, cluster.Options{Progress: os.Stderr}); world.err != nil {
+		if world.c, world.err = cluster.Start(ctx, cluster.Options{Progress: os.Stderr, RealNode: true}); world.err != nil {
 			return
 		}
-		if world.node, world.err = world.c.StartRealNode(ctx, "real-node"); world.err != nil {
-			return
-		}
+		world.node = world.c.Node
 		root, err := cluster.Checkout()
 		if err != nil {
 			world.err = err
@@ -158,36 +160,7 @@ func TestIsolationProbeRunsInARealContainer(t *testing.T) {
 // CNI bridge, and the pod becomes Ready only once the probe passes.
 func TestKubeletRunsReadinessProbes(t *testing.T) {
 	c, node := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	tokens := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "evalsid-tokens", Namespace: "default"},
-		Data: map[string]string{"tokens": "test-token system:serviceaccount:default:test\n"}}
-	if _, err := c.Clientset().CoreV1().ConfigMaps("default").Create(ctx, tokens, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := restrictedPod(node, "evalsid", "evalsid", "--listen=0.0.0.0:8090", "--tokens=/etc/evalsid/tokens")
-	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
-	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "tokens",
-		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: tokens.Name}}}})
-	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "tokens", MountPath: "/etc/evalsid", ReadOnly: true})
-	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
-		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8090)}}}
-	pods := c.Clientset().CoreV1().Pods(pod.Namespace)
-	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	clustertest.Eventually(t, ctx, "evalsid's pod Ready by its readiness probe", func() error {
-		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				return nil
-			}
-		}
-		return fmt.Errorf("phase %s; %s", p.Status.Phase, podEvents(ctx, c, p))
-	})
+	serveEvalsid(t, c, node, "default")
 }
 
 // podEvents says what the kubelet reported of p: its Events, and its containers' last ends.
@@ -204,4 +177,139 @@ func podEvents(ctx context.Context, c *cluster.Cluster, p *corev1.Pod) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// TestPodsReachServicesByNameAndPoliciesDropTheRest runs the isolation probe in a pod of one
+// namespace, dialing evalsid by its Service's short name, another namespace's evalsid by its
+// full name, the Kubernetes API by the kubernetes Service, and a metadata listener the test puts
+// on 169.254.169.254 inside its own network namespace. Without a NetworkPolicy each answers:
+// cluster DNS resolves the names, kube-proxy routes the ClusterIPs, and the listener is real.
+// Under a policy that lets the pod reach its own namespace's evalsid and DNS only, kube-router
+// drops the rest.
+func TestPodsReachServicesByNameAndPoliciesDropTheRest(t *testing.T) {
+	c, node := realNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	serveMetadata(t)
+	for _, ns := range []string{"tenant-a", "tenant-b"} {
+		serveEvalsid(t, c, node, ns)
+	}
+	reach := []string{"--reach=metadata=169.254.169.254:80", "--reach=own=evalsid:8090",
+		"--reach=other=evalsid.tenant-b.svc.cluster.local:8090"}
+	probe := func(name string, args ...string) isolation.Report {
+		pod := restrictedPod(node, name, append(append([]string{"probe", "--rung=landlock", "--temp-dir=/tmp", "--dial-timeout=3s"}, reach...), args...)...)
+		pod.Namespace = "tenant-a"
+		pod.Spec.AutomountServiceAccountToken = nil
+		_, result, _ := probeResult(t, c, pod)
+		return result.Report
+	}
+	open := probe("without-policy", "--settle=0s")
+	for _, target := range []string{"metadata", "own", "other", "kubernetes"} {
+		if !open.Reach[target].Reachable {
+			t.Errorf("without a NetworkPolicy, %s does not answer: %s", target, open.Reach[target].How)
+		}
+	}
+	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+	dns := intstr.FromInt32(53)
+	policy := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "only-evalsid", Namespace: "tenant-a"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				{To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "evalsid"}}}}},
+				{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}},
+			},
+		},
+	}
+	if _, err := c.Clientset().NetworkingV1().NetworkPolicies("tenant-a").Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// kube-router programs a pod's rules after its containers start: the probe dials the
+	// targets that must not answer again while they do (--settle).
+	closed := probe("with-policy", "--unreachable=metadata,other,kubernetes")
+	if !closed.Reach["own"].Reachable {
+		t.Errorf("under the policy, the namespace's own evalsid does not answer: %s", closed.Reach["own"].How)
+	}
+	for _, target := range []string{"metadata", "other", "kubernetes"} {
+		if closed.Reach[target].Reachable {
+			t.Errorf("under the policy, %s answers: %s", target, closed.Reach[target].How)
+		}
+	}
+}
+
+// serveMetadata answers HTTP on 169.254.169.254:80 inside the test's network namespace, as a
+// cloud's instance metadata service would: the address pods must not reach.
+func serveMetadata(t *testing.T) {
+	t.Helper()
+	if out, err := exec.Command("ip", "addr", "replace", "169.254.169.254/32", "dev", "lo").CombinedOutput(); err != nil {
+		t.Fatalf("adding the metadata address: %v: %s", err, out)
+	}
+	l, err := net.Listen("tcp", "169.254.169.254:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "instance metadata") })}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// serveEvalsid runs the reference evalsid from the operator's image in namespace ns, behind a
+// Service named evalsid, and waits until its pod is Ready.
+func serveEvalsid(t *testing.T, c *cluster.Cluster, node *cluster.RealNode, ns string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cs := c.Clientset()
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tokens := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "evalsid-tokens", Namespace: ns},
+		Data: map[string]string{"tokens": "test-token system:serviceaccount:" + ns + ":test\n"}}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, tokens, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := restrictedPod(node, "evalsid", "evalsid", "--listen=0.0.0.0:8090", "--tokens=/etc/evalsid/tokens")
+	pod.Namespace, pod.Labels = ns, map[string]string{"app": "evalsid"}
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "tokens",
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: tokens.Name}}}})
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "tokens", MountPath: "/etc/evalsid", ReadOnly: true})
+	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8090)}}}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "evalsid", Namespace: ns},
+		Spec: corev1.ServiceSpec{Selector: pod.Labels, Ports: []corev1.ServicePort{{Port: 8090, TargetPort: intstr.FromInt32(8090)}}}}
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx, c, ns, pod.Name)
+	// kube-proxy routes the Service within its sync: from the node, as from a pod.
+	clustertest.Eventually(t, ctx, "the Service "+ns+"/evalsid answering", func() error {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(svc.Spec.ClusterIP, "8090"), time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	})
+}
+
+// waitReady waits until the pod is Ready, saying what the kubelet reported while it is not.
+func waitReady(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string) {
+	t.Helper()
+	pods := c.Clientset().CoreV1().Pods(ns)
+	clustertest.Eventually(t, ctx, "pod "+ns+"/"+name+" Ready", func() error {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %s; %s", p.Status.Phase, podEvents(ctx, c, p))
+	})
 }
