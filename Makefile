@@ -17,7 +17,7 @@ TOOLS_DIR     := $(CACHE_DIR)/tools/buf-v1.75.0_go-v1.36.12_connect-v1.21.1
 # cold run compiles their packages once.
 GO_RUN        := CGO_ENABLED=0 go run -trimpath
 
-.PHONY: dev build docker-build test test-race test-assets fuzz generate generate-check golden lint lint-workflows cluster bench release-dry-run
+.PHONY: dev build push docker-build test test-race test-assets fuzz generate generate-check golden lint lint-workflows cluster bench release-dry-run
 
 # A local control plane, the operator and the examples, with a live table of their state.
 # DEV_ARGS='--context NAME' (or --kubeconfig FILE) runs against an existing cluster instead.
@@ -49,6 +49,15 @@ IMAGE ?= evalsi/evalsi-operator:$(VERSION)
 docker-build:
 	$(GO_RUN) ./cmd/evalsi-release binaries --version $(RELEASE_VERSION) --platforms linux/$$(go env GOARCH) --out dist
 	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) dist
+
+# The operator image and the stand-in pool image (testdata/pool-standin), built without a daemon
+# as the release dry run builds them, pushed to REGISTRY (host[:port][/path]; plain HTTP or a
+# certificate this machine does not trust is accepted). bin/images/images.env then names each
+# by repository and digest, for the install guide's helm --set flags.
+REGISTRY ?=
+push:
+	@test -n "$(REGISTRY)" || { echo "make push REGISTRY=host[:port][/path]: the registry your cluster pulls from"; exit 2; }
+	$(GO_RUN) ./cmd/evalsi-release push --registry "$(REGISTRY)" --version $(RELEASE_VERSION) --out bin/images
 
 # Everything CI runs. The checks that build first, then the tests beside the fuzzers and the
 # release dry run (the tests wait on their control planes for much of their time; each part's

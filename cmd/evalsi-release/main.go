@@ -24,9 +24,9 @@ import (
 )
 
 func main() {
-	modes := []string{"binaries", "charts", "dry-run"}
+	modes := []string{"binaries", "charts", "dry-run", "push"}
 	if len(os.Args) < 2 || !strings.Contains(" "+strings.Join(modes, " ")+" ", " "+os.Args[1]+" ") {
-		fmt.Fprintln(os.Stderr, "usage: evalsi-release binaries|charts|dry-run --version vX.Y.Z [flags]")
+		fmt.Fprintln(os.Stderr, "usage: evalsi-release binaries|charts|dry-run|push --version vX.Y.Z [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -38,11 +38,12 @@ func main() {
 	identity := fs.String("identity", "", "the repository URL that keyless signatures name (default: the origin remote)")
 	out := fs.String("out", "dist", "directory of the artifacts")
 	platforms := fs.String("platforms", strings.Join(release.Platforms, ","), "the binaries' platforms, os/arch separated by commas")
+	registry := fs.String("registry", "", "push: the registry the images are pushed under, host[:port][/path]")
 	fs.Parse(os.Args[2:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1], release.Options{
+	if err := run(ctx, os.Args[1], *registry, release.Options{
 		Version: *version, Commit: *commit, ImageRepository: *imageRepo, ImageDigest: *digest, ChartRepository: *chartRepo,
 		Out: *out, Identity: *identity, Platforms: strings.Split(*platforms, ","),
 	}); err != nil {
@@ -51,7 +52,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, mode string, opts release.Options) error {
+func run(ctx context.Context, mode, registry string, opts release.Options) error {
 	var err error
 	if opts.Repo, err = os.Getwd(); err != nil {
 		return err
@@ -68,6 +69,17 @@ func run(ctx context.Context, mode string, opts release.Options) error {
 			fmt.Printf("built %d binaries with SBOMs in %s\n", len(bins), opts.Out)
 		}
 		return err
+	}
+	if mode == "push" {
+		tools, err := dryRunTools(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := release.Push(ctx, opts, tools, registry, os.Stdout); err != nil {
+			return err
+		}
+		fmt.Printf("the images' repositories and digests, for helm's --set flags: %s\n", filepath.Join(opts.Out, "images.env"))
+		return nil
 	}
 	if opts.Helm, err = cluster.Helm(ctx, os.Stderr); err != nil {
 		return err
