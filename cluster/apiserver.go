@@ -53,6 +53,12 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 	if err != nil {
 		return err
 	}
+	if c.Node != nil {
+		// The port a cluster's API server serves on, which charts' NetworkPolicies open (a
+		// policy sees the port kube-proxy translated the kubernetes Service's 443 to); the
+		// test's network namespace is the node's own.
+		ports[0] = 6443
+	}
 	host := "https://127.0.0.1:" + strconv.Itoa(ports[0])
 	egress, err := c.net.writeEgressConfig(c.Dir)
 	if err != nil {

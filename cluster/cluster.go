@@ -279,8 +279,8 @@ func (c *Cluster) startControllers(a Assets) error {
 	}
 	if c.Node != nil {
 		// kube-proxy routes a Service to the addresses of its EndpointSlices; a claim binds to
-		// a volume of the node; pods' projected tokens come with the cluster's CA.
-		controllers += ",endpointslice,persistentvolume-binder,root-ca-cert-publisher"
+		// a volume of the node; pods' projected tokens come with the cluster's CA; Jobs (Helm's hooks) run.
+		controllers += ",endpointslice,persistentvolume-binder,root-ca-cert-publisher,job"
 	}
 	_, err = c.start("kube-controller-manager", a.KubeControllerManager,
 		"--kubeconfig="+c.Kubeconfig,

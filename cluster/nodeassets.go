@@ -23,6 +23,8 @@ type NodeBinaries struct {
 	// CoreDNS is cluster DNS; KubeRouter enforces NetworkPolicies with Debian's iptables and
 	// ipset.
 	CoreDNS, KubeRouter string
+	// Crane serves the node's registry.
+	Crane string
 }
 
 // EnsureNodeBinaries returns the real node's programs, building those the cache lacks. runc
@@ -59,6 +61,9 @@ func EnsureNodeBinaries(ctx context.Context, progress io.Writer) (NodeBinaries, 
 		return n, err
 	}
 	n.KubeRouter = filepath.Join(dir, "kube-router")
+	if n.Crane, err = Crane(ctx, progress); err != nil {
+		return n, err
+	}
 	for _, tool := range []struct{ command, pkg string }{{"iptables", "iptables"}, {"ipset", "ipset"}} {
 		if _, err := DebianTool(ctx, progress, tool.command, tool.pkg); err != nil {
 			return n, err

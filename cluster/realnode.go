@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,8 @@ const (
 	podSubnet   = "10.244.0.0/24"
 	pauseImage  = "evalsi.test/pause:1"
 	realNodeDir = "node"
+	// nodeRegistry is the node's registry's address.
+	nodeRegistry = realNodeIP + ":5000"
 	// realNodeName is the real node's Node name.
 	realNodeName = "real-node"
 )
@@ -33,8 +36,12 @@ const (
 // RealNode is a node whose kubelet runs pods in containers: containerd and runc, with the CNI
 // bridge for their network, in the namespaces of a test binary run by IsolatedMain.
 type RealNode struct {
-	Name  string
-	dir   string
+	Name string
+	// Registry is the address (host:port) of an OCI registry on the node's network, in memory,
+	// which the node pulls from over plain HTTP: where a test pushes images as a user pushes to
+	// their cluster's registry.
+	Registry string
+	dir      string
 	bins  NodeBinaries
 	procs []*process
 }
@@ -48,7 +55,7 @@ func newRealNode(ctx context.Context, progress io.Writer) (*RealNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RealNode{Name: realNodeName, bins: bins}, nil
+	return &RealNode{Name: realNodeName, Registry: nodeRegistry, bins: bins}, nil
 }
 
 // startRealNode starts the real node's containerd and kubelet with kube-proxy and cluster DNS,
@@ -84,6 +91,27 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	hosts := filepath.Join(n.dir, "certs.d", n.Registry)
+	if err := os.MkdirAll(hosts, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(hosts, "hosts.toml"), []byte(fmt.Sprintf("server = 'http://%[1]s'\n[host.'http://%[1]s']\n  capabilities = ['pull', 'resolve']\n", n.Registry)), 0o644); err != nil {
+		return err
+	}
+	registry, err := startProcess(n.dir, "registry", n.bins.Crane, nil, "registry", "serve", "--address", n.Registry)
+	if err != nil {
+		return err
+	}
+	n.procs = append(n.procs, registry)
+	if err := registry.poll(ctx, 100*time.Millisecond, func(context.Context) error {
+		c, err := net.DialTimeout("tcp", n.Registry, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}); err != nil {
+		return err
 	}
 	path := "PATH=" + filepath.Dir(n.bins.Shim) + ":" + os.Getenv("PATH")
 	ctrd, err := startProcess(n.dir, "containerd", n.bins.Containerd, []string{path}, "--config", filepath.Join(n.dir, "containerd.toml"))
@@ -218,6 +246,8 @@ state = '%[1]s/containerd/state'
   address = '%[1]s/containerd.sock'
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = 'overlayfs'
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = '%[1]s/certs.d'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = '%[2]s'
 [plugins.'io.containerd.cri.v1.runtime']

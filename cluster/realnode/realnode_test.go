@@ -39,6 +39,7 @@ var world struct {
 	once sync.Once
 	c    *cluster.Cluster
 	node *cluster.RealNode
+	bin  string // the operator binary operatorImage holds
 	err  error
 }
 
@@ -58,6 +59,7 @@ func realNode(t *testing.T) (*cluster.Cluster, *cluster.RealNode) {
 			return
 		}
 		bin := filepath.Join(world.c.Dir, "evalsi-operator")
+		world.bin = bin
 		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, ".")
 		build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {

@@ -1,0 +1,188 @@
+package realnode_test
+
+import (
+	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/internal/guide"
+	"evals.si/operator/internal/pki"
+)
+
+// TestInstallGuide runs the Install and Uninstall sections of docs/install.md as written, block by
+// block, with the kubectl, helm and make a user runs, on the real node: `make push` builds the
+// images and pushes them to the node's registry, the kubelet pulls them by digest, and every pod
+// the charts make runs in a container, passing its probes as the kubelet runs them. The
+// platform's evalsid is the reference server, run on the node's address as a server outside the
+// cluster, over https with a certificate of a CA of the test's, which the guide hands the chart.
+// Then an invalid object is refused by the webhook through its Service, and after the uninstall
+// no object is stuck.
+func TestInstallGuide(t *testing.T) {
+	c, node := realNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	root, err := cluster.Checkout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm, err := cluster.Helm(ctx, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := t.TempDir()
+	for name, target := range map[string]string{"kubectl": c.Kubectl, "helm": helm} {
+		if err := os.Symlink(target, filepath.Join(tools, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evalsidURL, evalsidCA := platformEvalsid(t, ctx, c, world.bin)
+	env := append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "KUBECONFIG="+c.Kubeconfig,
+		"REGISTRY="+node.Registry+"/evalsi", "EVALSID_URL="+evalsidURL, "EVALSID_CA="+evalsidCA,
+		// The API server calls a webhook's Service from the node; kube-proxy masquerades it as
+		// the pods' bridge address.
+		"APISERVER_CIDR=10.244.0.1/32")
+	run := func(section, block string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
+		cmd.Dir, cmd.Env = root, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s:\n%s\nfailed: %v\n%s\n%s", section, block, err, out, notReady(ctx, c))
+		}
+		t.Logf("%s:\n%s%s", section, block, out)
+	}
+	blocks := func(title string) []string {
+		b, err := guide.Blocks(filepath.Join(root, "docs", "install.md"), title)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, b := range blocks("Install") {
+		run("Install", b)
+	}
+
+	// What a user sees next: an invalid object is refused at once, with the field named.
+	bad := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig="+c.Kubeconfig, "apply", "-f", "-")
+	bad.Stdin = strings.NewReader("apiVersion: evals.si/v1alpha1\nkind: Evaluator\nmetadata: {name: bad, namespace: team-a}\nspec: {autoscaling: {minReplicas: -1}}\n")
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "validate.evals.si") || !strings.Contains(string(out), "minReplicas") {
+		t.Errorf("kubectl apply of an invalid Evaluator: %v\n%s\nwant a refusal by the webhook naming minReplicas", err, out)
+	}
+
+	before, err := c.Clientset().CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks("Uninstall") {
+		run("Uninstall", b)
+	}
+	// Nothing is stuck: the Evaluator lost its finalizer and deletes without the operator.
+	evaluators := c.Dynamic().Resource(schema.GroupVersionResource{Group: "evals.si", Version: "v1alpha1", Resource: "evaluators"}).Namespace("team-a")
+	got, err := evaluators.Get(ctx, "judge", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the example Evaluator after uninstall: %v", err)
+	}
+	if f := got.GetFinalizers(); len(f) != 0 {
+		t.Errorf("the example Evaluator keeps finalizers %v after uninstall", f)
+	}
+	if err := evaluators.Delete(ctx, "judge", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "the example Evaluator deleted", func() error {
+		if _, err := evaluators.Get(ctx, "judge", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
+	})
+	for _, ns := range before.Items {
+		n, err := c.Clientset().CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
+		if err != nil || n.DeletionTimestamp != nil {
+			t.Errorf("namespace %s after the uninstall: %v, deleting=%v", ns.Name, err, err == nil && n.DeletionTimestamp != nil)
+		}
+	}
+}
+
+// notReady says, of every pod that is not Ready, what the kubelet reported: for a guide step
+// that timed out.
+func notReady(ctx context.Context, c *cluster.Cluster) string {
+	pods, err := c.Clientset().CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		ready := false
+		for _, cond := range p.Status.Conditions {
+			ready = ready || (cond.Type == "Ready" && cond.Status == "True")
+		}
+		if !ready && p.Status.Phase != "Succeeded" {
+			lines = append(lines, fmt.Sprintf("%s/%s %s: %s", p.Namespace, p.Name, p.Status.Phase, podEvents(ctx, c, p)))
+		}
+	}
+	return "pods not Ready:\n" + strings.Join(lines, "\n")
+}
+
+// platformEvalsid plays the platform's evalsid that the guide's EVALSID_URL names: the reference
+// server, run from bin on the node's address as a server outside the cluster, over https with a
+// certificate of a CA of the test's, accepting the cluster's service-account tokens and knowing
+// the one namespace the guide installs an operator into. It returns its URL and the CA's file.
+func platformEvalsid(t *testing.T, ctx context.Context, c *cluster.Cluster, bin string) (url, caFile string) {
+	t.Helper()
+	const addr = "10.88.0.2:8443"
+	dir := t.TempDir()
+	ca, caKey, err := pki.NewCA("platform evalsid CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := pki.NewLeaf(ca, caKey, x509.Certificate{Subject: pkix.Name{CommonName: "evalsid"},
+		IPAddresses: []net.IP{net.ParseIP("10.88.0.2")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := pki.EncodeKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, data := range map[string][]byte{"ca.crt": pki.EncodeCert(ca), "tls.crt": pki.EncodeCert(cert), "tls.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, file), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "evalsid", "--listen="+addr, "--kubernetes-audience=evalsi", "--kubeconfig="+c.Kubeconfig,
+		"--operator-namespace=team-a", "--tls-cert-file="+filepath.Join(dir, "tls.crt"), "--tls-key-file="+filepath.Join(dir, "tls.key"))
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("the platform's evalsid:\n%s", log.String())
+		}
+	})
+	clustertest.Eventually(t, ctx, "the platform's evalsid listening", func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+	return "https://" + addr, filepath.Join(dir, "ca.crt")
+}
