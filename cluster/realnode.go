@@ -42,8 +42,8 @@ type RealNode struct {
 	// their cluster's registry.
 	Registry string
 	dir      string
-	bins  NodeBinaries
-	procs []*process
+	bins     NodeBinaries
+	procs    []*process
 }
 
 // newRealNode returns the real node of a control plane about to start, with its programs.
