@@ -37,7 +37,7 @@ Example:
 			&cli.StringSliceFlag{Name: "unreachable", Value: cli.NewStringSlice(isolation.MetadataTarget),
 				Usage: "names of --reach targets that must not answer for the floor to be met"},
 			&cli.DurationFlag{Name: "dial-timeout", Value: 3 * time.Second, Usage: "how long an address may take to answer"},
-			&cli.DurationFlag{Name: "settle", Value: 15 * time.Second, Usage: "how long an --unreachable target that answers is dialed again before the probe says it answers (NetworkPolicies are programmed after a pod starts)"},
+			&cli.DurationFlag{Name: "settle", Value: 15 * time.Second, Usage: "how long every target is dialed again while an --unreachable one answers (NetworkPolicies are programmed after a pod starts)"},
 			&cli.StringSliceFlag{Name: "without", Usage: "simulate a node without these primitives: landlock, userns"},
 			&cli.StringFlag{Name: "temp-dir", Value: os.TempDir(), Usage: "where the Landlock check writes the two files it reads"},
 			&cli.StringFlag{Name: "termination-log", Value: "/dev/termination-log", Usage: "where the result is written for the pod's status (\"\" for nowhere)"},

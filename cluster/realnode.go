@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +30,9 @@ const (
 	realNodeDir = "node"
 	// nodeRegistry is the node's registry's address.
 	nodeRegistry = realNodeIP + ":5000"
+	// MetadataAddress is a cloud's instance metadata address, which the real node answers on port
+	// 80 from a listener of the test's own: pods must not reach it.
+	MetadataAddress = "169.254.169.254"
 	// realNodeName is the real node's Node name.
 	realNodeName = "real-node"
 )
@@ -44,6 +48,7 @@ type RealNode struct {
 	dir      string
 	bins     NodeBinaries
 	procs    []*process
+	metadata *http.Server
 }
 
 // newRealNode returns the real node of a control plane about to start, with its programs.
@@ -59,7 +64,7 @@ func newRealNode(ctx context.Context, progress io.Writer) (*RealNode, error) {
 }
 
 // startRealNode starts the real node's containerd and kubelet with kube-proxy and cluster DNS,
-// waits until the node is Ready, then starts the NetworkPolicy controller. The cluster's processes
+// waits until the node is Ready, starts the NetworkPolicy controller, and waits for cluster DNS. The cluster's processes
 // and the node share the test's network namespace; the node's state is under the cluster's
 // directory. A test binary runs one: the node's links, address and cgroups are named for the
 // namespace, not the node.
@@ -74,12 +79,16 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	if err := n.kernelTunables(); err != nil {
 		return err
 	}
+	if err := n.serveMetadata(); err != nil {
+		return err
+	}
 	for _, f := range []struct{ name, text string }{
 		{"containerd.toml", n.containerdConfig()},
 		{"cni/10-bridge.conflist", n.cniConfig()},
 		{"kubelet.yaml", n.kubeletConfig(id, c.pki.CACert)},
-		// Pods of dnsPolicy Default resolve nothing: nothing outside the namespace answers.
-		{"resolv.conf", "nameserver " + realNodeIP + "\n"},
+		// Pods of dnsPolicy Default (CoreDNS's among them) ask cluster DNS too: nothing outside
+		// the namespace answers.
+		{"resolv.conf", "nameserver " + clusterDNSIP + "\n"},
 	} {
 		if err := os.WriteFile(filepath.Join(n.dir, f.name), []byte(f.text), 0o644); err != nil {
 			return err
@@ -157,7 +166,10 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.startPolicyController(ctx)
+	if err := c.startPolicyController(ctx); err != nil {
+		return err
+	}
+	return c.waitClusterDNS(ctx)
 }
 
 // Import makes img an image of the node's containerd, as if pulled.
@@ -176,6 +188,9 @@ func (n *RealNode) stop() {
 		n.procs[i].stop(10 * time.Second)
 	}
 	n.procs = nil
+	if n.metadata != nil {
+		n.metadata.Close()
+	}
 	if id, ok := isolated(); ok {
 		killCgroup(filepath.Join("/sys/fs/cgroup", "pids", nodeCgroupPrefix+id))
 	}
@@ -212,11 +227,26 @@ func (n *RealNode) network(clusterDir string) error {
 		{"link", "set", "eth0", "up"},
 		{"link", "set", "eth0-peer", "up"},
 		{"route", "add", "default", "via", realNodeGW, "dev", "eth0"},
+		{"addr", "add", MetadataAddress + "/32", "dev", "lo"},
 	} {
 		if err := n.run(context.Background(), "ip", args...); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// serveMetadata answers HTTP on MetadataAddress:80, as a cloud's instance metadata service would:
+// the address pods must not reach, held inside the test's network namespace.
+func (n *RealNode) serveMetadata() error {
+	l, err := net.Listen("tcp", MetadataAddress+":80")
+	if err != nil {
+		return fmt.Errorf("serving the metadata address: %w", err)
+	}
+	n.metadata = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "instance metadata (the test's listener)")
+	})}
+	go n.metadata.Serve(l)
 	return nil
 }
 

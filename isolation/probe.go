@@ -59,8 +59,8 @@ type Reach struct {
 type Target struct {
 	Name    string
 	Address string // host:port
-	// Closed says the address must not answer: while it does, it is dialed again until
-	// Options.Settle has passed.
+	// Closed says the address must not answer: while it does, every target is dialed again
+	// until Options.Settle has passed.
 	Closed bool
 }
 
@@ -69,9 +69,9 @@ type Options struct {
 	// Targets are dialled over TCP; each must not answer within DialTimeout to be unreachable.
 	Targets     []Target
 	DialTimeout time.Duration
-	// Settle is how long a Closed target that answers is dialed again (every half second) before
-	// the probe says it answers: NetworkPolicy controllers (kube-router among them) program a
-	// pod's rules after its containers start, and the probe is the first of them.
+	// Settle is how long the targets are dialed again (every half second) while a Closed one
+	// answers, before the probe says what answers: NetworkPolicy controllers (kube-router among
+	// them) program a pod's rules after its containers start, and the probe is the first of them.
 	Settle time.Duration
 	// Without simulates a node that lacks these primitives ("landlock", "userns"): the probe
 	// reports them absent without asking the kernel.
@@ -290,8 +290,10 @@ func nestedUserNamespace(ctx context.Context, errs map[string]string) bool {
 	return true
 }
 
-// reach dials every target at once, each bounded by timeout, a Closed one that answers again
-// until settle has passed.
+// reach dials every target at once, each bounded by timeout; while a Closed target answers, it
+// dials them all again, every half second, until settle has passed. A NetworkPolicy controller
+// programs a pod's rules together, so the round in which the Closed targets stop answering shows
+// what the policy lets through.
 func reach(ctx context.Context, targets []Target, timeout, settle time.Duration) map[string]Reach {
 	if len(targets) == 0 {
 		return nil
@@ -299,6 +301,26 @@ func reach(ctx context.Context, targets []Target, timeout, settle time.Duration)
 	if timeout <= 0 {
 		timeout = 3 * time.Second
 	}
+	deadline := time.Now().Add(settle)
+	for {
+		out := dialAll(ctx, targets, timeout)
+		open := false
+		for _, t := range targets {
+			open = open || (t.Closed && out[t.Name].Reachable)
+		}
+		if !open || !time.Now().Before(deadline) {
+			return out
+		}
+		select {
+		case <-ctx.Done():
+			return out
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// dialAll dials every target at once, each bounded by timeout.
+func dialAll(ctx context.Context, targets []Target, timeout time.Duration) map[string]Reach {
 	out := make(map[string]Reach, len(targets))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -307,15 +329,6 @@ func reach(ctx context.Context, targets []Target, timeout, settle time.Duration)
 		go func() {
 			defer wg.Done()
 			r := dial(ctx, t.Address, timeout)
-		settling:
-			for deadline := time.Now().Add(settle); t.Closed && r.Reachable && time.Now().Before(deadline); {
-				select {
-				case <-ctx.Done():
-					break settling
-				case <-time.After(500 * time.Millisecond):
-				}
-				r = dial(ctx, t.Address, timeout)
-			}
 			mu.Lock()
 			out[t.Name] = r
 			mu.Unlock()

@@ -15,6 +15,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"evals.si/operator/cluster"
@@ -74,6 +75,35 @@ func TestInstallGuide(t *testing.T) {
 	}
 	for _, b := range blocks("Install") {
 		run("Install", b)
+	}
+	// The SandboxClasses the guide installs: each rung's pool ran its isolation probe in a real
+	// container under the enforced NetworkPolicy, and the class says what is in force. The
+	// bubblewrap class's user namespaces do not start on this node (the closing note of issue 67).
+	classes := c.Dynamic().Resource(schema.GroupVersionResource{Group: "evals.si", Version: "v1alpha1", Resource: "sandboxclasses"})
+	for class, want := range map[string][]string{
+		"landlock": {"landlock ABI", "seccomp filter", "no_new_privs", "no capabilities", "kubernetes unreachable", "metadata unreachable"},
+		"pod":      {"seccomp filter", "no_new_privs", "no capabilities", "metadata unreachable"},
+	} {
+		clustertest.Eventually(t, ctx, "SandboxClass "+class+" Isolated", func() error {
+			u, err := classes.Get(ctx, class, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			isolation, _, _ := unstructured.NestedString(u.Object, "status", "isolation")
+			conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, cond := range conditions {
+				m, _ := cond.(map[string]any)
+				if m["type"] == "Isolated" && m["status"] != "True" {
+					return fmt.Errorf("Isolated %v: %v", m["status"], m["message"])
+				}
+			}
+			for _, w := range want {
+				if !strings.Contains(isolation, w) {
+					return fmt.Errorf("status.isolation %q lacks %q", isolation, w)
+				}
+			}
+			return nil
+		})
 	}
 
 	// What a user sees next: an invalid object is refused at once, with the field named.

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,10 +132,20 @@ func probeResult(t *testing.T, c *cluster.Cluster, pod *corev1.Pod) (int32, isol
 // real node: the kubelet starts it through containerd and runc as a restricted pod, and the
 // probe's report, which the kubelet takes from its termination message, shows each part of that
 // in force as the runtime gives it (not as the test kubelet that ran it as a local process did).
-// The metadata address is dialed from the pod's own network and goes nowhere: nothing routes out
-// of the test's namespace.
+// The metadata address is the harness's listener inside the test's network namespace, and it
+// answers: the pod runs, as a pool's does, under a NetworkPolicy that denies its egress, which
+// kube-router enforces while the probe waits for it (--settle).
 func TestIsolationProbeRunsInARealContainer(t *testing.T) {
 	c, node := realNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	denyEgress := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-egress", Namespace: "default"},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}},
+	}
+	if _, err := c.Clientset().NetworkingV1().NetworkPolicies("default").Create(ctx, denyEgress, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	code, result, message := probeResult(t, c, restrictedPod(node, "probe", "probe", "--rung=landlock", "--temp-dir=/tmp", "--dial-timeout=2s"))
 	if code != 0 {
 		t.Errorf("the probe exited %d (the floor not met): %s", code, message)
@@ -183,8 +192,8 @@ func podEvents(ctx context.Context, c *cluster.Cluster, p *corev1.Pod) string {
 
 // TestPodsReachServicesByNameAndPoliciesDropTheRest runs the isolation probe in a pod of one
 // namespace, dialing evalsid by its Service's short name, another namespace's evalsid by its
-// full name, the Kubernetes API by the kubernetes Service, and a metadata listener the test puts
-// on 169.254.169.254 inside its own network namespace. Without a NetworkPolicy each answers:
+// full name, the Kubernetes API by the kubernetes Service, and the real node's metadata listener
+// (cluster.MetadataAddress, inside the test's network namespace). Without a NetworkPolicy each answers:
 // cluster DNS resolves the names, kube-proxy routes the ClusterIPs, and the listener is real.
 // Under a policy that lets the pod reach its own namespace's evalsid and DNS only, kube-router
 // drops the rest.
@@ -192,7 +201,6 @@ func TestPodsReachServicesByNameAndPoliciesDropTheRest(t *testing.T) {
 	c, node := realNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	serveMetadata(t)
 	for _, ns := range []string{"tenant-a", "tenant-b"} {
 		serveEvalsid(t, c, node, ns)
 	}
@@ -237,22 +245,6 @@ func TestPodsReachServicesByNameAndPoliciesDropTheRest(t *testing.T) {
 			t.Errorf("under the policy, %s answers: %s", target, closed.Reach[target].How)
 		}
 	}
-}
-
-// serveMetadata answers HTTP on 169.254.169.254:80 inside the test's network namespace, as a
-// cloud's instance metadata service would: the address pods must not reach.
-func serveMetadata(t *testing.T) {
-	t.Helper()
-	if out, err := exec.Command("ip", "addr", "replace", "169.254.169.254/32", "dev", "lo").CombinedOutput(); err != nil {
-		t.Fatalf("adding the metadata address: %v: %s", err, out)
-	}
-	l, err := net.Listen("tcp", "169.254.169.254:80")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "instance metadata") })}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
 }
 
 // serveEvalsid runs the reference evalsid from the operator's image in namespace ns, behind a
