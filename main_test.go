@@ -69,6 +69,8 @@ func TestCommandOutput(t *testing.T) {
 		"render-outside-evalsid":       {args: "render --api-url=https://evalsid.evals.example -f " + in + "good.yaml"},
 		"render-outside-evalsid-cidrs": {args: "render --default-image=evalsi/platform:1.4.0 --api-url=https://evalsid.evals.example --api-network-peers=[{\"ipBlock\":{\"cidr\":\"203.0.113.10/32\"}}] --api-network-port=8443 -f " + in + "dir/a.yaml"},
 		"render-api-server-not-a-cidr": {args: "render --kubernetes-api-cidrs=10.0.0.1 -f " + in + "good.yaml"},
+		"render-private-ca":            {args: "render --default-image=evalsi/platform:1.4.0 --api-url=https://evalsid.evalsi-platform.svc:8443 --api-ca-secret=evalsid-ca -f " + in + "dir/a.yaml"},
+		"render-ca-secret-not-a-name":  {args: "render --api-ca-secret=Evalsid_CA -f " + in + "good.yaml"},
 		"unknown-command":              {args: "valdiate -f " + in + "good.yaml"},
 		"version-flag":                 {args: "--version"},
 		"validate-admission-cases":     {args: "validate -f testdata/admission/valid.yaml testdata/admission/invalid.yaml"},

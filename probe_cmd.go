@@ -39,6 +39,8 @@ Example:
 			&cli.DurationFlag{Name: "dial-timeout", Value: 3 * time.Second, Usage: "how long an address may take to answer"},
 			&cli.DurationFlag{Name: "settle", Value: 15 * time.Second, Usage: "how long every target is dialed again while an --unreachable one answers (NetworkPolicies are programmed after a pod starts)"},
 			&cli.StringSliceFlag{Name: "without", Usage: "simulate a node without these primitives: landlock, userns"},
+			&cli.StringSliceFlag{Name: "tls", Usage: "NAME of a --reach target that serves TLS: its certificate is verified with --ca-file once it answers"},
+			&cli.StringFlag{Name: "ca-file", Usage: "CA bundle that verifies the --tls targets (default: the system's roots)"},
 			&cli.StringFlag{Name: "temp-dir", Value: os.TempDir(), Usage: "where the Landlock check writes the two files it reads"},
 			&cli.StringFlag{Name: "termination-log", Value: "/dev/termination-log", Usage: "where the result is written for the pod's status (\"\" for nowhere)"},
 		},
@@ -62,11 +64,12 @@ Example:
 			}
 			for i := range targets {
 				targets[i].Closed = slices.Contains(c.StringSlice("unreachable"), targets[i].Name)
+				targets[i].TLS = slices.Contains(c.StringSlice("tls"), targets[i].Name)
 			}
 			floor := isolation.Floor{Rung: rung, UserNamespaces: c.Bool("user-namespaces"), Unreachable: c.StringSlice("unreachable")}
 			result := floor.Judge(isolation.Probe(c.Context, isolation.Options{
 				Targets: targets, DialTimeout: c.Duration("dial-timeout"), Settle: c.Duration("settle"),
-				Without: c.StringSlice("without"), TempDir: c.String("temp-dir"),
+				Without: c.StringSlice("without"), TempDir: c.String("temp-dir"), CAFile: c.String("ca-file"),
 			}))
 			out, err := json.Marshal(result)
 			if err != nil {

@@ -195,15 +195,6 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 	del := func(gvr schema.GroupVersionResource) error {
 		return op.Resource(gvr).Namespace(ns).Delete(ctx, "theirs", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 	}
-	_, hijack := op.Resource(deploymentsGVR).Namespace(ns).Patch(ctx, "theirs", types.MergePatchType,
-		[]byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":"evalsi"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-	_, debug := op.Resource(podsGVR).Namespace(ns).Patch(ctx, "mine", types.StrategicMergePatchType,
-		[]byte(`{"spec":{"ephemeralContainers":[{"name":"debug","image":"busybox","securityContext":{"privileged":true}}]}}`),
-		metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "ephemeralcontainers")
-	tokenRequest := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-		"metadata": map[string]any{"name": "judge-evaluator"}, "spec": map[string]any{"audiences": []any{"evalsi"}}}}
-	_, token := op.Resource(schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}).Namespace(ns).
-		Create(ctx, tokenRequest, dry, "token")
 	tokenSecret := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
 		"metadata": map[string]any{"name": "sa-token", "labels": managedByEvals,
@@ -236,8 +227,26 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		}
 		return nil
 	})
+	// Requests made once the policies are in force (a request before then is admitted).
+	_, hijack := op.Resource(deploymentsGVR).Namespace(ns).Patch(ctx, "theirs", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":"evalsi"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	_, debug := op.Resource(podsGVR).Namespace(ns).Patch(ctx, "mine", types.StrategicMergePatchType,
+		[]byte(`{"spec":{"ephemeralContainers":[{"name":"debug","image":"busybox","securityContext":{"privileged":true}}]}}`),
+		metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "ephemeralcontainers")
+	tokenRequest := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+		"metadata": map[string]any{"name": "judge-evaluator"}, "spec": map[string]any{"audiences": []any{"evalsi"}}}}
+	_, token := op.Resource(schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}).Namespace(ns).
+		Create(ctx, tokenRequest, dry, "token")
 	const unlabelled = "creates, updates and deletes only objects labelled app.kubernetes.io/managed-by: evalsi"
-	const volumesAllowed = "mount only emptyDir, persistentVolumeClaim and projected service-account token volumes"
+	const volumesAllowed = "mount only emptyDir, persistentVolumeClaim and projected volumes of service-account tokens and of the ca.crt of a Secret the platform names (evalsid-ca)"
+	// caSource projects the keys of Secret name, as a pool's evalsid CA is projected.
+	caSource := func(name string, keys ...string) map[string]any {
+		items := []any{}
+		for _, k := range keys {
+			items = append(items, map[string]any{"key": k, "path": k})
+		}
+		return map[string]any{"projected": map[string]any{"sources": []any{map[string]any{"secret": map[string]any{"name": name, "items": items}}}}}
+	}
 	volume := func(name string, source map[string]any) *unstructured.Unstructured {
 		return deploy("vol-"+name, func(p, _ map[string]any) {
 			source["name"] = name
@@ -347,6 +356,9 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		{"an image volume", try(op, deploymentsGVR, ns, volume("image", map[string]any{"image": map[string]any{"reference": "evil/tools:1"}})), volumesAllowed},
 		{"a Secret volume", try(op, deploymentsGVR, ns, volume("secret", map[string]any{"secret": map[string]any{"secretName": "db"}})), volumesAllowed},
 		{"a Secret in a projected volume", try(op, deploymentsGVR, ns, volume("projected", map[string]any{"projected": map[string]any{"sources": []any{map[string]any{"secret": map[string]any{"name": "db"}}}}})), volumesAllowed},
+		{"another Secret's ca.crt", try(op, deploymentsGVR, ns, volume("other-ca", caSource("db", "ca.crt"))), volumesAllowed},
+		{"the CA Secret's other keys", try(op, deploymentsGVR, ns, volume("ca-key", caSource("evalsid-ca", "ca.crt", "tls.key"))), volumesAllowed},
+		{"the whole CA Secret", try(op, deploymentsGVR, ns, volume("ca-whole", map[string]any{"projected": map[string]any{"sources": []any{map[string]any{"secret": map[string]any{"name": "evalsid-ca"}}}}})), volumesAllowed},
 		{"AppArmor unconfined (pod)", try(op, deploymentsGVR, ns, securityContext("apparmor-pod", true, map[string]any{"appArmorProfile": map[string]any{"type": "Unconfined"}})), "never run AppArmor unconfined"},
 		{"AppArmor unconfined (container)", try(op, deploymentsGVR, ns, securityContext("apparmor-c", false, map[string]any{"appArmorProfile": map[string]any{"type": "Unconfined"}})), "never run AppArmor unconfined"},
 		{"AppArmor unconfined (annotation)", try(op, deploymentsGVR, ns, unconfinedByAnnotation), "never run AppArmor unconfined"},
@@ -402,6 +414,11 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 	}
 	for what, err := range map[string]error{
 		"the operator's restricted Deployment": try(op, deploymentsGVR, ns, deploy("good", nil)),
+		"a pool with evalsid's CA beside its token": try(op, deploymentsGVR, ns, deploy("with-ca", func(p, _ map[string]any) {
+			p["volumes"] = []any{map[string]any{"name": "evalsi-token", "projected": map[string]any{"sources": []any{
+				map[string]any{"serviceAccountToken": map[string]any{"audience": "evalsi", "path": "token"}},
+				map[string]any{"secret": map[string]any{"name": "evalsid-ca", "items": []any{map[string]any{"key": "ca.crt", "path": "ca.crt"}}}}}}}}
+		})),
 		"a CheckpointServer's Deployment": try(op, deploymentsGVR, ns, deploy("vllm", func(p, _ map[string]any) {
 			p["serviceAccountName"] = "vllm"
 			p["volumes"] = []any{

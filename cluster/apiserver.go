@@ -92,7 +92,10 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 	network := []string{"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--endpoint-reconciler-type=none", "--egress-selector-config-file=" + egress}
 	if c.Node != nil {
-		network = []string{"--bind-address=0.0.0.0", "--advertise-address=" + realNodeIP}
+		// It reaches the kubelet (logs, exec) at the node's address, since nothing resolves its
+		// name, as the harness's admin, whom the kubelet trusts.
+		network = []string{"--bind-address=0.0.0.0", "--advertise-address=" + realNodeIP, "--kubelet-preferred-address-types=InternalIP",
+			"--kubelet-client-certificate=" + c.pki.AdminCert, "--kubelet-client-key=" + c.pki.AdminKey}
 	}
 	extra = append(extra, network...)
 	p, err := c.start("kube-apiserver", bin, append([]string{

@@ -53,6 +53,9 @@ type Report struct {
 type Reach struct {
 	Reachable bool   `json:"reachable"`
 	How       string `json:"how"`
+	// TLS says, of a target dialed with TLS that answered, whether its certificate verified
+	// ("verified") or why not.
+	TLS string `json:"tls,omitempty"`
 }
 
 // Target is an address the probe dials, by the name the report gives it.
@@ -62,6 +65,9 @@ type Target struct {
 	// Closed says the address must not answer: while it does, every target is dialed again
 	// until Options.Settle has passed.
 	Closed bool
+	// TLS says the address serves TLS, whose certificate the probe verifies, once it answers,
+	// with Options.CAFile (the pool's evalsid CA) for the address's host.
+	TLS bool
 }
 
 // Options say what to probe.
@@ -78,6 +84,8 @@ type Options struct {
 	Without []string
 	// TempDir is where the Landlock check makes the two files it reads (the pool's /tmp).
 	TempDir string
+	// CAFile verifies the certificates of TLS targets; empty: the system's roots.
+	CAFile string
 }
 
 // ChildEnv is the variable that makes the probe's binary, started again as a child, do one
@@ -134,6 +142,12 @@ func Probe(ctx context.Context, opts Options) Report {
 	}
 	r.RootReadOnly = fs.Flags&unix.ST_RDONLY != 0
 	r.Reach = reach(ctx, opts.Targets, opts.DialTimeout, opts.Settle)
+	for _, t := range opts.Targets {
+		if got := r.Reach[t.Name]; t.TLS && got.Reachable {
+			got.TLS = verifyTLS(ctx, t.Address, opts.CAFile, opts.DialTimeout)
+			r.Reach[t.Name] = got
+		}
+	}
 	if len(r.Errors) == 0 {
 		r.Errors = nil
 	}

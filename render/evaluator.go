@@ -56,6 +56,7 @@ func (spec EvaluatorSpec) check(fixed []EnvVar, limits Limits) error {
 	spec.Resources.check(specPointer.at("resources"), &ps)
 	owned := fixedEnv(fixed)
 	owned["EVALSI_SANDBOX_CLASS"] = "spec.sandboxClass"
+	owned[APICAFileEnv] = "" // whether or not the platform names a CA
 	checkEnv(specPointer.at("env"), spec.Env, owned, &ps)
 	spec.Scheduling.check(specPointer, &ps)
 	checkEgress(specPointer.at("egress"), spec.Egress, &ps)
@@ -73,13 +74,13 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 	if err != nil {
 		return nil, Pool{}, err
 	}
-	fixed := []EnvVar{
+	fixed := append([]EnvVar{
 		{Name: "EVALSI_API_URL", Value: opts.APIURL},
 		{Name: "EVALSI_PROJECT", Value: project},
 		{Name: "EVALSI_EVALUATOR", Value: obj.GetName()},
 		{Name: "EVALSI_SANDBOX_CLASS", Value: spec.SandboxClass},
 		{Name: TokenFileEnv, Value: TokenFile},
-	}
+	}, apiCAEnv(opts)...)
 	if err := spec.check(fixed, opts.Limits); err != nil {
 		return nil, Pool{}, err
 	}

@@ -28,6 +28,11 @@ const (
 	TokenFile = TokenDir + "/token"
 	// TokenFileEnv is the environment variable that names TokenFile in pool pods.
 	TokenFileEnv = "EVALSI_TOKEN_FILE"
+	// APICAFile is where a pool pod finds the CA that verifies evalsid, when the platform names
+	// one (Options.APICASecret); APICAFileEnv names it.
+	APICAFile = TokenDir + "/ca.crt"
+	// APICAFileEnv is the environment variable that names APICAFile in pool pods.
+	APICAFileEnv = "EVALSI_API_CA_FILE"
 	// DefaultTokenAudience is the audience evalsid expects when the operator is given none.
 	DefaultTokenAudience = evalsi.DefaultTokenAudience
 	// tokenExpirationSeconds is the projected token's lifetime; the kubelet renews it at 80 %.
@@ -42,21 +47,41 @@ func tokenAudience(opts Options) string {
 	return DefaultTokenAudience
 }
 
+// apiCAEnv is the variable that names the CA verifying evalsid in a pool pod, when the
+// platform names one; it follows the pod's other fixed variables, so that pods rendered without
+// one are as before.
+func apiCAEnv(opts Options) []EnvVar {
+	if opts.APICASecret == "" {
+		return nil
+	}
+	return []EnvVar{{Name: APICAFileEnv, Value: APICAFile}}
+}
+
 // signIn makes pod run as the service account sa with no Kubernetes API token and a projected
-// evalsid token mounted into container (whose fixed environment names it with TokenFileEnv).
+// evalsid token mounted into container (whose fixed environment names it: TokenFileEnv, apiCAEnv), beside the
+// CA that verifies evalsid when the platform names one: ca.crt of the Secret
+// Options.APICASecret, which the kubelet reads for the pod (no account of the namespace needs
+// to).
 func signIn(pod, container map[string]any, sa string, opts Options) {
 	pod["serviceAccountName"] = sa
 	pod["automountServiceAccountToken"] = false
+	sources := []any{map[string]any{
+		"serviceAccountToken": map[string]any{
+			"audience":          tokenAudience(opts),
+			"expirationSeconds": int64(tokenExpirationSeconds),
+			"path":              "token",
+		},
+	}}
+	if opts.APICASecret != "" {
+		sources = append(sources, map[string]any{"secret": map[string]any{
+			"name":  opts.APICASecret,
+			"items": []any{map[string]any{"key": "ca.crt", "path": "ca.crt"}},
+		}})
+	}
 	volumes, _ := pod["volumes"].([]any)
 	pod["volumes"] = append(volumes, map[string]any{
-		"name": "evalsi-token",
-		"projected": map[string]any{"sources": []any{map[string]any{
-			"serviceAccountToken": map[string]any{
-				"audience":          tokenAudience(opts),
-				"expirationSeconds": int64(tokenExpirationSeconds),
-				"path":              "token",
-			},
-		}}},
+		"name":      "evalsi-token",
+		"projected": map[string]any{"sources": sources},
 	})
 	mounts, _ := container["volumeMounts"].([]any)
 	container["volumeMounts"] = append(mounts, map[string]any{"name": "evalsi-token", "mountPath": TokenDir, "readOnly": true})

@@ -32,6 +32,10 @@ type Options struct {
 	SandboxNamespace string
 	// APIURL is evalsid's base URL, given to workers and to KEDA's queue-depth trigger.
 	APIURL string
+	// APICASecret is the Secret, in each pool's namespace, whose ca.crt verifies an https evalsid
+	// signed by a private CA: pool pods find it at APICAFile, beside their token. Empty: the
+	// image's system roots.
+	APICASecret string
 	// APIPeers are the NetworkPolicy peers (maps as Kubernetes takes them) through which pools
 	// reach evalsid; empty, they are read from APIURL (apiEgress), which an evalsid outside the
 	// cluster does not allow (CheckAPIEgress).

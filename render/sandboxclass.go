@@ -88,11 +88,11 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 		"command":         []any{SandboxdCommand},
 		"args":            toAnySlice(sandboxdArgs(spec, obj.GetName(), name)),
 		"securityContext": containerSecurity,
-		"env": envList([]EnvVar{
+		"env": envList(append([]EnvVar{
 			{Name: "EVALSI_API_URL", Value: opts.APIURL},
 			{Name: "EVALSI_SANDBOX_CLASS", Value: obj.GetName()},
 			{Name: TokenFileEnv, Value: TokenFile},
-		}, nil),
+		}, apiCAEnv(opts)...), nil),
 	}
 	if spec.Rung != RungPod { // the pod rung's resources are its trials'
 		setIf(container, "resources", spec.Resources.render())

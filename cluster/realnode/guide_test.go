@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +24,7 @@ import (
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/internal/guide"
 	"evals.si/operator/internal/pki"
+	"evals.si/operator/isolation"
 )
 
 // TestInstallGuide runs the Install and Uninstall sections of docs/install.md as written, block by
@@ -104,6 +107,29 @@ func TestInstallGuide(t *testing.T) {
 			}
 			return nil
 		})
+	}
+
+	// The pools' pods, as the kubelet runs them from the pool image (its stand-in programs report
+	// what their pod was given): the projected token, evalsid at the guide's private-CA URL
+	// answering through the pool's NetworkPolicy and verified with the CA the chart handed the
+	// pod, and the metadata listener and the Kubernetes API dropped by the policy.
+	for _, pool := range []struct{ ns, selector, container string }{
+		{"team-a", "app.kubernetes.io/name=evaluator,app.kubernetes.io/instance=judge", "evaluator"},
+		{"evalsi-sandbox", "app.kubernetes.io/name=sandboxclass,app.kubernetes.io/instance=landlock", "sandboxd"},
+	} {
+		token, result := standInReport(t, ctx, c, pool.ns, pool.selector, pool.container)
+		if !strings.Contains(token, "token present at /var/run/secrets/evals.si/token; evalsid "+evalsidURL) {
+			t.Errorf("%s pool: the stand-in says %q, want its projected token and evalsid's URL", pool.container, token)
+		}
+		r := result.Report.Reach
+		if got := r["evalsid"]; !got.Reachable || got.TLS != "verified" {
+			t.Errorf("%s pool: evalsid %+v, want it reachable and its certificate verified with the CA the pod was handed", pool.container, got)
+		}
+		for _, closed := range []string{"metadata", "kubernetes"} {
+			if got, ok := r[closed]; !ok || got.Reachable {
+				t.Errorf("%s pool: %s %+v (dialed: %v), want it dropped by the pool's NetworkPolicy", pool.container, closed, got, ok)
+			}
+		}
 	}
 
 	// What a user sees next: an invalid object is refused at once, with the field named.
@@ -215,4 +241,43 @@ func platformEvalsid(t *testing.T, ctx context.Context, c *cluster.Cluster, bin 
 		return c.Close()
 	})
 	return "https://" + addr, filepath.Join(dir, "ca.crt")
+}
+
+// standInReport waits until the stand-in program of a pool's pod (testdata/pool-standin) has
+// logged its report, and returns its line about the token and evalsid, and the isolation
+// probe's result it ran from inside the pod.
+func standInReport(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, selector, container string) (string, isolation.Result) {
+	t.Helper()
+	var token string
+	var result isolation.Result
+	clustertest.Eventually(t, ctx, "the "+container+" stand-in's report in "+ns, func() error {
+		pods, err := c.Clientset().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) == 0 {
+			return fmt.Errorf("no pod %s", selector)
+		}
+		logs, err := c.Clientset().CoreV1().Pods(ns).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{Container: container}).Do(ctx).Raw()
+		if err != nil {
+			return err
+		}
+		token = ""
+		for _, line := range strings.Split(string(logs), "\n") {
+			if rest, ok := strings.CutPrefix(line, container+": reach: "); ok {
+				if err := json.Unmarshal([]byte(rest), &result); err != nil {
+					return fmt.Errorf("the report %q: %v", rest, err)
+				}
+				if token == "" {
+					return fmt.Errorf("no token line before the report:\n%s", logs)
+				}
+				return nil
+			}
+			if strings.HasPrefix(line, container+": token ") {
+				token = line
+			}
+		}
+		return fmt.Errorf("no report yet:\n%s", logs)
+	})
+	return token, result
 }

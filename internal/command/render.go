@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"evals.si/operator/render"
 )
@@ -18,6 +19,7 @@ var RenderFlags = []cli.Flag{
 	&cli.StringFlag{Name: "vllm-image", Value: render.DefaultVLLMImage, Usage: "image of CheckpointServers that name none"},
 	&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "namespace that SandboxClass pools run in"},
 	&cli.StringFlag{Name: "api-url", Value: "http://evalsid:8080", Usage: "evalsid's base URL, given to workers and to KEDA's queue-depth trigger"},
+	&cli.StringFlag{Name: "api-ca-secret", Usage: "the Secret, in each pool's namespace, whose ca.crt verifies an https evalsid of a private CA: pool pods mount it beside their token (" + render.APICAFileEnv + " names it); default: the image's system roots"},
 	&cli.StringFlag{Name: "pool-token-audience", Value: render.DefaultTokenAudience, Usage: "audience of the projected service-account tokens pool pods present to evalsid"},
 	MaxPoolReplicasFlag,
 	&cli.StringFlag{Name: "api-network-peers", Usage: "the NetworkPolicy peers through which pools reach evalsid, a JSON list such as [{\"ipBlock\":{\"cidr\":\"203.0.113.10/32\"}}]; required for an evalsid outside the cluster; default: evalsid's pods (app.kubernetes.io/name=evalsid) in the namespace of --api-url's Service"},
@@ -61,11 +63,17 @@ func ReadRenderOptions(c *cli.Context) (render.Options, error) {
 			return render.Options{}, cli.Exit(fmt.Sprintf("--kubernetes-api-cidrs=%s: not a CIDR such as 10.0.0.1/32: %v", cidr, err), ExitUsage)
 		}
 	}
+	if s := c.String("api-ca-secret"); s != "" {
+		if errs := validation.IsDNS1123Subdomain(s); len(errs) > 0 {
+			return render.Options{}, cli.Exit(fmt.Sprintf("--api-ca-secret=%s: not a Secret's name: %s", s, strings.Join(errs, "; ")), ExitUsage)
+		}
+	}
 	opts := render.Options{
 		DefaultImage:       c.String("default-image"),
 		VLLMImage:          c.String("vllm-image"),
 		SandboxNamespace:   c.String("sandbox-namespace"),
 		APIURL:             strings.TrimRight(c.String("api-url"), "/"),
+		APICASecret:        c.String("api-ca-secret"),
 		TokenAudience:      c.String("pool-token-audience"),
 		Limits:             render.Limits{MaxPoolReplicas: int32(c.Int("max-pool-replicas"))},
 		APIPeers:           peers,
