@@ -50,8 +50,9 @@ docker-build:
 	$(GO_RUN) ./cmd/evalsi-release binaries --version $(RELEASE_VERSION) --platforms linux/$$(go env GOARCH) --out dist
 	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) dist
 
-# The operator image and the stand-in pool image (testdata/pool-standin), built without a daemon
-# as the release dry run builds them, pushed to REGISTRY (host[:port][/path]; plain HTTP or a
+# The operator image and, FROM it, the stand-in pool image (testdata/pool-standin) and the
+# stand-in vLLM image (testdata/model-standin), built without a daemon as the release dry run
+# builds them, pushed to REGISTRY (host[:port][/path]; plain HTTP or a
 # certificate this machine does not trust is accepted). bin/images/images.env then names each
 # by repository and digest, for the install guide's helm --set flags.
 REGISTRY ?=
