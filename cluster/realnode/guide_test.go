@@ -132,6 +132,59 @@ func TestInstallGuide(t *testing.T) {
 		}
 	}
 
+	// An EvalRun of a CheckpointServer waits until the server is Ready, then runs: the server on
+	// the stand-in vLLM image `make push` pushed, which answers /health 15 s after it starts.
+	images := imagesEnv(t, root)
+	apply := func(manifest string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig="+c.Kubeconfig, "apply", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl apply: %v\n%s\n%s", err, out, manifest)
+		}
+	}
+	apply(fmt.Sprintf(`apiVersion: evals.si/v1alpha1
+kind: CheckpointServer
+metadata: {name: step-900, namespace: team-a}
+spec:
+  model: evalsi/demo-step-900
+  servedModelName: run1-step900
+  image: %s@%s
+  gpus: 0
+  resources: {requests: {cpu: 50m, memory: 64Mi}}
+  extraArgs: [--standin-health-delay=15s]
+---
+apiVersion: evals.si/v1alpha1
+kind: EvalRun
+metadata: {name: eval-step-900, namespace: team-a}
+spec:
+  suite: smoke
+  target: {checkpointServer: step-900}
+  evaluators: [judge]
+`, images["MODEL_IMAGE_REPOSITORY"], images["MODEL_IMAGE_DIGEST"]))
+	runs := c.Dynamic().Resource(schema.GroupVersionResource{Group: "evals.si", Version: "v1alpha1", Resource: "evalruns"}).Namespace("team-a")
+	var waited bool
+	clustertest.Eventually(t, ctx, "the EvalRun of the CheckpointServer Complete", func() error {
+		u, err := runs.Get(ctx, "eval-step-900", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, cond := range conditions {
+			m, _ := cond.(map[string]any)
+			if msg, _ := m["message"].(string); m["type"] == "Ready" && msg == "waiting for CheckpointServer step-900 to be Ready" {
+				waited = true
+			}
+			if m["type"] == "Complete" && m["status"] == "True" {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", conditions)
+	})
+	if !waited {
+		t.Errorf("the EvalRun of CheckpointServer step-900 was never seen waiting for it to be Ready")
+	}
+
 	// What a user sees next: an invalid object is refused at once, with the field named.
 	bad := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig="+c.Kubeconfig, "apply", "-f", "-")
 	bad.Stdin = strings.NewReader("apiVersion: evals.si/v1alpha1\nkind: Evaluator\nmetadata: {name: bad, namespace: team-a}\nspec: {autoscaling: {minReplicas: -1}}\n")

@@ -189,6 +189,12 @@ func pushImages(t *testing.T, ctx context.Context, node *cluster.RealNode) map[s
 	if out, err := push.CombinedOutput(); err != nil {
 		t.Fatalf("make push: %v\n%s", err, out)
 	}
+	return imagesEnv(t, root)
+}
+
+// imagesEnv reads the bin/images/images.env that `make push` wrote in the checkout root.
+func imagesEnv(t *testing.T, root string) map[string]string {
+	t.Helper()
 	f, err := os.Open(filepath.Join(root, "bin", "images", "images.env"))
 	if err != nil {
 		t.Fatal(err)
