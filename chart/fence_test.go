@@ -238,7 +238,7 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 	_, token := op.Resource(schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}).Namespace(ns).
 		Create(ctx, tokenRequest, dry, "token")
 	const unlabelled = "creates, updates and deletes only objects labelled app.kubernetes.io/managed-by: evalsi"
-	const volumesAllowed = "mount only emptyDir, persistentVolumeClaim and projected volumes of service-account tokens and of the ca.crt of a Secret the platform names (evalsid-ca)"
+	const volumesAllowed = "mount only emptyDir, persistentVolumeClaim and projected volumes of service-account tokens and of the ca.crt of a Secret the platform names (evalsid-ca, evalsi-operator-tls)"
 	// caSource projects the keys of Secret name, as a pool's evalsid CA is projected.
 	caSource := func(name string, keys ...string) map[string]any {
 		items := []any{}

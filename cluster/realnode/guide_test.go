@@ -184,6 +184,11 @@ spec:
 	if !waited {
 		t.Errorf("the EvalRun of CheckpointServer step-900 was never seen waiting for it to be Ready")
 	}
+	// The server's pod would outlive the uninstall, holding its requests on the node.
+	del := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig="+c.Kubeconfig, "-n", "team-a", "delete", "checkpointserver/step-900", "evalrun/eval-step-900", "--wait=true")
+	if out, err := del.CombinedOutput(); err != nil {
+		t.Errorf("deleting the CheckpointServer and its EvalRun: %v\n%s", err, out)
+	}
 
 	// What a user sees next: an invalid object is refused at once, with the field named.
 	bad := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig="+c.Kubeconfig, "apply", "-f", "-")

@@ -102,7 +102,9 @@ func TestCheckpointServerServesOnTheRealNode(t *testing.T) {
 	server := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "CheckpointServer",
 		"metadata": map[string]any{"name": name, "namespace": ns},
 		"spec": map[string]any{"model": "/checkpoints/step-900", "servedModelName": served, "checkpointClaim": "training-checkpoints",
-			"apiKeySecret": map[string]any{"name": "vllm-key"}, "gpus": int64(1), "extraArgs": []any{"--standin-health-delay=3s"}}}}
+			"apiKeySecret": map[string]any{"name": "vllm-key"}, "gpus": int64(1), "extraArgs": []any{"--standin-health-delay=3s"},
+			// What the stand-in needs: a vLLM server's default requests do not fit this node.
+			"resources": map[string]any{"requests": map[string]any{"cpu": "50m", "memory": "64Mi"}}}}}
 	if _, err := servers.Create(ctx, server, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
