@@ -120,9 +120,10 @@ func kedaWrapperDir(ctx context.Context) (string, error) {
 // StartKeda runs KEDA against the cluster as KEDA's charts would, with processes on loopback: its
 // CRDs, its admission webhooks (registered by URL with their own CA, failing closed) and its
 // operator, which scales ScaledObjects' targets between zero and one and makes their HPAs.
-// audiences configure which service accounts KEDA mints tokens for. KEDA runs with the admin
-// identity and stops with the cluster.
-func (c *Cluster) StartKeda(ctx context.Context, audiences []KedaTokenAudience) error {
+// audiences configure which service accounts KEDA mints tokens for; caDirs are directories of CA
+// certificates its scalers trust besides the system's (its --ca-dir, where KEDA's charts mount
+// extra CAs). KEDA runs with the admin identity and stops with the cluster.
+func (c *Cluster) StartKeda(ctx context.Context, audiences []KedaTokenAudience, caDirs ...string) error {
 	operator, webhooks, err := Keda(ctx, c.opts.Progress)
 	if err != nil {
 		return err
@@ -168,12 +169,15 @@ func (c *Cluster) StartKeda(ctx context.Context, audiences []KedaTokenAudience) 
 	if err := c.registerKedaWebhooks(ctx, "https://127.0.0.1:"+strconv.Itoa(ports[0]), caPEM); err != nil {
 		return err
 	}
-	op, err := c.startEnv("keda-operator", operator, env,
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(ports[1]),
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(ports[2]),
-		"--metrics-service-bind-address=127.0.0.1:"+strconv.Itoa(ports[3]),
-		"--cert-dir="+certDir, "--leader-elect=false", "--enable-webhook-patching=false",
-		"--enable-apiservice-patching=false", "--zap-log-level=info")
+	args := []string{"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[1]),
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(ports[2]),
+		"--metrics-service-bind-address=127.0.0.1:" + strconv.Itoa(ports[3]),
+		"--cert-dir=" + certDir, "--leader-elect=false", "--enable-webhook-patching=false",
+		"--enable-apiservice-patching=false", "--zap-log-level=info"}
+	for _, d := range caDirs {
+		args = append(args, "--ca-dir="+d)
+	}
+	op, err := c.startEnv("keda-operator", operator, env, args...)
 	if err != nil {
 		return err
 	}

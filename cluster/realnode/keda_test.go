@@ -1,0 +1,173 @@
+package realnode_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+
+	v1 "evals.si/operator/apiclient/evalsiv1"
+	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/evalsi"
+	"evals.si/operator/evalsid"
+	"evals.si/operator/internal/pki"
+)
+
+// TestKEDAScalesARealPool has KEDA (its operator and admission webhooks, as processes beside the
+// node) scale an Evaluator's pool on the real node from zero to one and back, reading the pool's
+// queue from an evalsid of a private CA on the node's address, over https: KEDA trusts the CA
+// through its --ca-dir, as the install guide says to mount it. The pod KEDA's scale-up starts
+// runs the pool image the kubelet pulled by digest, with its projected token and the CA, and
+// reaches evalsid through its NetworkPolicy; after the queue empties and the cooldown passes,
+// no pod is left.
+func TestKEDAScalesARealPool(t *testing.T) {
+	c, node := realNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cs := c.Clientset()
+	const ns = "autoscale"
+	images := pushImages(t, ctx, node)
+	root, err := cluster.Checkout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.InstallCRDs(ctx, filepath.Join(root, "chart", "evalsi-crds", "files", "crds")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// What the evalsi chart makes: the account KEDA reads queues as.
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: evalsi.QueueReaderServiceAccount}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// evalsid on the node's address, with a certificate of a CA of the test's.
+	dir := t.TempDir()
+	ca, caKey, err := pki.NewCA("platform evalsid CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, leafKey, err := pki.NewLeaf(ca, caKey, x509.Certificate{Subject: pkix.Name{CommonName: "evalsid"},
+		IPAddresses: []net.IP{net.ParseIP("10.88.0.2")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caDir := filepath.Join(dir, "ca")
+	if err := os.Mkdir(caDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(caDir, "ca.crt")
+	if err := os.WriteFile(caFile, pki.EncodeCert(ca), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := rest.HTTPClientFor(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := evalsid.New(map[string]string{"operator-token": "system:serviceaccount:" + ns + ":evalsi-operator"}, evalsid.DefaultSchedule)
+	api.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: c.Config.Host, Client: hc, Audience: evalsi.DefaultTokenAudience})
+	l, err := net.Listen("tcp", "10.88.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go api.ServeTLS(ctx, l, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leaf.Raw}, PrivateKey: leafKey}}})
+	apiURL := "https://" + l.Addr().String()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "evalsid-ca", Namespace: ns}, Data: map[string][]byte{"ca.crt": pki.EncodeCert(ca)}}
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := c.StartKeda(ctx, []cluster.KedaTokenAudience{{Audience: evalsi.DefaultTokenAudience, Namespace: ns, ServiceAccountName: evalsi.QueueReaderServiceAccount}}, caDir); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("operator-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runOperator(t, c, "--namespace="+ns, "--controllers=evaluator", "--discovery-interval=1s", "--api-url="+apiURL,
+		"--api-ca-file="+caFile, "--api-ca-secret=evalsid-ca", "--api-token-file="+tokenFile,
+		"--default-image="+images["POOL_IMAGE_REPOSITORY"]+"@"+images["POOL_IMAGE_DIGEST"])
+
+	evaluator := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",
+		"metadata": map[string]any{"name": "judge", "namespace": ns},
+		"spec": map[string]any{"autoscaling": map[string]any{
+			"minReplicas": int64(0), "maxReplicas": int64(1), "targetQueueDepth": int64(2),
+			"pollingInterval": "1s", "cooldownPeriod": "3s",
+		}},
+	}}
+	if _, err := c.Dynamic().Resource(evalsi.Evaluators).Namespace(ns).Create(ctx, evaluator, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := func(want int) func() error {
+		return func() error {
+			list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=evaluator,app.kubernetes.io/instance=judge"})
+			if err != nil {
+				return err
+			}
+			ready := 0
+			for _, p := range list.Items {
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+						ready++
+					}
+				}
+			}
+			if len(list.Items) != want || ready != want {
+				return fmt.Errorf("%d pods, %d Ready, want %d; %s", len(list.Items), ready, want, notReady(ctx, c))
+			}
+			return nil
+		}
+	}
+	clustertest.Eventually(t, ctx, "KEDA's ScaledObject Ready and the idle pool at zero pods", func() error {
+		so, err := c.Dynamic().Resource(evalsi.ScaledObjects).Namespace(ns).Get(ctx, "judge-evaluator", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := readyCondition(so); !strings.HasPrefix(got, "True") {
+			return fmt.Errorf("ScaledObject Ready %s", got)
+		}
+		return pods(0)()
+	})
+
+	api.SetQueueDepth(ns, v1.PoolKind_POOL_KIND_EVALUATOR, "judge", 5)
+	clustertest.Eventually(t, ctx, "KEDA starts a pool pod when the queue fills", pods(1))
+	token, result := standInReport(t, ctx, c, ns, "app.kubernetes.io/name=evaluator,app.kubernetes.io/instance=judge", "evaluator")
+	if !strings.Contains(token, "token present") {
+		t.Errorf("the pool pod KEDA started says %q, want its projected token", token)
+	}
+	if got := result.Report.Reach["evalsid"]; !got.Reachable || got.TLS != "verified" {
+		t.Errorf("the pool pod KEDA started: evalsid %+v, want it reachable and verified with the CA it was handed", got)
+	}
+	api.SetQueueDepth(ns, v1.PoolKind_POOL_KIND_EVALUATOR, "judge", 0)
+	clustertest.Eventually(t, ctx, "KEDA scales the pool back to zero pods after the cooldown", pods(0))
+
+	reads := 0
+	for _, call := range api.CallLog() {
+		if call.Method != "GetQueueDepth" {
+			continue
+		}
+		if call.Code != 0 {
+			t.Errorf("KEDA's queue read failed with %v: its trust of the CA, its token or the URL is wrong", call.Code)
+			break
+		}
+		reads++
+	}
+	if reads == 0 {
+		t.Error("KEDA never read the queue")
+	}
+}
