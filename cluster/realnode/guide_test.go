@@ -259,20 +259,8 @@ func platformEvalsid(t *testing.T, ctx context.Context, c *cluster.Cluster, bin 
 	t.Helper()
 	const addr = "10.88.0.2:8443"
 	dir := t.TempDir()
-	ca, caKey, err := pki.NewCA("platform evalsid CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key, err := pki.NewLeaf(ca, caKey, x509.Certificate{Subject: pkix.Name{CommonName: "evalsid"},
-		IPAddresses: []net.IP{net.ParseIP("10.88.0.2")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := pki.EncodeKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for file, data := range map[string][]byte{"ca.crt": pki.EncodeCert(ca), "tls.crt": pki.EncodeCert(cert), "tls.key": keyPEM} {
+	caPEM, certPEM, keyPEM := evalsidCertificate(t)
+	for file, data := range map[string][]byte{"ca.crt": caPEM, "tls.crt": certPEM, "tls.key": keyPEM} {
 		if err := os.WriteFile(filepath.Join(dir, file), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -338,4 +326,24 @@ func standInReport(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, se
 		return fmt.Errorf("no report yet:\n%s", logs)
 	})
 	return token, result
+}
+
+// evalsidCertificate makes a CA of the test's, "platform evalsid CA", and a serving certificate
+// it signed for an evalsid on the node's address, and returns the CA's, the certificate's and
+// its key's PEM.
+func evalsidCertificate(t *testing.T) (caPEM, certPEM, keyPEM []byte) {
+	t.Helper()
+	ca, caKey, err := pki.NewCA("platform evalsid CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := pki.NewLeaf(ca, caKey, x509.Certificate{Subject: pkix.Name{CommonName: "evalsid"},
+		IPAddresses: []net.IP{net.ParseIP("10.88.0.2")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keyPEM, err = pki.EncodeKey(key); err != nil {
+		t.Fatal(err)
+	}
+	return pki.EncodeCert(ca), pki.EncodeCert(cert), keyPEM
 }

@@ -3,8 +3,6 @@ package realnode_test
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"net"
 	"os"
@@ -23,7 +21,6 @@ import (
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/evalsid"
-	"evals.si/operator/internal/pki"
 )
 
 // TestKEDAScalesARealPool has KEDA (its operator and admission webhooks, as processes beside the
@@ -57,12 +54,8 @@ func TestKEDAScalesARealPool(t *testing.T) {
 
 	// evalsid on the node's address, with a certificate of a CA of the test's.
 	dir := t.TempDir()
-	ca, caKey, err := pki.NewCA("platform evalsid CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, leafKey, err := pki.NewLeaf(ca, caKey, x509.Certificate{Subject: pkix.Name{CommonName: "evalsid"},
-		IPAddresses: []net.IP{net.ParseIP("10.88.0.2")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, time.Hour)
+	caPEM, certPEM, keyPEM := evalsidCertificate(t)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +64,7 @@ func TestKEDAScalesARealPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	caFile := filepath.Join(caDir, "ca.crt")
-	if err := os.WriteFile(caFile, pki.EncodeCert(ca), 0o644); err != nil {
+	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	hc, err := rest.HTTPClientFor(c.Config)
@@ -84,9 +77,9 @@ func TestKEDAScalesARealPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go api.ServeTLS(ctx, l, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leaf.Raw}, PrivateKey: leafKey}}})
+	go api.ServeTLS(ctx, l, &tls.Config{Certificates: []tls.Certificate{cert}})
 	apiURL := "https://" + l.Addr().String()
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "evalsid-ca", Namespace: ns}, Data: map[string][]byte{"ca.crt": pki.EncodeCert(ca)}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "evalsid-ca", Namespace: ns}, Data: map[string][]byte{"ca.crt": caPEM}}
 	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
