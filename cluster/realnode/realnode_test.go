@@ -40,6 +40,9 @@ var world struct {
 	node *cluster.RealNode
 	bin  string // the operator binary operatorImage holds
 	err  error
+	// push makes the images of `make push` once, for the tests that run them (pushImages).
+	push    sync.Once
+	pushErr error
 }
 
 // realNode returns the control plane and its real node, with operatorImage imported.
