@@ -147,20 +147,48 @@ func SilentAddress() (addr string, stop func(), err error) {
 		return "", nil, err
 	}
 	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
-	// Fill the accept queue until dials get no answer (bounded: a queue of 0 holds one or two).
-	// On a loaded machine a handshake can take longer than a dial's wait, so silence counts only
-	// when two dials in a row, the second waiting a second, get none.
+	// Fill the accept queue until the kernel says it is full: for a listener, TCP_INFO's unacked
+	// is the queue's length and sacked its limit, and a SYN that finds the queue over its limit
+	// is dropped. Reading the queue, not timing dials, keeps a loaded machine's slow handshakes
+	// from passing for silence (bounded: a queue of 0 holds one connection).
 	for range 8 {
-		c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 		if err != nil {
-			if c, err = net.DialTimeout("tcp", addr, time.Second); err != nil {
-				return addr, stop, nil
-			}
+			stop()
+			return "", nil, err
+		}
+		if info.Unacked > info.Sacked {
+			return addr, stop, nil
+		}
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			stop()
+			return "", nil, err
 		}
 		held = append(held, c)
+		if err := awaitQueued(fd, info.Unacked+1); err != nil {
+			stop()
+			return "", nil, err
+		}
 	}
 	stop()
-	return "", nil, errors.New("the loopback listener kept answering")
+	return "", nil, errors.New("the loopback listener's accept queue never filled")
+}
+
+// awaitQueued waits, up to ten seconds, until the listener fd's accept queue holds n connections:
+// a dial returns on the SYN-ACK, before the kernel has queued the connection on the final ACK.
+func awaitQueued(fd int, n uint32) error {
+	for range 1000 {
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil {
+			return err
+		}
+		if info.Unacked >= n {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("the loopback listener's accept queue did not reach %d", n)
 }
 
 // CopyExecutable copies the program at from into dir as name, executable by any user: a confined
