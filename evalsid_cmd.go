@@ -2,13 +2,18 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -23,6 +28,7 @@ func evalsidCommand() *cli.Command {
 		Usage: "serve the reference in-memory evalsid (RunService, MonitorService and QueueService over Connect); it runs no evaluator: every run's result is simulated, and marked so",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8090", Usage: "address to serve on"},
+			&cli.StringFlag{Name: "metrics-bind-address", Usage: "serve Prometheus metrics (evalsid_runs by project) on this address, without authentication (off when empty)"},
 			&cli.StringFlag{Name: "tokens", Usage: "file of accepted bearer tokens, one \"TOKEN IDENTITY\" per line"},
 			&cli.StringFlag{Name: "kubernetes-audience", Usage: "accept the cluster's service-account tokens for this audience (the kubernetes: provider), verified with the API server's issuer discovery, while the service account and the pod each names still exist (read with get on serviceaccounts and pods, each answer kept 30s)"},
 			command.KubeconfigFlag("of the cluster whose tokens are accepted"),
@@ -64,6 +70,11 @@ func evalsidCommand() *cli.Command {
 			}
 			srv.SetOperatorNamespaces(operators...)
 			srv.SetSandboxNamespace(c.String("sandbox-namespace"))
+			if addr := c.String("metrics-bind-address"); addr != "" {
+				if err := serveMetrics(c.Context, addr, srv.Collector()); err != nil {
+					return err
+				}
+			}
 			aud := c.String("kubernetes-audience")
 			if aud != "" || c.Bool("cluster") {
 				rc, err := command.KubeConfig(c.String("kubeconfig"))
@@ -156,4 +167,21 @@ func serverTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// serveMetrics serves the collector's metrics on addr until ctx ends.
+func serveMetrics(ctx context.Context, addr string, collector prometheus.Collector) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("serving metrics: %w", err)
+	}
+	srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	go srv.Serve(l)
+	return nil
 }

@@ -21,7 +21,7 @@ import (
 // TestEvalsidTrustsOperatorsOnlyWhereTold runs the evalsid command as a platform would, and
 // calls it as the evalsi-operator account of team-a: without --operator-namespace that account
 // is what any namespace editor can make, and may not create a run in someone's name; named by
-// the flag, it is the operator.
+// the flag, it is the operator. Its metrics (--metrics-bind-address) count the runs it holds.
 func TestEvalsidTrustsOperatorsOnlyWhereTold(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte("t1 system:serviceaccount:team-a:evalsi-operator\n"), 0o600); err != nil {
@@ -42,9 +42,14 @@ func TestEvalsidTrustsOperatorsOnlyWhereTold(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			addr := l.Addr().String()
+			m, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, metrics := l.Addr().String(), m.Addr().String()
 			l.Close()
-			args := append([]string{"evalsi-operator", "evalsid", "--listen=" + addr, "--tokens=" + tokens}, tc.flags...)
+			m.Close()
+			args := append([]string{"evalsi-operator", "evalsid", "--listen=" + addr, "--tokens=" + tokens, "--metrics-bind-address=" + metrics}, tc.flags...)
 			done := make(chan int)
 			go func() { done <- execute(ctx, args, strings.NewReader(""), io.Discard, io.Discard) }()
 			defer func() { cancel(); clustertest.Await(t, "evalsid", done) }()
@@ -66,6 +71,16 @@ func TestEvalsidTrustsOperatorsOnlyWhereTold(t *testing.T) {
 			}
 			if got != tc.want {
 				t.Errorf("CreateRun as team-a's evalsi-operator: %v, want code %v", err, tc.want)
+			}
+			// Its metrics count the runs it holds (run ids cannot be guessed, so that is how they are counted).
+			resp, err := http.Get("http://" + metrics + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if held := strings.Contains(string(body), `evalsid_runs{project="team-a"} 1`); held != (tc.want == 0) {
+				t.Errorf("evalsid's metrics say it holds team-a's run: %v, want %v:\n%s", held, tc.want == 0, body)
 			}
 		})
 	}

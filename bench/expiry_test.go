@@ -43,7 +43,7 @@ func BenchmarkFinishedEvalRunsExpire(b *testing.B) {
 	for range b.N {
 		ns := fmt.Sprintf("bench-expiry-%d", time.Now().UnixNano())
 		createNamespace(b, ctx, ns)
-		api, apiAddr, apiToken := startEvalsid(b, ctx, op)
+		api, apiAddr, _, apiToken := startEvalsid(b, ctx, op)
 		defer api.stop()
 		operator := func(ttl time.Duration) *process {
 			return start(b, ctx, runsOperator(op, apiAddr, apiToken, "--evalrun-ttl="+ttl.String()), ns)

@@ -4,21 +4,21 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
-	"evals.si/operator/apiclient"
-	evalsiv1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
 )
@@ -43,7 +43,7 @@ func BenchmarkRunningEvalRuns(b *testing.B) {
 	for range b.N {
 		ns := fmt.Sprintf("bench-runs-%d", time.Now().UnixNano())
 		createNamespace(b, ctx, ns)
-		api, apiAddr, apiToken := startEvalsid(b, ctx, op)
+		api, apiAddr, _, apiToken := startEvalsid(b, ctx, op)
 		defer api.stop()
 		p := start(b, ctx, runsOperator(op, apiAddr, apiToken), ns)
 		defer p.stop()
@@ -124,10 +124,10 @@ func createRunning(b *testing.B, ctx context.Context, p *process, client dynamic
 }
 
 // startEvalsid runs the reference evalsid of binary op on a free loopback address, with runs that
-// become Running after a second and stay so. It returns the process, its address and the file of
-// the token it accepts.
-func startEvalsid(b *testing.B, ctx context.Context, op string) (p *process, addr, tokenFile string) {
-	addrs, err := freeAddrs(1)
+// become Running after a second and stay so. It returns the process, its address, the address of
+// its metrics and the file of the token it accepts.
+func startEvalsid(b *testing.B, ctx context.Context, op string) (p *process, addr, metricsAddr, tokenFile string) {
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -139,14 +139,14 @@ func startEvalsid(b *testing.B, ctx context.Context, op string) (p *process, add
 	if err := os.WriteFile(tokenFile, []byte("bench-token\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	p = launch(b, contender{name: "evalsid"}, []string{op, "evalsid", "--listen=" + addrs[0], "--tokens=" + tokens, "--pending=1s", "--running=0",
-		"--platform-identity=system:serviceaccount:evalsi:evalsi-operator"})
+	p = launch(b, contender{name: "evalsid"}, []string{op, "evalsid", "--listen=" + addrs[0], "--metrics-bind-address=" + addrs[1], "--tokens=" + tokens,
+		"--pending=1s", "--running=0", "--platform-identity=system:serviceaccount:evalsi:evalsi-operator"})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addrs[0] + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			return p, addrs[0], tokenFile
+			return p, addrs[0], addrs[1], tokenFile
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			p.stop()
@@ -156,28 +156,27 @@ func startEvalsid(b *testing.B, ctx context.Context, op string) (p *process, add
 	}
 }
 
-// runsAtEvalsid counts the runs the reference evalsid at addr holds for project, asking it with
-// the token in tokenFile: its run ids are numbered from run-000001 in the order it made them, so
-// it asks for them a batch at a time until a batch finds none.
-func runsAtEvalsid(ctx context.Context, addr, tokenFile, project string) (int, error) {
-	api, err := apiclient.New(apiclient.Options{URL: "http://" + addr, TokenFile: tokenFile})
+// runsAtEvalsid counts the runs the reference evalsid holds for project, read from its metrics
+// at metricsAddr (evalsid_runs; its run ids cannot be guessed, so they cannot be asked for).
+func runsAtEvalsid(ctx context.Context, metricsAddr, project string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
-	const batch = 1000
-	found := 0
-	for from := 1; ; from += batch {
-		ids := make([]string, batch)
-		for i := range ids {
-			ids[i] = fmt.Sprintf("run-%06d", from+i)
-		}
-		resp, err := api.Runs.BatchGetRuns(ctx, connect.NewRequest(&evalsiv1.BatchGetRunsRequest{Project: project, Ids: ids}))
-		if err != nil {
-			return 0, fmt.Errorf("asking evalsid for runs %s to %s: %w", ids[0], ids[batch-1], err)
-		}
-		if len(resp.Msg.Runs) == 0 {
-			return found, nil
-		}
-		found += len(resp.Msg.Runs)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("reading evalsid's metrics: %w", err)
 	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("reading evalsid's metrics: %w", err)
+	}
+	prefix := fmt.Sprintf("evalsid_runs{project=%q} ", project)
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, nil
 }

@@ -73,9 +73,9 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 	fmt.Printf("placement: %s\n", place)
 	// What is measured here needs no pod (steady state is converged children and statuses): run
 	// it with -pods=false, which starts no ReplicaSet controller.
-	evalsid, apiAddr, apiToken := startEvalsid(b, ctx, op)
+	evalsid, apiAddr, metricsAddr, apiToken := startEvalsid(b, ctx, op)
 	defer evalsid.stop()
-	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, from: mark(), prom: startPrometheus(b, ctx, ns), place: place}
+	s := &shardBench{b: b, ctx: ctx, op: op, ns: ns, apiAddr: apiAddr, apiToken: apiToken, evalsidMetrics: metricsAddr, from: mark(), prom: startPrometheus(b, ctx, ns), place: place}
 	defer s.prom.stop()
 	started := time.Now()
 
@@ -119,7 +119,7 @@ func benchShards(b *testing.B, ctx context.Context, op string, counts []int) {
 		}
 	}
 	// The runs evalsid holds, counted there: one per EvalRun, whatever the replicas believed.
-	held, err := runsAtEvalsid(ctx, s.apiAddr, s.apiToken, ns)
+	held, err := runsAtEvalsid(ctx, s.evalsidMetrics, ns)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -155,11 +155,13 @@ type shardBench struct {
 	ctx               context.Context
 	op, ns            string
 	apiAddr, apiToken string
-	from              auditMark
-	w                 *namespaceWatch
-	uids              map[string]string // the owners' UIDs by "kind/name"
-	ownersByBucket    [shard.Buckets]int
-	churns            int // the measures' churns so far
+	// evalsidMetrics is the address of evalsid's metrics, where its runs are counted.
+	evalsidMetrics string
+	from           auditMark
+	w              *namespaceWatch
+	uids           map[string]string // the owners' UIDs by "kind/name"
+	ownersByBucket [shard.Buckets]int
+	churns         int // the measures' churns so far
 	// prom scrapes the replicas for the dashboard's picture (nil without -dashboard); started
 	// counts the replicas started, to name them.
 	prom    *promServer

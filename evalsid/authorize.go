@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -18,8 +19,9 @@ import (
 // its name), whatever project its requests name. What it may call depends on which account it is:
 //
 //   - the operator (evalsi.OperatorServiceAccount, in a namespace where the server knows an
-//     operator runs: SetOperatorNamespaces) writes and reads runs, policies and trace sources,
-//     and is the one caller whose forwarded creator is recorded; an account of that name
+//     operator runs: SetOperatorNamespaces) writes and reads the runs of its own namespace and
+//     the policies and trace sources of its namespace's objects, and is the one caller whose
+//     forwarded creator is recorded; an account of that name
 //     elsewhere, which a namespace editor can make, may do what a pool may;
 //   - the queue reader (evalsi.QueueReaderServiceAccount), which KEDA signs in as, reads queue
 //     depths and nothing else; a SandboxClass's queue (no project) only from the sandbox namespace;
@@ -159,6 +161,9 @@ func (s *Server) authorize(identity, method string, msg any) (caller, error) {
 		return c, connect.NewError(connect.CodePermissionDenied,
 			fmt.Errorf("%s acts in project %q (namespace %s), not %q", identity, project, ns, requested))
 	}
+	if m, ok := msg.(interface{ GetOwner() string }); ok && !strings.HasPrefix(method, "Get") {
+		return c, c.mayOwn(m.GetOwner())
+	}
 	return c, nil
 }
 
@@ -180,13 +185,26 @@ func (c caller) runNamespace(requested string) string {
 	return c.namespace
 }
 
-// mayRead reports whether the caller may read run: a pool only the runs of its own namespace,
-// the ones it may work; the operator and a platform identity every run of the project they act in.
+// mayRead reports whether the caller may read, and so cancel or work, run: a platform identity
+// every run of every project; anyone else, the operator included, only the runs of its own
+// namespace. Another namespace bound to the same project has its own operator: a dev namespace's
+// editor who runs a pod as its operator account reaches no run of prod.
 func (c caller) mayRead(run *v1.Run) bool {
-	if c.role == rolePool || c.role == roleNamesake {
-		return run.Namespace == c.namespace
+	return c.role == rolePlatform || run.Namespace == c.namespace
+}
+
+// mayOwn checks the owner a namespaced operator names in a put or delete of a policy or trace
+// source: an object of its own namespace (<namespace>/<name>). It may not write as the CLI does,
+// with no owner, which changes what any owner holds.
+func (c caller) mayOwn(owner string) error {
+	if c.role != roleOperator {
+		return nil
 	}
-	return true
+	if ns, _, ok := strings.Cut(owner, "/"); !ok || ns != c.namespace {
+		return connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("owner: %s writes policies and trace sources only for objects of namespace %s, not %q", c.identity, c.namespace, owner))
+	}
+	return nil
 }
 
 // mayUseClass checks that a run in namespace may use the SandboxClass class: PermissionDenied when

@@ -80,7 +80,7 @@ func calls(project, runID string) map[string]func(context.Context, api) error {
 			return err
 		},
 		"PutPolicy": func(ctx context.Context, a api) error {
-			_, err := a.monitor.PutPolicy(ctx, connect.NewRequest(&v1.PutPolicyRequest{Project: project, Name: project + "-toxicity", Creator: "alice",
+			_, err := a.monitor.PutPolicy(ctx, connect.NewRequest(&v1.PutPolicyRequest{Project: project, Name: project + "-toxicity", Creator: "alice", Owner: project + "/toxicity",
 				Spec: &v1.PolicySpec{TraceSource: "prod", SamplingRate: 0.5}}))
 			return err
 		},
@@ -89,11 +89,11 @@ func calls(project, runID string) map[string]func(context.Context, api) error {
 			return err
 		},
 		"DeletePolicy": func(ctx context.Context, a api) error {
-			_, err := a.monitor.DeletePolicy(ctx, connect.NewRequest(&v1.DeletePolicyRequest{Project: project, Name: project + "-toxicity"}))
+			_, err := a.monitor.DeletePolicy(ctx, connect.NewRequest(&v1.DeletePolicyRequest{Project: project, Name: project + "-toxicity", Owner: project + "/toxicity"}))
 			return err
 		},
 		"PutTraceSource": func(ctx context.Context, a api) error {
-			_, err := a.monitor.PutTraceSource(ctx, connect.NewRequest(&v1.PutTraceSourceRequest{Project: project, Name: "prod", Spec: &v1.TraceSourceSpec{Type: "otlp"}}))
+			_, err := a.monitor.PutTraceSource(ctx, connect.NewRequest(&v1.PutTraceSourceRequest{Project: project, Name: "prod", Owner: project + "/prod", Spec: &v1.TraceSourceSpec{Type: "otlp"}}))
 			return err
 		},
 		"GetTraceSource": func(ctx context.Context, a api) error {
@@ -101,7 +101,7 @@ func calls(project, runID string) map[string]func(context.Context, api) error {
 			return err
 		},
 		"DeleteTraceSource": func(ctx context.Context, a api) error {
-			_, err := a.monitor.DeleteTraceSource(ctx, connect.NewRequest(&v1.DeleteTraceSourceRequest{Project: project, Name: "prod"}))
+			_, err := a.monitor.DeleteTraceSource(ctx, connect.NewRequest(&v1.DeleteTraceSourceRequest{Project: project, Name: "prod", Owner: project + "/prod"}))
 			return err
 		},
 		"GetQueueDepth": func(ctx context.Context, a api) error {
@@ -109,7 +109,7 @@ func calls(project, runID string) map[string]func(context.Context, api) error {
 			return err
 		},
 		"EnqueueTrial": func(ctx context.Context, a api) error {
-			_, err := a.queues.EnqueueTrial(ctx, connect.NewRequest(&v1.EnqueueTrialRequest{Project: project, RunId: runID, SandboxClass: "open"}))
+			_, err := a.queues.EnqueueTrial(ctx, connect.NewRequest(&v1.EnqueueTrialRequest{Project: project, RunId: runID, SandboxClass: "open", Trial: "case-1/1"}))
 			return err
 		},
 	}
@@ -169,7 +169,7 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 	}
 	open := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "evals.si/v1alpha1", "kind": "SandboxClass", "metadata": map[string]any{"name": "open"},
-		"spec": map[string]any{"rung": "landlock"},
+		"spec": map[string]any{"rung": "landlock", "allowedNamespaces": map[string]any{}},
 	}}
 	if _, err := c.Dynamic().Resource(evalsi.SandboxClasses).Create(ctx, open, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -377,6 +377,51 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 		}
 	})
 
+	t.Run("an operator acts on its own namespace's runs and objects only", func(t *testing.T) {
+		// team-a-ci acts in project team-a too. An editor of team-a-ci who runs a pod as its
+		// operator account neither reads nor cancels team-a's run, nor writes team-a's policy, by
+		// naming team-a's object as the owner or by writing as the CLI does, with none.
+		owner := clients["team-a/evalsi-operator"]
+		made, err := owner.runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{Project: "team-a", IdempotencyKey: "a-door", Spec: runSpec("")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runA := made.Msg.Run.Id
+		if _, err := owner.monitor.PutPolicy(ctx, connect.NewRequest(&v1.PutPolicyRequest{Project: "team-a", Name: "team-a-door", Owner: "team-a/door",
+			Spec: &v1.PolicySpec{TraceSource: "prod", SamplingRate: 0.5}})); err != nil {
+			t.Fatal(err)
+		}
+		op := clients["team-a-ci/evalsi-operator"]
+		for _, method := range []string{"GetRun", "CancelRun"} {
+			if err := calls("team-a", runA)[method](ctx, op); code(err) != connect.CodeNotFound {
+				t.Errorf("team-a-ci's operator: %s of team-a's run: %v, want NotFound", method, err)
+			}
+		}
+		batch, err := op.runs.BatchGetRuns(ctx, connect.NewRequest(&v1.BatchGetRunsRequest{Project: "team-a", Ids: []string{runA}}))
+		if err != nil || len(batch.Msg.Runs) != 0 {
+			t.Errorf("team-a-ci's operator reading team-a's run in a batch: %v, %v; want it missing", batch, err)
+		}
+		for _, owner := range []string{"team-a/door", ""} {
+			_, err := op.monitor.PutPolicy(ctx, connect.NewRequest(&v1.PutPolicyRequest{Project: "team-a", Name: "team-a-door", Owner: owner,
+				Spec: &v1.PolicySpec{TraceSource: "prod", SamplingRate: 1}}))
+			if code(err) != connect.CodePermissionDenied {
+				t.Errorf("team-a-ci's operator putting team-a's policy as owner %q: %v, want PermissionDenied", owner, err)
+			}
+			_, err = op.monitor.DeletePolicy(ctx, connect.NewRequest(&v1.DeletePolicyRequest{Project: "team-a", Name: "team-a-door", Owner: owner}))
+			if code(err) != connect.CodePermissionDenied {
+				t.Errorf("team-a-ci's operator deleting team-a's policy as owner %q: %v, want PermissionDenied", owner, err)
+			}
+		}
+		if got := srv.Policy("team-a-door"); got == nil || got.Spec.SamplingRate != 0.5 {
+			t.Errorf("team-a's policy after team-a-ci's operator's calls: %v", got)
+		}
+		for _, r := range srv.Runs() {
+			if r.Id == runA && r.Phase == v1.Phase_PHASE_CANCELLED {
+				t.Errorf("team-a's run was cancelled by team-a-ci's operator")
+			}
+		}
+	})
+
 	t.Run("a bound namespace acts in its project only, and a new binding is read from the watch", func(t *testing.T) {
 		op := clients["team-a-ci/evalsi-operator"]
 		if _, err := op.runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{Project: "team-a", IdempotencyKey: "ci-1", Spec: runSpec("")})); err != nil {
@@ -394,7 +439,8 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 			if err := calls("team-a", runA)["GetRun"](ctx, op); connect.CodeOf(err) != connect.CodePermissionDenied {
 				return fmt.Errorf("reading team-a's run: %v", err)
 			}
-			_, err := op.runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: "team-b", IdempotencyKey: "b-1"}))
+			// It acts in team-b, on its own namespace's runs.
+			_, err := op.runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{Project: "team-b", IdempotencyKey: "ci-in-b", Spec: runSpec("")}))
 			return err
 		})
 	})
@@ -469,7 +515,7 @@ func TestProjectBoundaryAtEvalsid(t *testing.T) {
 		} {
 			t.Run(name, func(t *testing.T) {
 				resp, err := clients[tc.pool+"/judge-evaluator"].queues.EnqueueTrial(ctx, connect.NewRequest(&v1.EnqueueTrialRequest{
-					Project: tc.project, RunId: tc.run, SandboxClass: tc.class}))
+					Project: tc.project, RunId: tc.run, SandboxClass: tc.class, Trial: name}))
 				if code(err) != tc.want {
 					t.Fatalf("%v, want code %v", err, tc.want)
 				}

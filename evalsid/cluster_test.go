@@ -30,7 +30,7 @@ func TestNewClassIsNotRefusedForGood(t *testing.T) {
 	dir := watchedCluster(t, ctx, c)
 	evalsid.MissNewClasses(dir)
 	for name, spec := range map[string]map[string]any{
-		"fresh":        {"rung": "landlock"},
+		"fresh":        {"rung": "landlock", "allowedNamespaces": map[string]any{}},
 		"fresh-closed": {"rung": "landlock", "allowedNamespaces": map[string]any{"matchLabels": map[string]any{"sandbox.evals.si/closed": "yes"}}},
 	} {
 		class := &unstructured.Unstructured{Object: map[string]any{

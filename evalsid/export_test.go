@@ -36,3 +36,13 @@ func CountNamespaceReads(c *Cluster) *atomic.Int32 {
 	}
 	return &n
 }
+
+// LimitTrialsPerRun lowers the bound of one run's trials, so that a test reaches it in a few calls.
+func LimitTrialsPerRun(s *Server, n int) { s.maxTrials = n }
+
+// CountedMethods is how many names the server counts calls under.
+func CountedMethods(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.calls)
+}

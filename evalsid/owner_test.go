@@ -19,7 +19,11 @@ import (
 func TestOwnersHoldTheirNames(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv := evalsid.New(map[string]string{"tok": "system:serviceaccount:team-a:evalsi-operator"}, evalsid.Schedule{})
+	// A cluster-wide operator (a platform identity) writes for the objects of every namespace,
+	// and so does a platform team's CLI by hand; a namespaced operator writes only for its own
+	// namespace's objects (TestProjectBoundaryAtEvalsid).
+	srv := evalsid.New(map[string]string{"tok": "system:serviceaccount:evalsi:evalsi-operator"}, evalsid.Schedule{})
+	srv.TrustPlatform("system:serviceaccount:evalsi:evalsi-operator")
 	base := serveLoopback(t, ctx, srv)
 	monitor := newAPI(base, "tok").monitor
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -46,14 +47,30 @@ func (s *Server) SetQueueDepth(namespace string, kind v1.PoolKind, name string, 
 	s.queues[queueKey{namespace: namespace, name: name, kind: kind}] = depth
 }
 
+// Bounds of what pools hand on with EnqueueTrial: a run's trials, and a trial's name.
+const (
+	// MaxTrialsPerRun is the most trials of one run that wait in a class's queue: a pool, or any
+	// pod of its namespace, cannot grow a shared class's queue, and so its pool, without bound.
+	MaxTrialsPerRun = 10_000
+	// maxTrialName is the longest trial name kept.
+	maxTrialName = 256
+)
+
 // EnqueueTrial hands one trial of a run to a SandboxClass's shared queue. The run must be one the
-// caller may read (a pool's own namespace's), the class the run's own when it names one, and the
-// class must admit the run's namespace: a pool whose Evaluator names a class its namespace may not
-// use, or a pod that claims any class it likes, gets PermissionDenied, and nothing waits.
+// caller may read (a pool's own namespace's) and not have ended, the class the run's own when it
+// names one, and the class must admit the run's namespace: a pool whose Evaluator names a class
+// its namespace may not use, or a pod that claims any class it likes, gets PermissionDenied, and
+// nothing waits. A trial is queued once, whatever number of times it is handed on, and a run
+// queues at most MaxTrialsPerRun.
 func (qs queueService) EnqueueTrial(ctx context.Context, req *connect.Request[v1.EnqueueTrialRequest]) (*connect.Response[v1.EnqueueTrialResponse], error) {
 	m, s := req.Msg, qs.s
-	if m.Project == "" || m.RunId == "" {
+	switch {
+	case m.Project == "" || m.RunId == "":
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("project and run_id are required"))
+	case m.Trial == "":
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("trial: required: the trial's name within the run"))
+	case len(m.Trial) > maxTrialName:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("trial: %d bytes, at most %d", len(m.Trial), maxTrialName))
 	}
 	s.mu.Lock()
 	r, err := s.find(callerOf(ctx), m.Project, m.RunId, "")
@@ -76,7 +93,19 @@ func (qs queueService) EnqueueTrial(ctx context.Context, req *connect.Request[v1
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := queueKey{name: class, kind: v1.PoolKind_POOL_KIND_SANDBOX}
-	s.queues[key]++
+	if phase := s.current(r, time.Now()).Phase; terminal(phase) {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("run %s has ended (%s): its trials are not queued", m.RunId, phase))
+	}
+	if !r.trials[m.Trial] {
+		if len(r.trials) >= s.maxTrials {
+			return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("run %s has handed on %d trials, the most one run may", m.RunId, s.maxTrials))
+		}
+		if r.trials == nil {
+			r.trials = map[string]bool{}
+		}
+		r.trials[m.Trial] = true
+		s.queues[key]++
+	}
 	return connect.NewResponse(&v1.EnqueueTrialResponse{SandboxClass: class, Depth: s.queues[key]}), nil
 }
 

@@ -2,9 +2,12 @@ package evalsid
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base32"
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -20,6 +23,8 @@ type run struct {
 	created time.Time
 	// fixed is a phase set by SetPhase or CancelRun, overriding the schedule.
 	fixed v1.Phase
+	// trials are the names of the trials handed to a SandboxClass's queue (EnqueueTrial).
+	trials map[string]bool
 }
 
 // current returns the run as of now, moving it along the schedule.
@@ -147,8 +152,7 @@ func (rs runService) CreateRun(ctx context.Context, req *connect.Request[v1.Crea
 	if s.runsOf[m.Project] >= MaxObjectsPerProject {
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("project %s has %d runs, the most this server keeps", m.Project, MaxObjectsPerProject))
 	}
-	s.nextID++
-	id := fmt.Sprintf("run-%06d", s.nextID)
+	id := newRunID()
 	r := &run{created: now, msg: &v1.Run{
 		Id: id, Project: m.Project, Namespace: namespace, Spec: proto.Clone(m.Spec).(*v1.RunSpec), Phase: v1.Phase_PHASE_PENDING,
 		Creator: c.creator(m.Creator), Url: fmt.Sprintf("%s/projects/%s/runs/%s", s.baseURL, m.Project, id),
@@ -161,6 +165,14 @@ func (rs runService) CreateRun(ctx context.Context, req *connect.Request[v1.Crea
 		s.byKey[key] = id
 	}
 	return connect.NewResponse(&v1.CreateRunResponse{Run: s.current(r, now)}), nil
+}
+
+// newRunID returns a run id no caller can guess: 128 random bits. Sequential ids would let
+// anyone who may read or cancel some run name every other.
+func newRunID() string {
+	b := make([]byte, 16)
+	rand.Read(b) // never fails (crypto/rand)
+	return "run-" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
 }
 
 // replayRun answers a create whose idempotency key already made a run (key is project/key): that

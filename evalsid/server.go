@@ -34,9 +34,10 @@ type Server struct {
 	policies  map[string]*policy
 	sources   map[string]*traceSource
 	queues    map[queueKey]uint32
+	// maxTrials bounds the trials of one run (MaxTrialsPerRun; tests lower it).
+	maxTrials int
 	schedule  Schedule
 	suites    map[string]bool // nil: any suite
-	nextID    int
 	baseURL   string
 
 	// kubernetes, when set, accepts the service-account tokens of a cluster besides tokens.
@@ -70,6 +71,10 @@ const (
 	// callLogSize is how many calls CallLog keeps: the most recent ones.
 	callLogSize = 10_000
 )
+
+// UnknownMethod is what the server counts a refused request under whose path names no method
+// of its services.
+const UnknownMethod = "(unknown)"
 
 // Call is one request the server received, for tests to count and inspect.
 type Call struct {
@@ -114,6 +119,7 @@ func New(tokens map[string]string, schedule Schedule) *Server {
 		policies:  map[string]*policy{},
 		sources:   map[string]*traceSource{},
 		queues:    map[queueKey]uint32{},
+		maxTrials: MaxTrialsPerRun,
 		schedule:  schedule,
 		calls:     map[string]int{},
 		platform:  map[string]bool{},
@@ -253,7 +259,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		identity, err := s.identify(r.Context(), r.Header.Get("Authorization"))
 		if err != nil {
+			// Before authentication the path is the caller's to choose: it is counted under a
+			// method the server has, or as unknownMethod, never under itself.
 			method := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+			if _, known := methodRoles[method]; !known {
+				method = UnknownMethod
+			}
 			s.mu.Lock()
 			s.calls[method]++
 			s.log.add(Call{Method: method, At: time.Now(), Code: connect.CodeUnauthenticated})

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"evals.si/operator/apiclient"
 	v1 "evals.si/operator/apiclient/evalsiv1"
@@ -326,6 +327,57 @@ func TestDeletingARunningEvalRunCancelsItOnce(t *testing.T) {
 	}
 	if phases[v1.Phase_PHASE_CANCELLED] != 2 || len(api.Runs()) != 2 {
 		t.Errorf("runs on the server by phase: %v, want both kept and Cancelled", phases)
+	}
+}
+
+// TestAStatusNamingAnotherNamespacesRunReachesNothing: a namespace admin who may write EvalRun
+// status (the evalsi-operator-evalrun role, bound to themselves) points an EvalRun's status.runId
+// at another namespace's run of the same project, which a cluster-wide operator may read. It neither
+// copies that run's status nor cancels it when the EvalRun is deleted: it cancels the run the
+// EvalRun made, found by its own idempotency key.
+func TestAStatusNamingAnotherNamespacesRunReachesNothing(t *testing.T) {
+	ctx := testContext(t)
+	victimNS, forgerNS := newNamespace(t, ctx, ""), newNamespace(t, ctx, "")
+	// Two namespaces of one project (dev and prod of a team): the run is in the project both act in.
+	for _, ns := range []string{victimNS, forgerNS} {
+		mergePatch(t, ctx, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", ns,
+			fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, evalsi.LabelProject, "shared-"+victimNS))
+	}
+	api := startEvalsid(t, evalsid.Schedule{})
+	startEngine(t, api.apiConfig(victimNS))
+	startEngine(t, api.apiConfig(forgerNS))
+	create(t, ctx, evalsi.EvalRuns, victimNS, "EvalRun", "prod", runSpec(nil))
+	victim, _, _ := unstructured.NestedString(waitPhase(t, ctx, victimNS, "prod", "Pending").Object, "status", "runId")
+	if err := api.SetPhase(victim, v1.Phase_PHASE_RUNNING); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ctx, victimNS, "prod", "Running")
+	create(t, ctx, evalsi.EvalRuns, forgerNS, "EvalRun", "forged", runSpec(nil))
+	own, _, _ := unstructured.NestedString(waitPhase(t, ctx, forgerNS, "forged", "Pending").Object, "status", "runId")
+
+	patch := fmt.Sprintf(`{"status":{"runId":%q}}`, victim)
+	if _, err := client(evalsi.EvalRuns, forgerNS).Patch(ctx, "forged", types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	got := waitReady(t, ctx, evalsi.EvalRuns, forgerNS, "forged", "False", evalsi.ReasonRunNotFound)
+	if phase := phaseOf(got); phase == "Running" {
+		t.Errorf("the forged EvalRun took the other namespace's run's phase %q", phase)
+	}
+	if err := client(evalsi.EvalRuns, forgerNS).Delete(ctx, "forged", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ctx, evalsi.EvalRuns, forgerNS, "forged")
+	for _, r := range api.Runs() {
+		switch r.Id {
+		case victim:
+			if r.Phase != v1.Phase_PHASE_RUNNING {
+				t.Errorf("the other namespace's run is %v after the forged EvalRun's deletion, want it Running", r.Phase)
+			}
+		case own:
+			if r.Phase != v1.Phase_PHASE_CANCELLED {
+				t.Errorf("the deleted EvalRun's own run is %v, want Cancelled", r.Phase)
+			}
+		}
 	}
 }
 

@@ -200,7 +200,11 @@ type EnqueueTrialRequest struct {
 	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// The SandboxClass the trial runs in: the run's spec.sandbox_class when it names one (then this
 	// may be empty or must be the same), else the pool's own (its Evaluator's spec.sandboxClass).
-	SandboxClass  string `protobuf:"bytes,3,opt,name=sandbox_class,json=sandboxClass,proto3" json:"sandbox_class,omitempty"`
+	SandboxClass string `protobuf:"bytes,3,opt,name=sandbox_class,json=sandboxClass,proto3" json:"sandbox_class,omitempty"`
+	// The trial's name within the run (a case and repeat, such as "case-17/2"): required. A trial
+	// already handed on is not queued again, and a run's trials are bounded
+	// (EnqueueTrial answers ResourceExhausted past the bound).
+	Trial         string `protobuf:"bytes,4,opt,name=trial,proto3" json:"trial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -252,6 +256,13 @@ func (x *EnqueueTrialRequest) GetRunId() string {
 func (x *EnqueueTrialRequest) GetSandboxClass() string {
 	if x != nil {
 		return x.SandboxClass
+	}
+	return ""
+}
+
+func (x *EnqueueTrialRequest) GetTrial() string {
+	if x != nil {
+		return x.Trial
 	}
 	return ""
 }
@@ -322,11 +333,12 @@ const file_evalsi_v1_queue_proto_rawDesc = "" +
 	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"<\n" +
 	"\x15GetQueueDepthResponse\x12\x19\n" +
 	"\x05depth\x18\x01 \x01(\rH\x00R\x05depth\x88\x01\x01B\b\n" +
-	"\x06_depth\"k\n" +
+	"\x06_depth\"\x81\x01\n" +
 	"\x13EnqueueTrialRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12#\n" +
-	"\rsandbox_class\x18\x03 \x01(\tR\fsandboxClass\"Q\n" +
+	"\rsandbox_class\x18\x03 \x01(\tR\fsandboxClass\x12\x14\n" +
+	"\x05trial\x18\x04 \x01(\tR\x05trial\"Q\n" +
 	"\x14EnqueueTrialResponse\x12#\n" +
 	"\rsandbox_class\x18\x01 \x01(\tR\fsandboxClass\x12\x14\n" +
 	"\x05depth\x18\x02 \x01(\rR\x05depth*U\n" +

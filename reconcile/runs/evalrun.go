@@ -119,6 +119,11 @@ func (er *evalRuns) Observe(ctx context.Context, r *engine.Request) (engine.Obse
 		}
 		run = resp.Msg.Run
 	}
+	if run.Namespace != r.Object.GetNamespace() {
+		// Whoever may write the status could name another namespace's run there: its status is
+		// not copied, and Delete finds the run by the EvalRun's own key.
+		return engine.Observation{}, engine.Terminalf(evalsi.ReasonRunNotFound, "status.runId names run %s, which was not made for this namespace's EvalRuns", runID)
+	}
 	return er.observed(r.Object, run), nil
 }
 
@@ -191,24 +196,25 @@ func (er *evalRuns) Update(context.Context, *engine.Request) (engine.Observation
 
 // Delete cancels the run of a deleted EvalRun unless it has ended; its results so far stay on
 // the server. While the server cannot confirm, the finalizer stays and the condition says why.
+// The run is found by the idempotency key the EvalRun made it with, never by status.runId: a
+// status is written by whoever holds the status subresource, and a run id written there could
+// name a run the EvalRun never made.
 func (er *evalRuns) Delete(ctx context.Context, r *engine.Request) error {
 	obj := r.Object
-	runID, _, _ := unstructured.NestedString(obj.Object, "status", "runId")
 	phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
 	if evalsi.TerminalPhase(phase) {
 		return nil
 	}
-	if runID == "" {
-		// A crash between the create and the status write leaves the id unknown here; the
-		// idempotency key finds the run, if it was made.
-		resp, err := er.api.Runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: r.Project, IdempotencyKey: string(obj.GetUID())}))
-		switch {
-		case connect.CodeOf(err) == connect.CodeNotFound:
-			return nil
-		case err != nil:
-			return apicall.Failure("finding the run to cancel", err)
-		}
-		runID = resp.Msg.Run.Id
+	resp, err := er.api.Runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: r.Project, IdempotencyKey: string(obj.GetUID())}))
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		return nil // never made, or made before a crash left it unrecorded: nothing to cancel
+	case err != nil:
+		return apicall.Failure("finding the run to cancel", err)
+	}
+	runID := resp.Msg.Run.Id
+	if evalsi.TerminalPhase(phaseNames[resp.Msg.Run.Phase]) {
+		return nil
 	}
 	if _, err := er.api.Runs.CancelRun(ctx, connect.NewRequest(&v1.CancelRunRequest{Project: r.Project, Id: runID})); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 		return apicall.Failure("cancelling the run before deletion", err)

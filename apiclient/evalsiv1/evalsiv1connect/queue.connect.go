@@ -49,7 +49,9 @@ type QueueServiceClient interface {
 	// queue until a sandbox of the class takes it. Only a pool of the run's own namespace may, and
 	// only to a class that admits that namespace (its spec.allowedNamespaces): the server holds a
 	// pool to the classes its namespace may use, whatever the pool's Evaluator or pod says. A run
-	// that names a class (spec.sandbox_class) has its trials run in that class alone.
+	// that names a class (spec.sandbox_class) has its trials run in that class alone. Each trial is
+	// queued once (by its name), a run's trials are bounded, and a run that has ended queues none
+	// (FailedPrecondition).
 	EnqueueTrial(context.Context, *connect.Request[evalsiv1.EnqueueTrialRequest]) (*connect.Response[evalsiv1.EnqueueTrialResponse], error)
 }
 
@@ -104,7 +106,9 @@ type QueueServiceHandler interface {
 	// queue until a sandbox of the class takes it. Only a pool of the run's own namespace may, and
 	// only to a class that admits that namespace (its spec.allowedNamespaces): the server holds a
 	// pool to the classes its namespace may use, whatever the pool's Evaluator or pod says. A run
-	// that names a class (spec.sandbox_class) has its trials run in that class alone.
+	// that names a class (spec.sandbox_class) has its trials run in that class alone. Each trial is
+	// queued once (by its name), a run's trials are bounded, and a run that has ended queues none
+	// (FailedPrecondition).
 	EnqueueTrial(context.Context, *connect.Request[evalsiv1.EnqueueTrialRequest]) (*connect.Response[evalsiv1.EnqueueTrialResponse], error)
 }
 
