@@ -35,7 +35,7 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "metrics-bind-address", Value: ":8080", Usage: "address of /metrics (0 disables)"},
 		&cli.BoolFlag{Name: "metrics-secure", Usage: "serve /metrics over HTTPS to bearer tokens allowed to get /metrics (TokenReview and SubjectAccessReview)"},
 		&cli.StringFlag{Name: "metrics-client-ca-file", Usage: "with --metrics-secure, serve /metrics only to scrapers presenting a client certificate this CA bundle verifies, and ask them for no token (a scraper sends its credential to no one)"},
-		&cli.StringSliceFlag{Name: "metrics-client-name", Usage: "with --metrics-client-ca-file, the common names a scraper's certificate may carry (repeatable; default: any the CA signed)"},
+		&cli.StringSliceFlag{Name: "metrics-client-name", Usage: "with --metrics-client-ca-file, the common names a scraper's certificate may carry (repeatable; required: with none, no scraper is answered)"},
 		&cli.StringFlag{Name: "metrics-token-audience", Usage: "with --metrics-secure and no client CA, the audience a scraper's token must be issued for (default: the API server's own)"},
 		&cli.StringFlag{Name: "metrics-cert-dir", Usage: "with --metrics-secure, serve the tls.crt and tls.key of this directory (read again when they change), whose CA scrapers verify; default: a certificate made at start"},
 		&cli.StringFlag{Name: "pprof-bind-address", Value: "0", Usage: "address of Go's profiles, /debug/pprof/ (0 disables; bind to loopback, they are not authenticated)"},

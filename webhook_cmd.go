@@ -41,7 +41,7 @@ func webhookCommand() *cli.Command {
 			&cli.DurationFlag{Name: "access-denied-ttl", Value: webhook.DefaultDeniedTTL, Usage: "how long a refused answer is kept: a right just granted is seen within it"},
 			&cli.IntFlag{Name: "max-in-flight", Usage: "admission reviews served at once (0: four per CPU); past them a review waits at most half its timeout and is then refused with 429 (evalsi_webhook_shed_total)"},
 			&cli.StringFlag{Name: "client-ca-file", Usage: "answer only callers with a client certificate this CA bundle verifies: the API server's webhook client certificate (its AdmissionConfiguration's kubeConfigFile); without it anyone who reaches the port may send a review"},
-			&cli.StringSliceFlag{Name: "client-name", Usage: "with --client-ca-file, the common names a caller's certificate may carry (repeatable; default: any the CA signed)"},
+			&cli.StringSliceFlag{Name: "client-name", Usage: "with --client-ca-file, the common names a caller's certificate may carry (repeatable; required: with none, no caller is answered)"},
 			&cli.IntFlag{Name: "max-connections", Usage: "connections served at once (0: 32 per CPU); past them a new connection waits in the kernel's backlog instead of costing a TLS handshake"},
 		}, append(command.RenderFlags, command.LogFlags...)...),
 		Action: func(c *cli.Context) error {

@@ -135,17 +135,21 @@ func TestCreatorCannotBeForged(t *testing.T) {
 	})
 }
 
-// TestMetricsAuthGranted checks that, with evalsi-crds installed, the operator of a team listed in
-// metricsAuth.operatorNamespaces (which the evalsi chart gives no cluster permission) may review
-// tokens and access, as secured metrics need, and no other service account may (another team's
-// operator, a pool); and that every service account may read SandboxClasses.
-func TestMetricsAuthGranted(t *testing.T) {
+// TestNoTeamAccountReviewsTokens checks, with evalsi-crds installed, that no team's account may
+// create TokenReviews or SubjectAccessReviews, which would let any editor of its namespace (who
+// can run a pod as it) learn whose a token is and who may do what: neither a team's operator nor
+// a pool, and no value of the chart grants a team's operator them (metricsAuth.operatorNamespaces
+// is gone; subjects are for platform-held accounts). Every service account may read
+// SandboxClasses.
+func TestNoTeamAccountReviewsTokens(t *testing.T) {
 	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	helm(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
-		"--kubeconfig="+env.Kubeconfig, "--set", "webhook.enabled=false", "--set", "metricsAuth.operatorNamespaces={some-team}")
-	t.Cleanup(func() { installCRDsChart(t) })
+	if out, err := helmErr(t, "upgrade", "--install", "evalsi-crds", "evalsi-crds", "-n", "evalsi-system", "--create-namespace",
+		"--kubeconfig="+env.Kubeconfig, "--set", "webhook.enabled=false", "--set", "metricsAuth.operatorNamespaces={some-team}"); err == nil {
+		t.Errorf("evalsi-crds installed with metricsAuth.operatorNamespaces, want it refused:\n%s", out)
+	}
+	installCRDsChart(t)
 	account := func(ns, name string) (string, []string) {
 		return "system:serviceaccount:" + ns + ":" + name, []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
 	}
@@ -158,16 +162,12 @@ func TestMetricsAuthGranted(t *testing.T) {
 		}
 		return sar.Status.Allowed, nil
 	}
-	reviews := []authorizationv1.ResourceAttributes{
-		{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},
-		{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"},
-	}
 	classes := []authorizationv1.ResourceAttributes{
 		{Verb: "get", Group: "evals.si", Resource: "sandboxclasses", Name: "gvisor"},
 		{Verb: "watch", Group: "evals.si", Resource: "sandboxclasses"},
 	}
 	operator, operatorGroups := account("some-team", "evalsi-operator")
-	for _, c := range append(append([]authorizationv1.ResourceAttributes{}, reviews...), classes...) {
+	for _, c := range classes {
 		clustertest.Eventually(t, ctx, fmt.Sprintf("%s %s allowed", c.Verb, c.Resource), func() error {
 			ok, err := review(operator, operatorGroups, c)
 			if err == nil && !ok {
@@ -176,9 +176,12 @@ func TestMetricsAuthGranted(t *testing.T) {
 			return err
 		})
 	}
-	for _, who := range [][2]string{{"other-team", "evalsi-operator"}, {"some-team", "judge-evaluator"}} {
+	for _, who := range [][2]string{{"some-team", "evalsi-operator"}, {"some-team", "judge-evaluator"}} {
 		user, groups := account(who[0], who[1])
-		for _, c := range reviews {
+		for _, c := range []authorizationv1.ResourceAttributes{
+			{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},
+			{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"},
+		} {
 			if ok, err := review(user, groups, c); err != nil || ok {
 				t.Errorf("%s may %s %s (%v), want denied", user, c.Verb, c.Resource, err)
 			}

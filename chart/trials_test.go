@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -102,7 +103,7 @@ func TestTrialPodsHeldToTheirShape(t *testing.T) {
 		"a Secret volume added": {func(_, spec, _ map[string]any) {
 			spec["volumes"] = append(spec["volumes"].([]any), map[string]any{"name": "db", "secret": map[string]any{"secretName": "db"}})
 		}, "no field added or changed"},
-		"the guest dropped": {func(_, spec, _ map[string]any) { delete(spec, "initContainers") }, "keeps the evalsi-guest init container"},
+		"the guest dropped": {func(_, spec, _ map[string]any) { delete(spec, "initContainers") }, "keeps the evalsi-guest init container|keeps every field"},
 		"the guest from another image": {func(_, spec, _ map[string]any) {
 			spec["initContainers"].([]any)[0].(map[string]any)["image"] = "evil/guest:1"
 		}, "keeps the evalsi-guest init container"},
@@ -121,6 +122,13 @@ func TestTrialPodsHeldToTheirShape(t *testing.T) {
 			meta["labels"].(map[string]any)["evals.si/sandboxclass"] = "other"
 		}, "its class's trial labels|of its own class alone"},
 		"the class's labels removed": {func(meta, _, _ map[string]any) { delete(meta, "labels") }, "its class's trial labels|of its own class alone"},
+		"a label added": {func(meta, _, _ map[string]any) {
+			meta["labels"].(map[string]any)["app"] = "db-client" // another NetworkPolicy's selector
+		}, "its class's trial labels and no other"},
+		"an annotation added": {func(meta, _, _ map[string]any) {
+			meta["annotations"] = map[string]any{"container.apparmor.security.beta.kubernetes.io/trial": "unconfined"}
+		}, "its shape's annotations and no other"},
+		"the token's refusal dropped": {func(_, spec, _ map[string]any) { delete(spec, "automountServiceAccountToken") }, "keeps every field of its class's trial shape"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			// Two policies hold a trial's labels; either may answer first. want lists the
@@ -135,6 +143,18 @@ func TestTrialPodsHeldToTheirShape(t *testing.T) {
 		t.Errorf("a trial of the class's first image: %v", err)
 	}
 
+	// A pod of another rung's pool, made by its ReplicaSet as any pod is, is none of this.
+	plain := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"generateName": "pool-", "labels": map[string]any{"app.kubernetes.io/component": "pool"}},
+		"spec":     map[string]any{"containers": []any{map[string]any{"name": "pool", "image": "evalsi/platform:1.4.0"}}}}}
+	plainCreate := func() error {
+		_, err := admin.Resource(pods).Namespace(sandbox).Create(ctx, plain, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	if err := plainCreate(); err != nil {
+		t.Errorf("another rung's pool pod: %v", err)
+	}
+
 	// Another class's launcher (one whose shape this test did not make) may make no trial of
 	// this class's, whatever RBAC lets it.
 	ghost := "system:serviceaccount:" + sandbox + ":sandbox-ghost"
@@ -147,4 +167,19 @@ func TestTrialPodsHeldToTheirShape(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Fail closed: with no trial shape (a class deleted or changing rung, its children deleted
+	// in no set order), the launcher makes no pod at all, and the other pools' pods still run.
+	if err := admin.Resource(evalsiv.PodTemplates).Namespace(sandbox).Delete(ctx, "sandbox-trials-trial", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, ctx, "the launcher refused a trial once no shape holds it", func() error {
+		if err := create(trial(nil)); err == nil {
+			return errors.New("a trial of the deleted shape was admitted")
+		}
+		return nil
+	})
+	if err := plainCreate(); err != nil {
+		t.Errorf("another rung's pool pod with no trial shape: %v", err)
+	}
 }

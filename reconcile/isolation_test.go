@@ -45,7 +45,7 @@ func TestSandboxClassShowsIsolation(t *testing.T) {
 	node := []string{"--reach=" + isolation.MetadataTarget + "=" + metadata}
 
 	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "confined", map[string]any{
-		"rung": "landlock", "replicas": int64(2), "nodeSelector": map[string]any{"evals.si/test-node": "none"},
+		"rung": "landlock", "replicas": int64(2), "allowedNamespaces": map[string]any{}, "nodeSelector": map[string]any{"evals.si/test-node": "none"},
 	})
 	t.Cleanup(func() { client(evalsi.SandboxClasses, "").Delete(ctx, "confined", metav1.DeleteOptions{}) })
 	pods := env.Clientset().CoreV1().Pods(sandbox)

@@ -210,7 +210,7 @@ func TestWaitersGoOnWhenTheirClassComes(t *testing.T) {
 	waitReady(t, ctx, evalsi.Evaluators, ns, "early", "False", "ClassNotFound")
 
 	created := time.Now()
-	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", class, map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}})
+	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", class, map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}, "allowedNamespaces": map[string]any{}})
 	t.Cleanup(func() { client(evalsi.SandboxClasses, "").Delete(context.Background(), class, metav1.DeleteOptions{}) })
 	waitPhase(t, ctx, ns, "early", "Pending")
 	waitReady(t, ctx, evalsi.Evaluators, ns, "early", "True", "Available")

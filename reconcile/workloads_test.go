@@ -380,8 +380,8 @@ func TestSandboxClassRungs(t *testing.T) {
 	ctx := testContext(t)
 	sandbox := newNamespace(t, ctx, testOptions.SandboxNamespace)
 	startEngine(t, Config{Controllers: []string{"sandboxclass"}})
-	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "per-trial", map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}})
-	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "bwrap", map[string]any{"rung": "bubblewrap", "replicas": int64(2)})
+	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "per-trial", map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}, "allowedNamespaces": map[string]any{}})
+	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "bwrap", map[string]any{"rung": "bubblewrap", "replicas": int64(2), "allowedNamespaces": map[string]any{}})
 	t.Cleanup(func() {
 		for _, n := range []string{"per-trial", "bwrap"} {
 			client(evalsi.SandboxClasses, "").Delete(ctx, n, metav1.DeleteOptions{})

@@ -27,7 +27,8 @@ type SandboxClassSpec struct {
 	Autoscaling      *Autoscaling `json:"autoscaling,omitempty"`
 	Resources        Resources    `json:"resources,omitempty"`
 	// AllowedNamespaces selects, by their labels, the namespaces whose Evaluators and EvalRuns may
-	// use the class; absent, every namespace may. Select by a label only the platform can set.
+	// use the class; absent, none may ({} selects every namespace). Select by a label only the
+	// platform can set.
 	AllowedNamespaces *metav1.LabelSelector `json:"allowedNamespaces,omitempty"`
 	// Egress opens more than cluster DNS and evalsid to the pool's sandboxes (NetworkPolicy egress
 	// rules): by default the code a trial runs reaches nothing else.
@@ -196,14 +197,15 @@ func sandboxSecurity(spec SandboxClassSpec) (pod, container map[string]any) {
 }
 
 // NamespaceMayUse reports whether a namespace with the given labels may use class, a SandboxClass:
-// its spec.allowedNamespaces selects the namespace, or it has none.
+// its spec.allowedNamespaces selects the namespace. A class without one admits no namespace (it
+// fails closed: a class written in a hurry opens nothing); {} admits every namespace.
 func NamespaceMayUse(class *unstructured.Unstructured, namespaceLabels map[string]string) (bool, error) {
 	var spec SandboxClassSpec
 	if err := decodeSpec(class, &spec); err != nil {
 		return false, err
 	}
 	if spec.AllowedNamespaces == nil {
-		return true, nil
+		return false, nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(spec.AllowedNamespaces)
 	if err != nil {

@@ -9,14 +9,18 @@ import (
 )
 
 // Clients are the callers a TLS server answers: those presenting a certificate that CAs verify
-// and, when Names is set, whose common name is one of Names.
+// and whose common name is one of Names. With no Names it answers no one: a CA signs more than
+// the callers it is trusted for.
 type Clients struct {
 	CAs   *x509.CertPool
 	Names []string
 }
 
-// ReadClients reads the CA bundle at path (PEM) for Clients of those names.
+// ReadClients reads the CA bundle at path (PEM) for Clients of those names, which must be given.
 func ReadClients(path string, names []string) (*Clients, error) {
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%s: name the common names its callers' certificates carry; with none, any certificate the CA signed would be answered", path)
+	}
 	pem, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -35,16 +39,14 @@ func (c *Clients) Require(cfg *tls.Config) *tls.Config {
 		return cfg
 	}
 	cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, c.CAs
-	if len(c.Names) > 0 {
-		names := c.Names
-		cfg.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
-			for _, chain := range chains {
-				if slices.Contains(names, chain[0].Subject.CommonName) {
-					return nil
-				}
+	names := c.Names
+	cfg.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
+		for _, chain := range chains {
+			if slices.Contains(names, chain[0].Subject.CommonName) {
+				return nil
 			}
-			return fmt.Errorf("the client certificate's common name is none of %v", names)
 		}
+		return fmt.Errorf("the client certificate's common name is none of %v", names)
 	}
 	return cfg
 }

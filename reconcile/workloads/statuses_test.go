@@ -111,7 +111,8 @@ func TestClassRefusal(t *testing.T) {
 		labels map[string]string
 		reason string // "" when the namespace may use the class
 	}{
-		"no allowedNamespaces: every namespace": {class: class(nil)},
+		"no allowedNamespaces: no namespace":    {class: class(nil), labels: map[string]string{"sandbox.evals.si/bubblewrap": "allowed"}, reason: evalsi.ReasonClassNotAllowed},
+		"allowedNamespaces {}: every namespace": {class: class(map[string]any{})},
 		"selected by its label":                 {class: class(allowed), labels: map[string]string{"sandbox.evals.si/bubblewrap": "allowed"}},
 		"not selected":                          {class: class(allowed), labels: map[string]string{"team": "b"}, reason: evalsi.ReasonClassNotAllowed},
 		"not selected, no labels":               {class: class(allowed), reason: evalsi.ReasonClassNotAllowed},
