@@ -32,10 +32,10 @@ Example:
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "rung", Required: true, Usage: "the class's rung: pod, bubblewrap or landlock"},
 			&cli.BoolFlag{Name: "user-namespaces", Usage: "the class runs its pods in user namespaces (hostUsers: false)"},
-			&cli.StringSliceFlag{Name: "reach", Value: cli.NewStringSlice(isolation.MetadataTarget + "=169.254.169.254:80"),
-				Usage: "NAME=HOST:PORT to dial; the Kubernetes API (from KUBERNETES_SERVICE_HOST) is added as kubernetes"},
-			&cli.StringSliceFlag{Name: "unreachable", Value: cli.NewStringSlice(isolation.MetadataTarget),
-				Usage: "names of --reach targets that must not answer for the floor to be met"},
+			&cli.StringSliceFlag{Name: "reach", Value: cli.NewStringSlice(metadataReach()...),
+				Usage: "NAME=HOST:PORT to dial (default: every cloud metadata address, metadata and metadata-<host>); the Kubernetes API (from KUBERNETES_SERVICE_HOST) is added as kubernetes"},
+			&cli.StringSliceFlag{Name: "unreachable",
+				Usage: "names of --reach targets that must not answer for the floor to be met (default: every metadata and metadata-<host> target)"},
 			&cli.DurationFlag{Name: "dial-timeout", Value: 3 * time.Second, Usage: "how long an address may take to answer"},
 			&cli.DurationFlag{Name: "settle", Value: 15 * time.Second, Usage: "how long every target is dialed again while an --unreachable one answers (NetworkPolicies are programmed after a pod starts)"},
 			&cli.StringSliceFlag{Name: "without", Usage: "simulate a node without these primitives: landlock, userns"},
@@ -62,11 +62,19 @@ Example:
 			if host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"); host != "" && port != "" {
 				targets = append(targets, isolation.Target{Name: "kubernetes", Address: net.JoinHostPort(host, port)})
 			}
+			unreachable := c.StringSlice("unreachable")
+			if !c.IsSet("unreachable") {
+				for _, t := range targets {
+					if isolation.IsMetadata(t.Name) {
+						unreachable = append(unreachable, t.Name)
+					}
+				}
+			}
 			for i := range targets {
-				targets[i].Closed = slices.Contains(c.StringSlice("unreachable"), targets[i].Name)
+				targets[i].Closed = slices.Contains(unreachable, targets[i].Name)
 				targets[i].TLS = slices.Contains(c.StringSlice("tls"), targets[i].Name)
 			}
-			floor := isolation.Floor{Rung: rung, UserNamespaces: c.Bool("user-namespaces"), Unreachable: c.StringSlice("unreachable")}
+			floor := isolation.Floor{Rung: rung, UserNamespaces: c.Bool("user-namespaces"), Unreachable: unreachable}
 			result := floor.Judge(isolation.Probe(c.Context, isolation.Options{
 				Targets: targets, DialTimeout: c.Duration("dial-timeout"), Settle: c.Duration("settle"),
 				Without: c.StringSlice("without"), TempDir: c.String("temp-dir"), CAFile: c.String("ca-file"),
@@ -88,4 +96,13 @@ Example:
 			return nil
 		},
 	}
+}
+
+// metadataReach is the probe's default --reach: every cloud metadata address.
+func metadataReach() []string {
+	var out []string
+	for _, t := range isolation.MetadataTargets() {
+		out = append(out, t.Name+"="+t.Address)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package isolation
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,8 +15,45 @@ const (
 	RungLandlock   = "landlock"
 )
 
-// MetadataTarget is the name of the target that must never answer: a cloud's instance metadata.
+// MetadataTarget is the name of the target that must never answer: a cloud's instance metadata
+// at 169.254.169.254. The other addresses of MetadataAddresses are its namesakes, named
+// MetadataTarget-<host>.
 const MetadataTarget = "metadata"
+
+// MetadataAddresses are where clouds serve instance metadata and credentials: an address of each
+// range every pool's NetworkPolicy keeps its pods from (render's metadataRanges), the first the
+// common one. A floor holds each to not answering.
+var MetadataAddresses = []string{
+	"169.254.169.254:80", // AWS, Google Cloud, Azure, Oracle, DigitalOcean, Huawei
+	"169.254.170.2:80",   // AWS's container credentials
+	"169.254.170.23:80",  // AWS's EKS Pod Identity agent
+	"169.254.0.23:80",    // Tencent Cloud
+	"168.63.129.16:80",   // Azure's WireServer
+	"100.100.100.200:80", // Alibaba Cloud
+	"[fd00:ec2::254]:80", // AWS over IPv6
+	"[fd00:ec2::23]:80",  // AWS's Pod Identity agent over IPv6
+	"[fd20:ce::254]:80",  // Google Cloud over IPv6
+}
+
+// MetadataTargets are the probe's targets of MetadataAddresses, each Closed: the first named
+// MetadataTarget, the others MetadataTarget-<host>.
+func MetadataTargets() []Target {
+	targets := make([]Target, len(MetadataAddresses))
+	for i, addr := range MetadataAddresses {
+		name := MetadataTarget
+		if i > 0 {
+			host, _, _ := net.SplitHostPort(addr)
+			name += "-" + host
+		}
+		targets[i] = Target{Name: name, Address: addr, Closed: true}
+	}
+	return targets
+}
+
+// IsMetadata reports whether the target name is one of MetadataTargets'.
+func IsMetadata(name string) bool {
+	return name == MetadataTarget || strings.HasPrefix(name, MetadataTarget+"-")
+}
 
 // Floor is what a sandbox class needs of its node before a trial may run in its pool.
 type Floor struct {
@@ -122,16 +160,32 @@ func (f Floor) Summary(r Report) string {
 	if noCapabilities(r.Capabilities) {
 		parts = append(parts, "no capabilities")
 	}
+	// The metadata addresses are said as one, "metadata unreachable", unless one answers.
 	names := make([]string, 0, len(r.Reach))
-	for name := range r.Reach {
-		names = append(names, name)
+	metadata, answering := false, []string{}
+	for name, got := range r.Reach {
+		switch {
+		case !IsMetadata(name):
+			names = append(names, name)
+		case got.Reachable:
+			answering = append(answering, name)
+		default:
+			metadata = true
+		}
+	}
+	slices.Sort(answering)
+	for _, name := range answering {
+		parts = append(parts, name+" reachable")
+	}
+	if metadata && len(answering) == 0 {
+		names = append(names, MetadataTarget)
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if r.Reach[name].Reachable {
-			parts = append(parts, name+" reachable")
-		} else {
+		if name == MetadataTarget || !r.Reach[name].Reachable {
 			parts = append(parts, name+" unreachable")
+		} else {
+			parts = append(parts, name+" reachable")
 		}
 	}
 	return strings.Join(parts, "; ")

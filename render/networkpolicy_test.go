@@ -2,9 +2,12 @@ package render
 
 import (
 	"net"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"evals.si/operator/isolation"
 )
 
 // admits reports whether an egress rule's peer lets pods reach ip: an ipBlock that holds it and
@@ -148,5 +151,31 @@ func TestOpenEgressNeverReachesMetadata(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProbeDialsEveryMetadataRange: the isolation probe dials an address of each range every
+// pool's NetworkPolicy keeps its pods from, and only addresses of those ranges, so that a floor
+// met says each of them is shut.
+func TestProbeDialsEveryMetadataRange(t *testing.T) {
+	var ips []net.IP
+	for _, addr := range isolation.MetadataAddresses {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := net.ParseIP(host)
+		if ip == nil {
+			t.Fatalf("%s: not an address", addr)
+		}
+		if !slices.ContainsFunc(metadataRanges, func(r *net.IPNet) bool { return r.Contains(ip) }) {
+			t.Errorf("the probe dials %s, in none of the ranges the NetworkPolicies shut", addr)
+		}
+		ips = append(ips, ip)
+	}
+	for _, r := range metadataRanges {
+		if !slices.ContainsFunc(ips, r.Contains) {
+			t.Errorf("no probe target in %s, a range the NetworkPolicies shut", r)
+		}
 	}
 }

@@ -33,7 +33,8 @@ const (
 )
 
 // trialShape renders a pod rung class's trial shape, the PodTemplate sandbox-<class>-trial: the
-// guest copied in by an init container from the platform image, the first of trialImages running
+// isolation probe first (the trial's own pod, not only its launcher's, holds the pod rung's floor,
+// every metadata address included), the guest copied in by an init container from the platform image, the first of trialImages running
 // it, no service-account token (an account of its own, sandbox-<class>-trial, with no rights),
 // the restricted security context, the class's resources and scheduling, and the labels that put
 // the pod under the class's NetworkPolicy.
@@ -56,7 +57,7 @@ func (o Owner) trialShape(name, namespace, image string, spec SandboxClassSpec) 
 		"enableServiceLinks":           false,
 		"restartPolicy":                "Never",
 		"securityContext":              restrictedPod(),
-		"initContainers": []any{map[string]any{
+		"initContainers": []any{trialProbe(image, tmpMount), map[string]any{
 			"name":            GuestContainer,
 			"image":           image,
 			"command":         []any{GuestBinary, "--install", GuestDir},
@@ -120,4 +121,19 @@ func apiServerEgress(cidrs []string) map[string]any {
 	}
 	setIf(rule, "to", to)
 	return rule
+}
+
+// trialProbe is a trial pod's first init container: the isolation probe, confined as the trial
+// is, which fails the pod (and so the trial) when the pod rung's floor is missing. Its dials wait
+// a second: a trial pays that once, while a NetworkPolicy's drop of metadata times it out.
+func trialProbe(image string, tmpMount map[string]any) map[string]any {
+	return map[string]any{
+		"name":                     IsolationProbeContainer,
+		"image":                    image,
+		"command":                  []any{OperatorCommand, "probe"},
+		"args":                     []any{"--rung=" + RungPod, "--dial-timeout=1s"},
+		"securityContext":          restrictedContainer(),
+		"terminationMessagePolicy": "File",
+		"volumeMounts":             []any{tmpMount},
+	}
 }

@@ -167,6 +167,12 @@ func TestIsolationProbeRunsInARealContainer(t *testing.T) {
 			t.Errorf("the probe in a real container does not show %s: %s", what, message)
 		}
 	}
+	// Every cloud's metadata address was dialed, and none answered.
+	for _, tg := range isolation.MetadataTargets() {
+		if got, probed := r.Reach[tg.Name]; !probed || got.Reachable {
+			t.Errorf("metadata address %s (%s): probed %v, %+v; want it dialed and silent", tg.Address, tg.Name, probed, got)
+		}
+	}
 }
 
 // TestKubeletRunsReadinessProbes serves the reference evalsid from the operator's image, with

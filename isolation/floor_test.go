@@ -1,0 +1,55 @@
+package isolation
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestFloorHoldsEveryMetadataAddress: the floor holds each cloud's metadata address to not
+// answering, and names the one that answers; the summary says them as one while none does.
+func TestFloorHoldsEveryMetadataAddress(t *testing.T) {
+	targets := MetadataTargets()
+	if len(targets) != len(MetadataAddresses) || targets[0].Name != MetadataTarget {
+		t.Fatalf("metadata targets %v", targets)
+	}
+	var names []string
+	for _, tg := range targets {
+		if !tg.Closed || !IsMetadata(tg.Name) {
+			t.Errorf("target %+v: want it closed and a metadata target", tg)
+		}
+		names = append(names, tg.Name)
+	}
+	floor := Floor{Rung: RungPod, Unreachable: names}
+	silent := func() Report {
+		r := Report{Seccomp: "filter", NoNewPrivs: true, Capabilities: "0000000000000000", Reach: map[string]Reach{"kubernetes": {How: "timed out"}}}
+		for _, n := range names {
+			r.Reach[n] = Reach{How: "timed out"}
+		}
+		return r
+	}
+	for name, tc := range map[string]struct {
+		answering string
+		missing   []string
+		summary   string
+	}{
+		"none answers": {summary: "seccomp filter; no_new_privs; no capabilities; kubernetes unreachable; metadata unreachable"},
+		"Azure's WireServer answers": {answering: "metadata-168.63.129.16", missing: []string{"metadata-168.63.129.16 unreachable (connected)"},
+			summary: "seccomp filter; no_new_privs; no capabilities; metadata-168.63.129.16 reachable; kubernetes unreachable"},
+		"AWS over IPv6 answers": {answering: "metadata-fd00:ec2::254", missing: []string{"metadata-fd00:ec2::254 unreachable (connected)"},
+			summary: "seccomp filter; no_new_privs; no capabilities; metadata-fd00:ec2::254 reachable; kubernetes unreachable"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := silent()
+			if tc.answering != "" {
+				r.Reach[tc.answering] = Reach{Reachable: true, How: "connected"}
+			}
+			if diff := cmp.Diff(tc.missing, floor.Missing(r)); diff != "" {
+				t.Errorf("missing (-want +got):\n%s", diff)
+			}
+			if got := floor.Summary(r); got != tc.summary {
+				t.Errorf("summary %q, want %q", got, tc.summary)
+			}
+		})
+	}
+}
