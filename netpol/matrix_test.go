@@ -212,33 +212,38 @@ func check(t *testing.T, engine *matcher.Policy, pods map[string]endpoint, allow
 
 // TestPodRungMatrix renders a pod rung class with the API server's address named: its launcher
 // reaches the API server there and evalsid, nothing public; its trials (the trial shape's pods)
-// reach DNS and evalsid alone, never the API server, and nothing reaches either.
+// reach DNS and what the class opens alone: not evalsid (a trial has no token and needs none),
+// never the API server, and nothing reaches either.
 func TestPodRungMatrix(t *testing.T) {
 	opts := render.Options{DefaultImage: "evalsi/platform:1.4.0", SandboxNamespace: "evalsi-sandbox",
 		APIURL: "https://evalsid.evalsi-platform.svc:8443", KubernetesAPICIDRs: []string{"10.0.0.1/32"}}
-	class := object("SandboxClass", "", "trials", map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}})
+	class := object("SandboxClass", "", "trials", map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"},
+		"egress": []any{map[string]any{"to": []any{map[string]any{"ipBlock": map[string]any{"cidr": "151.101.0.0/16"}}}, "ports": []any{map[string]any{"port": int64(443)}}}}})
 	policies, shapes := renderedPods(t, opts, class)
 	launcher, trial := shapes["Deployment"], shapes["PodTemplate"]
 	if launcher == nil || trial == nil {
 		t.Fatal("the pod rung rendered no launcher or no trial shape")
 	}
 	pods := map[string]endpoint{
-		"launcher":       {"evalsi-sandbox", launcher, "10.244.3.10"},
-		"trial":          {"evalsi-sandbox", trial, "10.244.3.11"},
-		"evalsid":        {"evalsi-platform", map[string]string{"app.kubernetes.io/name": "evalsid"}, "10.244.4.10"},
-		"kube-dns":       {"kube-system", map[string]string{"k8s-app": "kube-dns"}, "10.244.0.10"},
-		"team-a's pod":   {"team-a", map[string]string{"app": "notebook"}, "10.244.1.31"},
-		"the API server": {ip: "10.0.0.1"},
-		"a public host":  {ip: "18.164.174.55"},
-		"metadata":       {ip: "169.254.169.254"},
+		"launcher":        {"evalsi-sandbox", launcher, "10.244.3.10"},
+		"trial":           {"evalsi-sandbox", trial, "10.244.3.11"},
+		"evalsid":         {"evalsi-platform", map[string]string{"app.kubernetes.io/name": "evalsid"}, "10.244.4.10"},
+		"kube-dns":        {"kube-system", map[string]string{"k8s-app": "kube-dns"}, "10.244.0.10"},
+		"team-a's pod":    {"team-a", map[string]string{"app": "notebook"}, "10.244.1.31"},
+		"the API server":  {ip: "10.0.0.1"},
+		"a public host":   {ip: "18.164.174.55"},
+		"metadata":        {ip: "169.254.169.254"},
+		"a package index": {ip: "151.101.0.223"},
 	}
 	check(t, matcher.BuildNetworkPolicies(false, policies), pods, map[conn]bool{
+		tcp("trial", "a package index", 443):    true,
+		tcp("trial", "a package index", 80):     false,
 		tcp("launcher", "the API server", 443):  true,
 		tcp("launcher", "the API server", 6443): true,
 		tcp("launcher", "a public host", 443):   false,
 		tcp("launcher", "metadata", 80):         false,
 		tcp("launcher", "evalsid", 8443):        true,
-		tcp("trial", "evalsid", 8443):           true,
+		tcp("trial", "evalsid", 8443):           false,
 		tcp("trial", "kube-dns", 53):            true,
 		tcp("trial", "the API server", 443):     false,
 		tcp("trial", "a public host", 443):      false,

@@ -294,8 +294,9 @@ func CheckAPIEgress(opts Options) error {
 	return nil
 }
 
-// networkPolicy renders the NetworkPolicy of a pool named name: no ingress, egress to DNS, evalsid
-// and the spec's own rules.
+// networkPolicy renders the NetworkPolicy of a pool named name, for the owner's pods of component
+// alone (a pod rung class's trials have their own): no ingress, egress to DNS, evalsid and the
+// spec's own rules.
 func (o Owner) networkPolicy(name, namespace, component string, extra []EgressRule, opts Options) *unstructured.Unstructured {
 	egress := []any{dnsEgress()}
 	if api := apiEgress(opts); api != nil {
@@ -304,8 +305,16 @@ func (o Owner) networkPolicy(name, namespace, component string, extra []EgressRu
 	for _, rule := range renderEgress(extra) {
 		egress = append(egress, rule)
 	}
+	return o.egressPolicy(name, namespace, component, egress)
+}
+
+// egressPolicy renders a NetworkPolicy of the owner's pods of component: nothing in, out only by
+// the egress rules given.
+func (o Owner) egressPolicy(name, namespace, component string, egress []any) *unstructured.Unstructured {
+	pods := o.selector()
+	pods[evalsi.LabelComponent] = component
 	return o.object("networking.k8s.io/v1", "NetworkPolicy", name, namespace, component, map[string]any{"spec": map[string]any{
-		"podSelector": map[string]any{"matchLabels": o.selector()},
+		"podSelector": map[string]any{"matchLabels": pods},
 		"policyTypes": []any{"Ingress", "Egress"},
 		"egress":      egress,
 	}})

@@ -37,7 +37,7 @@ const (
 // every metadata address included), the guest copied in by an init container from the platform image, the first of trialImages running
 // it, no service-account token (an account of its own, sandbox-<class>-trial, with no rights),
 // the restricted security context, the class's resources and scheduling, and the labels that put
-// the pod under the class's NetworkPolicy.
+// the pod under its NetworkPolicy, sandbox-<class>-trial (DNS and the class's spec.egress alone).
 func (o Owner) trialShape(name, namespace, image string, spec SandboxClassSpec) []*unstructured.Unstructured {
 	account := name + "-trial"
 	guest := map[string]any{"name": "evalsi-guest", "emptyDir": map[string]any{}}
@@ -79,7 +79,13 @@ func (o Owner) trialShape(name, namespace, image string, spec SandboxClassSpec) 
 	shapeLabels[LabelTrialShape] = "true"
 	shape.SetLabels(shapeLabels)
 	shape.SetAnnotations(map[string]string{AnnotationTrialImages: strings.Join(spec.TrialImages, ",")})
-	return []*unstructured.Unstructured{o.serviceAccount(account, namespace, "trial"), shape}
+	// A trial needs no evalsid (it has no token, and the launcher hands it its work): DNS and
+	// what its class opens (spec.egress) alone.
+	egress := []any{dnsEgress()}
+	for _, rule := range renderEgress(spec.Egress) {
+		egress = append(egress, rule)
+	}
+	return []*unstructured.Unstructured{o.serviceAccount(account, namespace, "trial"), shape, o.egressPolicy(account, namespace, "trial", egress)}
 }
 
 // launcherAccess renders what lets a pod rung class's launcher (its pool, running as name) make
