@@ -119,9 +119,10 @@ func (er *evalRuns) Observe(ctx context.Context, r *engine.Request) (engine.Obse
 		}
 		run = resp.Msg.Run
 	}
-	if run.Namespace != r.Object.GetNamespace() {
+	if run.Namespace != "" && run.Namespace != r.Object.GetNamespace() {
 		// Whoever may write the status could name another namespace's run there: its status is
-		// not copied, and Delete finds the run by the EvalRun's own key.
+		// not copied, and Delete finds the run by the EvalRun's own key. (An evalsid that says no
+		// run's namespace cannot be checked; the contract has it say.)
 		return engine.Observation{}, engine.Terminalf(evalsi.ReasonRunNotFound, "status.runId names run %s, which was not made for this namespace's EvalRuns", runID)
 	}
 	return er.observed(r.Object, run), nil
