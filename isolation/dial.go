@@ -37,11 +37,11 @@ func dial(ctx context.Context, address string, timeout time.Duration) Reach {
 // socket's ICMP errors queued.
 func connect(ctx context.Context, addr netip.AddrPort, timeout time.Duration) Reach {
 	silent := Reach{How: "no answer within " + timeout.String()}
-	family, level, recverr := unix.AF_INET, unix.SOL_IP, unix.IP_RECVERR
-	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}
-	if addr.Addr().Is6() {
-		family, level, recverr = unix.AF_INET6, unix.SOL_IPV6, unix.IPV6_RECVERR
-		sa = &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()}
+	family, level, recverr := unix.AF_INET6, unix.SOL_IPV6, unix.IPV6_RECVERR
+	var sa unix.Sockaddr = &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()}
+	if addr.Addr().Is4() {
+		family, level, recverr = unix.AF_INET, unix.SOL_IP, unix.IP_RECVERR
+		sa = &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}
 	}
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

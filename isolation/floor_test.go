@@ -1,7 +1,10 @@
 package isolation
 
 import (
+	"context"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -51,5 +54,28 @@ func TestFloorHoldsEveryMetadataAddress(t *testing.T) {
 				t.Errorf("summary %q, want %q", got, tc.summary)
 			}
 		})
+	}
+}
+
+// TestDialOverIPv6 dials IPv6 loopback addresses, as the probe dials the IPv6 metadata addresses:
+// one that accepts is reachable, one where no one listens is refused by its host, and neither
+// panics (an IPv6 address was once converted to IPv4).
+func TestDialOverIPv6(t *testing.T) {
+	l, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	defer l.Close()
+	if got := dial(context.Background(), l.Addr().String(), time.Second); !got.Reachable || got.How != "connected" {
+		t.Errorf("an IPv6 listener: %+v, want connected", got)
+	}
+	closed, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := closed.Addr().String()
+	closed.Close()
+	if got := dial(context.Background(), addr, time.Second); !got.Reachable || got.How != "refused (a host answered)" {
+		t.Errorf("an IPv6 port no one listens on: %+v, want refused by its host", got)
 	}
 }
