@@ -188,13 +188,14 @@ func operatorSays(t *testing.T, ctx context.Context, op *clustertest.Pod, line f
 
 // namespaceObjects lists every object in ns of every resource the API server serves, but what
 // the namespace holds before any install (its default ServiceAccount, its root CA ConfigMap, the
-// administrator's RoleBinding) and Events, which expire on their own.
+// administrator's RoleBinding, the platform's GPU quota) and Events, which expire on their own.
 func namespaceObjects(ctx context.Context, ns string) ([]string, error) {
 	lists, err := env.Clientset().Discovery().ServerPreferredNamespacedResources()
 	if err != nil {
 		return nil, err
 	}
-	before := map[string]bool{"ServiceAccount/default": true, "ConfigMap/kube-root-ca.crt": true, "RoleBinding/nora-admin": true}
+	before := map[string]bool{"ServiceAccount/default": true, "ConfigMap/kube-root-ca.crt": true, "RoleBinding/nora-admin": true,
+		"ResourceQuota/platform-gpus": true}
 	var left []string
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
