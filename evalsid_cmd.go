@@ -31,12 +31,12 @@ func evalsidCommand() *cli.Command {
 			&cli.StringFlag{Name: "metrics-bind-address", Usage: "serve Prometheus metrics (evalsid_runs by project) on this address, without authentication (off when empty)"},
 			&cli.StringFlag{Name: "tokens", Usage: "file of accepted bearer tokens, one \"TOKEN IDENTITY\" per line"},
 			&cli.StringFlag{Name: "kubernetes-audience", Usage: "accept the cluster's service-account tokens for this audience (the kubernetes: provider), verified with the API server's issuer discovery, while the service account and the pod each names still exist (read with get on serviceaccounts and pods, each answer kept 30s)"},
-			command.KubeconfigFlag("of the cluster whose tokens are accepted"),
+			command.KubeconfigFlag("of the cluster whose tokens are accepted"), command.ContextFlag(),
 			&cli.StringFlag{Name: "tls-cert-file", Usage: "serve HTTPS with this certificate"},
 			&cli.StringFlag{Name: "tls-key-file", Usage: "key of --tls-cert-file"},
 			&cli.StringFlag{Name: "client-ca-file", Usage: "require client certificates that this CA bundle verifies (mutual TLS; needs --tls-cert-file)"},
 			&cli.BoolFlag{Name: "cluster", Usage: "read the namespaces' project bindings and the SandboxClasses from the cluster, to authorize callers by project (implied by --kubernetes-audience); without it a namespace acts in the project named like it"},
-			&cli.StringFlag{Name: "namespace", Usage: "serve the callers of this namespace only, reading only its Namespace (an evalsid for one team, with no cluster-wide read)"},
+			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "serve the callers of this namespace only, reading only its Namespace (an evalsid for one team, with no cluster-wide read)"},
 			&cli.StringSliceFlag{Name: "operator-namespace", Usage: "a namespace where an evalsi-operator runs: its evalsi-operator service account creates runs, writes policies and forwards creators in its project (repeatable; --namespace is one). An account of that name in any other namespace, which a namespace editor can make, may only read runs, as a pool"},
 			&cli.StringSliceFlag{Name: "platform-identity", Usage: "an identity that acts in every project, as a cluster-wide operator (repeatable)"},
 			&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "the namespace of the SandboxClass pools, whose queue reader may read their queues"},
@@ -77,7 +77,7 @@ func evalsidCommand() *cli.Command {
 			}
 			aud := c.String("kubernetes-audience")
 			if aud != "" || c.Bool("cluster") {
-				rc, err := command.KubeConfig(c.String("kubeconfig"))
+				rc, err := command.KubeConfig(c)
 				if err != nil {
 					return err
 				}

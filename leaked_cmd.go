@@ -35,12 +35,12 @@ Example:
   evalsi-operator leaked-servers --older-than=6h
   evalsi-operator leaked-servers -n team-a`,
 		Flags: []cli.Flag{
-			command.KubeconfigFlag(""),
+			command.KubeconfigFlag(""), command.ContextFlag(),
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "look in this namespace only (default: all)"},
 			&cli.DurationFlag{Name: "older-than", Value: 24 * time.Hour, Usage: "age from which a server without an owner counts as leaked"},
 		},
 		Action: func(c *cli.Context) error {
-			rc, err := command.KubeConfig(c.String("kubeconfig"))
+			rc, err := command.KubeConfig(c)
 			if err != nil {
 				return err
 			}

@@ -26,8 +26,8 @@ func releaseFinalizersCommand() *cli.Command {
 		Name:  "release-finalizers",
 		Usage: "remove the operator's finalizers from every evals.si object in a namespace (the evalsi chart runs it when it is uninstalled)",
 		Flags: append([]cli.Flag{
-			command.KubeconfigFlag(""),
-			&cli.StringFlag{Name: "namespace", Required: true, Usage: "the namespace of the uninstalled operator"},
+			command.KubeconfigFlag(""), command.ContextFlag(),
+			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Required: true, Usage: "the namespace of the uninstalled operator"},
 			&cli.StringSliceFlag{Name: "controllers", Usage: "the controllers whose finalizers to remove (default: all)"},
 			&cli.StringFlag{Name: "leader-election-id", Value: evalsi.LeaderElectionID, Usage: "the operator's Lease, waited on until no replica holds it"},
 			&cli.IntFlag{Name: "shards", Value: 1, Usage: "the operator's --shards: every shard's Lease is waited on"},
@@ -40,7 +40,7 @@ func releaseFinalizersCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rc, err := command.KubeConfig(c.String("kubeconfig"))
+			rc, err := command.KubeConfig(c)
 			if err != nil {
 				return err
 			}

@@ -18,8 +18,8 @@ import (
 
 func runCommand() *cli.Command {
 	flags := []cli.Flag{
-		command.KubeconfigFlag(""),
-		&cli.StringFlag{Name: "namespace", Usage: "watch and write only this namespace (default: all)"},
+		command.KubeconfigFlag(""), command.ContextFlag(),
+		&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "watch and write only this namespace (default: all)"},
 		&cli.StringSliceFlag{Name: "controllers", Usage: "controllers to run (default: all): " + strings.Join(reconcile.ControllerNames(), ", ")},
 		&cli.IntFlag{Name: "workers", Value: 32, Usage: "concurrent reconciles per controller (they mostly wait on the API server; the rate limits bound the requests)"},
 		&cli.DurationFlag{Name: "resync", Value: 10 * time.Minute, Usage: "how often every object is reconciled without an event"},
@@ -71,7 +71,7 @@ func runCommand() *cli.Command {
 					return cli.Exit(fmt.Sprintf("--metrics-client-ca-file: %v", err), command.ExitUsage)
 				}
 			}
-			rc, err := command.KubeConfig(c.String("kubeconfig"))
+			rc, err := command.KubeConfig(c)
 			if err != nil {
 				return err
 			}

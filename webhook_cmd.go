@@ -24,8 +24,8 @@ func webhookCommand() *cli.Command {
 			&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (0 disables)"},
 			&cli.StringFlag{Name: "cert-dir", Usage: "directory with tls.crt and tls.key (cert-manager or a Secret), read again when they change"},
 			&cli.BoolFlag{Name: "self-signed", Usage: "make and rotate a CA and serving certificate, kept in --secret-name, and patch the caBundle of the webhook configurations"},
-			command.KubeconfigFlag("to read Namespaces' project bindings and, with --self-signed, to keep certificates"),
-			&cli.StringFlag{Name: "namespace", EnvVars: []string{"POD_NAMESPACE"}, Value: "evalsi-system", Usage: "namespace of the Secret and the Service"},
+			command.KubeconfigFlag("to read Namespaces' project bindings and, with --self-signed, to keep certificates"), command.ContextFlag(),
+			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, EnvVars: []string{"POD_NAMESPACE"}, Value: "evalsi-system", Usage: "namespace of the Secret and the Service"},
 			&cli.StringFlag{Name: "secret-name", Value: "evalsi-webhook-certs", Usage: "Secret that holds the self-signed certificates"},
 			&cli.StringFlag{Name: "service-name", Value: "evalsi-webhook", Usage: "Service in front of the webhook (the certificate's names)"},
 			&cli.StringSliceFlag{Name: "host", Usage: "extra DNS name or IP address of the serving certificate"},
@@ -67,7 +67,7 @@ func webhookCommand() *cli.Command {
 					return err
 				}
 			}
-			rc, err := command.KubeConfig(c.String("kubeconfig"))
+			rc, err := command.KubeConfig(c)
 			if err != nil {
 				return err
 			}

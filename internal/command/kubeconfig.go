@@ -12,28 +12,32 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// KubeconfigFlag is the --kubeconfig flag of the commands that talk to a cluster (also read from
-// KUBECONFIG); what is the usage's note on what the cluster is for, or "".
+// KubeconfigFlag is the --kubeconfig flag of the commands that talk to a cluster, as kubectl's
+// (default: KUBECONFIG, a list of files as kubectl reads it, else ~/.kube/config, else the
+// in-cluster configuration); what is the usage's note on what the cluster is for, or "".
 func KubeconfigFlag(what string) cli.Flag {
-	usage := "kubeconfig file (default: in-cluster configuration)"
+	usage := "kubeconfig file (default: KUBECONFIG, else ~/.kube/config, else the in-cluster configuration)"
 	if what != "" {
 		usage += ", " + what
 	}
-	return &cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: usage}
+	return &cli.StringFlag{Name: "kubeconfig", Usage: usage}
 }
 
-// KubeConfig loads a kubeconfig file, or the in-cluster configuration when path is empty.
-func KubeConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", path)
+// ContextFlag is the --context flag that goes with KubeconfigFlag.
+func ContextFlag() cli.Flag {
+	return &cli.StringFlag{Name: "context", Usage: "the kubeconfig context to use (default: its current context)"}
+}
+
+// KubeConfig loads the configuration KubeconfigFlag and ContextFlag name, with client-go's loading rules (kubectl's):
+// --kubeconfig, else the files KUBECONFIG lists, else ~/.kube/config, else the in-cluster
+// configuration; --context picks a context of it.
+func KubeConfig(c *cli.Context) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.String("kubeconfig")
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: c.String("context")}
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
+		return nil, fmt.Errorf("loading the kubeconfig (--kubeconfig, KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
 	}
 	return rc, nil
 }
