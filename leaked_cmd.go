@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/internal/command"
@@ -38,6 +41,7 @@ Example:
 			command.KubeconfigFlag(""), command.ContextFlag(),
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "look in this namespace only (default: all)"},
 			&cli.DurationFlag{Name: "older-than", Value: 24 * time.Hour, Usage: "age from which a server without an owner counts as leaked"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table, json or yaml"},
 		},
 		Action: func(c *cli.Context) error {
 			rc, err := command.KubeConfig(c)
@@ -58,26 +62,30 @@ Example:
 			if err != nil {
 				return fmt.Errorf("listing CheckpointServers: %w", err)
 			}
-			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAMESPACE\tNAME\tAGE\tWHY")
+			output := c.String("output")
+			if output != "table" && output != "json" && output != "yaml" {
+				return cli.Exit(fmt.Sprintf("--output=%q: one of table, json, yaml", output), command.ExitUsage)
+			}
 			now := time.Now()
 			// Every server is judged: one whose owner cannot be read is listed as such, and the
 			// command fails after the list, not at the first.
 			var unread int
+			rows := []leakedServer{}
 			for i := range list.Items {
 				s := &list.Items[i]
-				age := now.Sub(s.GetCreationTimestamp().Time).Round(time.Second)
+				row := leakedServer{Namespace: s.GetNamespace(), Name: s.GetName(), Age: now.Sub(s.GetCreationTimestamp().Time).Round(time.Second).String()}
 				gone, err := owners.gone(c.Context, s)
 				if err != nil {
 					unread++
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.GetNamespace(), s.GetName(), age, "unknown: "+err.Error())
+					row.Why = "unknown: " + err.Error()
+					rows = append(rows, row)
 					continue
 				}
-				if why := leakReason(s, gone, now, c.Duration("older-than")); why != "" {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.GetNamespace(), s.GetName(), age, why)
+				if row.Why = leakReason(s, gone, now, c.Duration("older-than")); row.Why != "" {
+					rows = append(rows, row)
 				}
 			}
-			if err := w.Flush(); err != nil {
+			if err := printLeaked(c.App.Writer, output, rows); err != nil {
 				return err
 			}
 			if unread > 0 {
@@ -86,6 +94,37 @@ Example:
 			return nil
 		},
 	}
+}
+
+// leakedServer is one line of leaked-servers' answer.
+type leakedServer struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Age       string `json:"age"`
+	Why       string `json:"why"`
+}
+
+// printLeaked writes rows as a table, JSON or YAML.
+func printLeaked(w io.Writer, output string, rows []leakedServer) error {
+	switch output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	case "yaml":
+		out, err := yaml.Marshal(rows)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(out)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tAGE\tWHY")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Namespace, r.Name, r.Age, r.Why)
+	}
+	return tw.Flush()
 }
 
 // leakReason says why a watcher's server is leaked, or "" when it is not: gone says, of each

@@ -2,8 +2,11 @@ package reconcile
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/clientcmd"
 
 	v1 "evals.si/operator/apiclient/evalsiv1"
 	"evals.si/operator/cluster/clustertest"
@@ -156,4 +160,30 @@ spec:
 	if out := leaked("0s"); !strings.Contains(out, "step-1200") {
 		t.Errorf("the listing stopped at the server with a bad owner reference:\n%s", out)
 	}
+	// As a user runs it: the cluster from KUBECONFIG, its context named, the answer as JSON.
+	cmd := exec.CommandContext(ctx, bin, "leaked-servers", "--context="+kubeconfigContext(t), "-n", ns, "--older-than=0s", "-o", "json")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
+	jsonOut, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("leaked-servers -o json: %v", err)
+	}
+	var rows []struct{ Namespace, Name, Why string }
+	if err := json.Unmarshal(jsonOut, &rows); err != nil {
+		t.Fatalf("leaked-servers -o json: %v\n%s", err, jsonOut)
+	}
+	if !slices.ContainsFunc(rows, func(r struct{ Namespace, Name, Why string }) bool {
+		return r.Namespace == ns && r.Name == "step-1200" && strings.Contains(r.Why, "no owner")
+	}) {
+		t.Errorf("leaked-servers -o json, with KUBECONFIG and --context: %s", jsonOut)
+	}
+}
+
+// kubeconfigContext is the current context of the test control plane's kubeconfig.
+func kubeconfigContext(t *testing.T) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.CurrentContext
 }
