@@ -64,10 +64,15 @@ func connect(ctx context.Context, addr netip.AddrPort, timeout time.Duration) Re
 		}
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
 		n, err := unix.Poll(fds, int(wait.Milliseconds())+1)
-		if err != nil && !errors.Is(err, unix.EINTR) {
+		if errors.Is(err, unix.EINTR) {
+			// A signal (the Go runtime preempts threads with SIGURG) is no answer: the socket
+			// may still be connecting, and its SO_ERROR says 0 until it is done.
+			continue
+		}
+		if err != nil {
 			return Reach{How: err.Error()}
 		}
-		if n == 0 {
+		if n == 0 || fds[0].Revents == 0 {
 			continue
 		}
 		soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)

@@ -3,10 +3,15 @@ package isolation
 import (
 	"context"
 	"net"
+	"os"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"evals.si/operator/internal/podproc"
 )
 
 // TestFloorHoldsEveryMetadataAddress: the floor holds each cloud's metadata address to not
@@ -77,5 +82,40 @@ func TestDialOverIPv6(t *testing.T) {
 	closed.Close()
 	if got := dial(context.Background(), addr, time.Second); !got.Reachable || got.How != "refused (a host answered)" {
 		t.Errorf("an IPv6 port no one listens on: %+v, want refused by its host", got)
+	}
+}
+
+// TestDialIsNotFooledBySignals dials a silent address while the process is sent signals, as the
+// Go runtime preempts its threads with SIGURG under load: a poll a signal interrupts is no
+// answer. (Such a poll once read as "connected", and a probe under load saw metadata answer.)
+func TestDialIsNotFooledBySignals(t *testing.T) {
+	addr, stop, err := podproc.SilentAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				syscall.Kill(os.Getpid(), syscall.SIGURG)
+				time.Sleep(200 * time.Microsecond)
+			}
+		}
+	}()
+	defer close(done)
+	var wg sync.WaitGroup
+	got := make([]Reach, 4)
+	for i := range got {
+		wg.Go(func() { got[i] = dial(context.Background(), addr, 700*time.Millisecond) })
+	}
+	wg.Wait()
+	for i, r := range got {
+		if r.Reachable {
+			t.Errorf("dial %d of a silent address under signals: %+v, want no answer", i, r)
+		}
 	}
 }
