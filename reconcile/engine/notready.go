@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,8 @@ type notReadyObjects struct {
 	held       func() bool
 	mu         sync.Mutex
 	since      map[string]time.Time
+	// phases are the status.phase of the objects that have one (EvalRuns), by key.
+	phases map[string]string
 }
 
 // observe records obj's Ready condition as its status now holds it; obj nil forgets key.
@@ -29,9 +32,15 @@ func (n *notReadyObjects) observe(key string, obj *unstructured.Unstructured) {
 	defer n.mu.Unlock()
 	if obj == nil {
 		delete(n.since, key)
+		delete(n.phases, key)
 		return
 	}
 	status, _, _ := unstructured.NestedMap(obj.Object, "status")
+	if phase, _ := status["phase"].(string); phase != "" {
+		n.phases[key] = phase
+	} else {
+		delete(n.phases, key)
+	}
 	ready := ReadyOf(status)
 	if ready["status"] == "True" {
 		delete(n.since, key)
@@ -54,9 +63,9 @@ func (n *notReadyObjects) observe(key string, obj *unstructured.Unstructured) {
 // when its engine stops, so that a shard is counted by its holder alone. A held shard whose
 // objects are all Ready is in the series at 0.
 type notReadyGauges struct {
-	count, longest *prometheus.Desc
-	mu             sync.Mutex
-	sets           map[*notReadyObjects]struct{}
+	count, longest, phases *prometheus.Desc
+	mu                     sync.Mutex
+	sets                   map[*notReadyObjects]struct{}
 	// clock is the time the gauges are read at (clock.RealClock but in tests).
 	clock clock.PassiveClock
 }
@@ -67,6 +76,8 @@ func newNotReadyGauges() *notReadyGauges {
 			"Objects whose Ready condition is not True, by controller and shard (of the shards this replica holds), as their last reconcile left them.", []string{"controller", "shard"}, nil),
 		longest: prometheus.NewDesc("evalsi_objects_not_ready_longest_seconds",
 			"How long the object that has been not Ready longest has been so (since its Ready condition's last transition), by controller and shard (of the shards this replica holds); 0 when every object is Ready.", []string{"controller", "shard"}, nil),
+		phases: prometheus.NewDesc("evalsi_objects_by_phase",
+			"Objects with a status.phase (EvalRuns), by controller, namespace and phase, as their last reconcile left them (of the shards this replica holds).", []string{"controller", "namespace", "phase"}, nil),
 		sets:  map[*notReadyObjects]struct{}{},
 		clock: clock.RealClock{},
 	}
@@ -75,7 +86,7 @@ func newNotReadyGauges() *notReadyGauges {
 // forController returns the set of a new controller's objects, counted while held says its
 // engine holds its shard; release it when the controller has stopped.
 func (g *notReadyGauges) forController(name, shard string, held func() bool) *notReadyObjects {
-	n := &notReadyObjects{controller: name, shard: shard, clock: g.clock, held: held, since: map[string]time.Time{}}
+	n := &notReadyObjects{controller: name, shard: shard, clock: g.clock, held: held, since: map[string]time.Time{}, phases: map[string]string{}}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sets[n] = struct{}{}
@@ -92,6 +103,7 @@ func (g *notReadyGauges) release(n *notReadyObjects) {
 func (g *notReadyGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.count
 	ch <- g.longest
+	ch <- g.phases
 }
 
 func (g *notReadyGauges) Collect(ch chan<- prometheus.Metric) {
@@ -100,7 +112,9 @@ func (g *notReadyGauges) Collect(ch chan<- prometheus.Metric) {
 		oldest time.Time
 	}
 	type key struct{ controller, shard string }
+	type phaseKey struct{ controller, namespace, phase string }
 	by := map[key]*values{}
+	phases := map[phaseKey]int{}
 	g.mu.Lock()
 	for n := range g.sets {
 		if !n.held() {
@@ -108,6 +122,13 @@ func (g *notReadyGauges) Collect(ch chan<- prometheus.Metric) {
 		}
 		v := entry(by, key{n.controller, n.shard})
 		n.mu.Lock()
+		for k, phase := range n.phases {
+			namespace, _, namespaced := strings.Cut(k, "/")
+			if !namespaced {
+				namespace = ""
+			}
+			phases[phaseKey{n.controller, namespace, phase}]++
+		}
 		v.count += len(n.since)
 		for _, t := range n.since {
 			if v.oldest.IsZero() || t.Before(v.oldest) {
@@ -125,5 +146,8 @@ func (g *notReadyGauges) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(g.count, prometheus.GaugeValue, float64(v.count), k.controller, k.shard)
 		ch <- prometheus.MustNewConstMetric(g.longest, prometheus.GaugeValue, longest, k.controller, k.shard)
+	}
+	for k, count := range phases {
+		ch <- prometheus.MustNewConstMetric(g.phases, prometheus.GaugeValue, float64(count), k.controller, k.namespace, k.phase)
 	}
 }

@@ -66,3 +66,32 @@ evalsi_objects_not_ready_longest_seconds{controller="evaluator",shard="0/2"} %g
 		}
 	}
 }
+
+// TestObjectsByPhase: objects with a status.phase (EvalRuns) are counted by namespace and phase
+// as their last reconcile left them; one deleted, or of a shard not held, is not.
+func TestObjectsByPhase(t *testing.T) {
+	run := func(phase string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"phase": phase}}}
+	}
+	g := newNotReadyGauges()
+	held := true
+	n := g.forController("evalrun", "0/1", func() bool { return held })
+	n.observe("team-a/one", run("Running"))
+	n.observe("team-a/two", run("Running"))
+	n.observe("team-b/three", run("Pending"))
+	n.observe("team-b/three", run("Succeeded")) // its phase moved on
+	n.observe("team-a/gone", run("Failed"))
+	n.observe("team-a/gone", nil)
+	want := `# HELP evalsi_objects_by_phase Objects with a status.phase (EvalRuns), by controller, namespace and phase, as their last reconcile left them (of the shards this replica holds).
+# TYPE evalsi_objects_by_phase gauge
+evalsi_objects_by_phase{controller="evalrun",namespace="team-a",phase="Running"} 2
+evalsi_objects_by_phase{controller="evalrun",namespace="team-b",phase="Succeeded"} 1
+`
+	if err := testutil.CollectAndCompare(g, strings.NewReader(want), "evalsi_objects_by_phase"); err != nil {
+		t.Error(err)
+	}
+	held = false
+	if err := testutil.CollectAndCompare(g, strings.NewReader(""), "evalsi_objects_by_phase"); err != nil {
+		t.Errorf("a shard not held: %v", err)
+	}
+}
