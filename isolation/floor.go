@@ -2,6 +2,7 @@ package isolation
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -160,32 +161,25 @@ func (f Floor) Summary(r Report) string {
 	if noCapabilities(r.Capabilities) {
 		parts = append(parts, "no capabilities")
 	}
-	// The metadata addresses are said as one, "metadata unreachable", unless one answers.
-	names := make([]string, 0, len(r.Reach))
-	metadata, answering := false, []string{}
+	// Each target is said reachable or not, by name; the metadata addresses as one, "metadata
+	// unreachable", while none answers, else each that answers by its own name.
+	said := map[string]bool{}
+	silentMetadata := false
 	for name, got := range r.Reach {
-		switch {
-		case !IsMetadata(name):
-			names = append(names, name)
-		case got.Reachable:
-			answering = append(answering, name)
-		default:
-			metadata = true
+		if IsMetadata(name) && !got.Reachable {
+			silentMetadata = true
+			continue
 		}
+		said[name] = got.Reachable
 	}
-	slices.Sort(answering)
-	for _, name := range answering {
-		parts = append(parts, name+" reachable")
+	if silentMetadata && !slices.ContainsFunc(slices.Collect(maps.Keys(said)), IsMetadata) {
+		said[MetadataTarget] = false
 	}
-	if metadata && len(answering) == 0 {
-		names = append(names, MetadataTarget)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if name == MetadataTarget || !r.Reach[name].Reachable {
-			parts = append(parts, name+" unreachable")
-		} else {
+	for _, name := range slices.Sorted(maps.Keys(said)) {
+		if said[name] {
 			parts = append(parts, name+" reachable")
+		} else {
+			parts = append(parts, name+" unreachable")
 		}
 	}
 	return strings.Join(parts, "; ")

@@ -43,9 +43,9 @@ func TestFloorHoldsEveryMetadataAddress(t *testing.T) {
 	}{
 		"none answers": {summary: "seccomp filter; no_new_privs; no capabilities; kubernetes unreachable; metadata unreachable"},
 		"Azure's WireServer answers": {answering: "metadata-168.63.129.16", missing: []string{"metadata-168.63.129.16 unreachable (connected)"},
-			summary: "seccomp filter; no_new_privs; no capabilities; metadata-168.63.129.16 reachable; kubernetes unreachable"},
+			summary: "seccomp filter; no_new_privs; no capabilities; kubernetes unreachable; metadata-168.63.129.16 reachable"},
 		"AWS over IPv6 answers": {answering: "metadata-fd00:ec2::254", missing: []string{"metadata-fd00:ec2::254 unreachable (connected)"},
-			summary: "seccomp filter; no_new_privs; no capabilities; metadata-fd00:ec2::254 reachable; kubernetes unreachable"},
+			summary: "seccomp filter; no_new_privs; no capabilities; kubernetes unreachable; metadata-fd00:ec2::254 reachable"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := silent()

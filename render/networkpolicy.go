@@ -174,10 +174,9 @@ func withoutMetadata(b IPBlock) IPBlock {
 	return b
 }
 
-// renderEgress returns rules as the maps of a NetworkPolicy's spec.egress, each ipBlock without
-// the metadata ranges.
-func renderEgress(rules []EgressRule) []map[string]any {
-	out := make([]map[string]any, 0, len(rules))
+// appendEgress appends rules to egress as the maps of a NetworkPolicy's spec.egress, each ipBlock
+// without the metadata ranges.
+func appendEgress(egress []any, rules []EgressRule) []any {
 	for _, r := range rules {
 		r.To = slices.Clone(r.To)
 		for i, peer := range r.To {
@@ -190,9 +189,9 @@ func renderEgress(rules []EgressRule) []map[string]any {
 		if err != nil {
 			continue // a checked rule always converts
 		}
-		out = append(out, m)
+		egress = append(egress, m)
 	}
-	return out
+	return egress
 }
 
 // dnsEgress lets pods resolve names with the cluster's DNS (kube-system's kube-dns pods, which
@@ -302,9 +301,7 @@ func (o Owner) networkPolicy(name, namespace, component string, extra []EgressRu
 	if api := apiEgress(opts); api != nil {
 		egress = append(egress, api)
 	}
-	for _, rule := range renderEgress(extra) {
-		egress = append(egress, rule)
-	}
+	egress = appendEgress(egress, extra)
 	return o.egressPolicy(name, namespace, component, egress)
 }
 
@@ -338,9 +335,7 @@ const CheckpointClientLabel = evalsi.Group + "/checkpoint-client"
 // model hub by its host name, and all public addresses is more than a download needs).
 func (o Owner) checkpointPolicy(name, namespace string, port int32, spec CheckpointServerSpec) *unstructured.Unstructured {
 	egress := []any{dnsEgress()}
-	for _, rule := range renderEgress(spec.Egress) {
-		egress = append(egress, rule)
-	}
+	egress = appendEgress(egress, spec.Egress)
 	ingress := map[string]any{
 		"from": []any{
 			map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{

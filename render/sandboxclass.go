@@ -99,14 +99,7 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 		setIf(container, "resources", spec.Resources.render())
 	}
 	_, probeSecurity := sandboxSecurity(spec)
-	probe := map[string]any{
-		"name":                     IsolationProbeContainer,
-		"image":                    image,
-		"command":                  []any{OperatorCommand, "probe"},
-		"args":                     toAnySlice(probeArgs(spec)),
-		"securityContext":          probeSecurity,
-		"terminationMessagePolicy": "File",
-	}
+	probe := probeContainer(image, probeArgs(spec), probeSecurity)
 	pod := map[string]any{
 		"securityContext": podSecurity,
 		"initContainers":  []any{probe},
@@ -155,6 +148,19 @@ func sandboxdArgs(spec SandboxClassSpec, class, name string) []string {
 // class's floor is not met, and its termination message says what confines the pod
 // (isolation.Result), which the operator reads into the class's status.
 const IsolationProbeContainer = "isolation-probe"
+
+// probeContainer is the isolation probe's init container: image's evalsi-operator probe with
+// args, under security (the confinement it reports on), its result in its termination message.
+func probeContainer(image string, args []string, security map[string]any) map[string]any {
+	return map[string]any{
+		"name":                     IsolationProbeContainer,
+		"image":                    image,
+		"command":                  []any{OperatorCommand, "probe"},
+		"args":                     toAnySlice(args),
+		"securityContext":          security,
+		"terminationMessagePolicy": "File",
+	}
+}
 
 // probeArgs are the probe's arguments for a class: its rung and whether its pods run in user
 // namespaces. The probe's own defaults name the metadata address that must not answer.

@@ -81,10 +81,7 @@ func (o Owner) trialShape(name, namespace, image string, spec SandboxClassSpec) 
 	shape.SetAnnotations(map[string]string{AnnotationTrialImages: strings.Join(spec.TrialImages, ",")})
 	// A trial needs no evalsid (it has no token, and the launcher hands it its work): DNS and
 	// what its class opens (spec.egress) alone.
-	egress := []any{dnsEgress()}
-	for _, rule := range renderEgress(spec.Egress) {
-		egress = append(egress, rule)
-	}
+	egress := appendEgress([]any{dnsEgress()}, spec.Egress)
 	return []*unstructured.Unstructured{o.serviceAccount(account, namespace, "trial"), shape, o.egressPolicy(account, namespace, "trial", egress)}
 }
 
@@ -133,13 +130,7 @@ func apiServerEgress(cidrs []string) map[string]any {
 // is, which fails the pod (and so the trial) when the pod rung's floor is missing. Its dials wait
 // a second: a trial pays that once, while a NetworkPolicy's drop of metadata times it out.
 func trialProbe(image string, tmpMount map[string]any) map[string]any {
-	return map[string]any{
-		"name":                     IsolationProbeContainer,
-		"image":                    image,
-		"command":                  []any{OperatorCommand, "probe"},
-		"args":                     []any{"--rung=" + RungPod, "--dial-timeout=1s"},
-		"securityContext":          restrictedContainer(),
-		"terminationMessagePolicy": "File",
-		"volumeMounts":             []any{tmpMount},
-	}
+	probe := probeContainer(image, []string{"--rung=" + RungPod, "--dial-timeout=1s"}, restrictedContainer())
+	probe["volumeMounts"] = []any{tmpMount}
+	return probe
 }

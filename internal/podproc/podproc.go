@@ -119,8 +119,7 @@ func (c Confinement) confineThread() error {
 
 // SilentAddress returns a loopback address that accepts no connection and refuses none, as an
 // address a NetworkPolicy drops: a listener with a socket filter that drops every packet sent to
-// it, so that a SYN gets no answer and a dial times out. (A full accept queue was used before:
-// under load a dial still connected now and then.) stop ends it.
+// it, so that a SYN gets no answer and a dial times out, with no accept queue to fill. stop ends it.
 func SilentAddress() (addr string, stop func(), err error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
