@@ -34,7 +34,7 @@ func evalsidCommand() *cli.Command {
 			command.KubeconfigFlag("of the cluster whose tokens are accepted"), command.ContextFlag(),
 			&cli.StringFlag{Name: "tls-cert-file", Usage: "serve HTTPS with this certificate"},
 			&cli.StringFlag{Name: "tls-key-file", Usage: "key of --tls-cert-file"},
-			&cli.StringFlag{Name: "client-ca-file", Usage: "require client certificates that this CA bundle verifies (mutual TLS; needs --tls-cert-file)"},
+			&cli.StringSliceFlag{Name: "client-ca-file", Usage: "require client certificates that these CA bundles verify, whose common name is the identity of the token beside them (mutual TLS; needs --tls-cert-file; repeatable, read again at each handshake)"},
 			&cli.BoolFlag{Name: "cluster", Usage: "read the namespaces' project bindings and the SandboxClasses from the cluster, to authorize callers by project (implied by --kubernetes-audience); without it a namespace acts in the project named like it"},
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "serve the callers of this namespace only, reading only its Namespace (an evalsid for one team, with no cluster-wide read)"},
 			&cli.StringSliceFlag{Name: "operator-namespace", Usage: "a namespace where an evalsi-operator runs: its evalsi-operator service account creates runs, writes policies and forwards creators in its project (repeatable; --namespace is one). An account of that name in any other namespace, which a namespace editor can make, may only read runs, as a pool"},
@@ -100,13 +100,13 @@ func evalsidCommand() *cli.Command {
 				}
 			}
 			if c.String("tls-cert-file") == "" {
-				if c.String("client-ca-file") != "" {
+				if len(c.StringSlice("client-ca-file")) > 0 {
 					return cli.Exit("evalsid: --client-ca-file needs --tls-cert-file", command.ExitUsage)
 				}
 				fmt.Fprintf(c.App.ErrWriter, "evalsid serving on %s%s\n", l.Addr(), simulatedNotice)
 				return srv.Serve(c.Context, l)
 			}
-			cfg, err := serverTLS(c.String("tls-cert-file"), c.String("tls-key-file"), c.String("client-ca-file"))
+			cfg, err := serverTLS(c.String("tls-cert-file"), c.String("tls-key-file"), c.StringSlice("client-ca-file"))
 			if err != nil {
 				return err
 			}
@@ -142,10 +142,12 @@ func readTokens(path string) (map[string]string, error) {
 	return tokens, sc.Err()
 }
 
-// serverTLS loads evalsid's serving certificate and, when caFile is set, the CAs that client
-// certificates must chain to. The certificate is read again on each handshake, so that a renewed
-// Secret (cert-manager's) is served without a restart.
-func serverTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+// serverTLS loads evalsid's serving certificate and, when caFiles are given, the CAs that client
+// certificates must chain to (the platform's CA of the operator's certificate, the workload
+// signer's ClusterTrustBundle that pools' certificates chain to). Each is read again on each
+// handshake, so that a renewed certificate or a rotated CA bundle (cert-manager's Secret, a
+// projection the kubelet updates) is in force without a restart.
+func serverTLS(certFile, keyFile string, caFiles []string) (*tls.Config, error) {
 	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
 		return nil, fmt.Errorf("loading the serving certificate: %w", err)
 	}
@@ -156,17 +158,39 @@ func serverTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 			return &cert, err
 		},
 	}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+	if len(caFiles) == 0 {
+		return cfg, nil
+	}
+	pool, err := clientCAs(caFiles)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ClientCAs = pool
+	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		pool, err := clientCAs(caFiles)
+		if err != nil {
+			return nil, err
+		}
+		c := cfg.Clone()
+		c.GetConfigForClient, c.ClientCAs = nil, pool
+		return c, nil
+	}
+	return cfg, nil
+}
+
+// clientCAs reads the CA bundles files into one pool; each must hold a certificate.
+func clientCAs(files []string) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	for _, f := range files {
+		pem, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("reading the client CA: %w", err)
 		}
-		cfg.ClientCAs = x509.NewCertPool()
-		if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", f)
 		}
 	}
-	return cfg, nil
+	return pool, nil
 }
 
 // serveMetrics serves the collector's metrics on addr until ctx ends.

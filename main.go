@@ -69,6 +69,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			releaseFinalizersCommand(),
 			leakedServersCommand(),
 			probeCommand(),
+			podCertificateSignerCommand(),
 			versionCommand(),
 		},
 		// An unknown command is a usage error, not a help topic.

@@ -113,6 +113,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error
 		// Nodes are created by the harness; the node lifecycle controller, which would lift
 		// this admission plugin's not-ready taint, is not run.
 		"--disable-admission-plugins=TaintNodesByCondition",
+		// As in production clusters: a kubelet writes its own Node and pods only, and asks for
+		// certificates (PodCertificateRequests) only for its own pods.
+		"--enable-admission-plugins=NodeRestriction",
 		"--enable-priority-and-fairness=false",
 		// A namespace's deletion sends one DeleteCollection per resource, which deletes one object
 		// at a time by default: with a benchmark's 10,000 Evaluators, several timed out at the

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"crypto/ecdsa"
+	"crypto/tls"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
@@ -11,6 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"evals.si/operator/internal/pki"
 )
@@ -120,4 +124,33 @@ func writeWebhookClient(p certFiles) error {
 		return err
 	}
 	return writeCertKey(p.WebhookClientCert, p.WebhookClientKey, cert, key)
+}
+
+// writeNodeKubeconfig writes a kubeconfig at path for the kubelet of node name, with a client
+// certificate of the cluster's CA as a node identifies itself (system:node:<name> in
+// system:nodes), so that the Node authorizer and NodeRestriction hold it as they hold a kubelet
+// of a production cluster: its own Node, its own pods' objects, certificate requests for its
+// own pods only.
+func writeNodeKubeconfig(p certFiles, server, name, path string) error {
+	pair, err := tls.LoadX509KeyPair(p.CACert, p.CAKey)
+	if err != nil {
+		return err
+	}
+	cert, key, err := pki.NewLeaf(pair.Leaf, pair.PrivateKey.(*ecdsa.PrivateKey), x509.Certificate{
+		Subject:     pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	certPath, keyPath := path+".crt", path+".key"
+	if err := writeCertKey(certPath, keyPath, cert, key); err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["evalsi"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: p.CACert}
+	cfg.AuthInfos["node"] = &clientcmdapi.AuthInfo{ClientCertificate: certPath, ClientKey: keyPath}
+	cfg.Contexts["evalsi"] = &clientcmdapi.Context{Cluster: "evalsi", AuthInfo: "node"}
+	cfg.CurrentContext = "evalsi"
+	return clientcmd.WriteToFile(*cfg, path)
 }

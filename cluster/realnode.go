@@ -141,8 +141,12 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	if err := n.Import(ctx, Image{Ref: pauseImage, Files: map[string]string{"/pause": pause}, Entrypoint: []string{"/pause"}, User: "65535"}); err != nil {
 		return err
 	}
+	kubeconfig := filepath.Join(n.dir, "kubelet.kubeconfig")
+	if err := writeNodeKubeconfig(c.pki, c.Config.Host, n.Name, kubeconfig); err != nil {
+		return err
+	}
 	kubelet, err := startProcess(n.dir, "kubelet", n.bins.Kubelet, nil,
-		"--config", filepath.Join(n.dir, "kubelet.yaml"), "--kubeconfig", c.Kubeconfig,
+		"--config", filepath.Join(n.dir, "kubelet.yaml"), "--kubeconfig", kubeconfig,
 		"--hostname-override", n.Name, "--node-ip", realNodeIP, "--root-dir", filepath.Join(n.dir, "kubelet"))
 	if err != nil {
 		return err

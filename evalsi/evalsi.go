@@ -268,3 +268,8 @@ func TerminalPhase(phase string) bool {
 // LabelShardBucket on a child is its owner's bucket (shard.Bucket of the owner's UID), by which a
 // replica that reconciles a shard of the owners watches only that shard's children.
 const LabelShardBucket = Group + "/shard-bucket"
+
+// WorkloadSigner is the signer name of the platform's workload certificates (package podcert):
+// pools mount a podCertificate projected volume of it, and evalsid holds each certificate's
+// common name to the token presented beside it.
+const WorkloadSigner = "evals.si/workload"

@@ -165,8 +165,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 }
 
 // ServeTLS serves the handler over TLS on l until ctx ends. With cfg.ClientCAs set it is mutual
-// TLS: every call needs a client certificate those CAs signed, besides its bearer token; /healthz
-// needs none, so that a kubelet's probe passes.
+// TLS: every call needs a client certificate those CAs signed, of the identity of its bearer
+// token; /healthz needs none, so that a kubelet's probe passes. cfg.GetConfigForClient, when
+// set, gives each connection its CAs and certificate (read again as they rotate).
 func (s *Server) ServeTLS(ctx context.Context, l net.Listener, cfg *tls.Config) error {
 	cfg = cfg.Clone()
 	h := s.Handler()
@@ -175,6 +176,18 @@ func (s *Server) ServeTLS(ctx context.Context, l net.Listener, cfg *tls.Config) 
 		h = requireClientCertificate(h)
 	}
 	cfg.NextProtos = []string{"h2", "http/1.1"}
+	if get := cfg.GetConfigForClient; get != nil {
+		// A configuration read again per connection (a rotated CA) keeps what is set here.
+		cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			c, err := get(hello)
+			if err != nil || c == nil {
+				return c, err
+			}
+			c = c.Clone()
+			c.ClientAuth, c.NextProtos = cfg.ClientAuth, cfg.NextProtos
+			return c, nil
+		}
+	}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)
@@ -258,6 +271,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		identity, err := s.identify(r.Context(), r.Header.Get("Authorization"))
+		if err == nil {
+			err = sameIdentity(r.TLS, identity)
+		}
 		if err != nil {
 			// Before authentication the path is the caller's to choose: it is counted under a
 			// method the server has, or as unknownMethod, never under itself.
@@ -274,6 +290,21 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, identity)))
 	})
+}
+
+// sameIdentity refuses a token presented with another identity's client certificate: over
+// mutual TLS the verified certificate's common name must be the token's identity (a workload
+// certificate of signer evalsi.WorkloadSigner names the pod's service account so, as the
+// charts' certificate for the operator does). A stolen token is then of no use without the key
+// of its pod, and a pod's certificate does not lend its identity to another's token.
+func sameIdentity(state *tls.ConnectionState, identity string) error {
+	if state == nil || len(state.VerifiedChains) == 0 {
+		return nil
+	}
+	if name := state.VerifiedChains[0][0].Subject.CommonName; name != identity {
+		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("the client certificate names %q but the token %q: a token is accepted only beside a certificate of its own identity", name, identity))
+	}
+	return nil
 }
 
 // identify returns the identity a bearer token authenticates: one of the server's tokens, or a

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/kubernetes"
+
+	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/command"
+	"evals.si/operator/podcert"
+)
+
+func podCertificateSignerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "pod-certificate-signer",
+		Usage: "issue the workload certificates pools mount (podCertificate volumes of signer " + evalsi.WorkloadSigner + ") and publish their CA as a ClusterTrustBundle",
+		Description: `The platform's signer, which chart evalsi-crds runs (workloadCertificates). Each certificate
+names the pod's service account (common name system:serviceaccount:<namespace>:<name>, and a
+SPIFFE URI); evalsid holds it to the token sent beside it. The CA directory is a mounted Secret
+(tls.crt, tls.key, and ca.crt to publish while a CA is rotated), read again at each request.
+
+Example:
+  evalsi-operator pod-certificate-signer --ca-dir=/ca`,
+		Flags: append([]cli.Flag{
+			command.KubeconfigFlag(""), command.ContextFlag(),
+			&cli.StringFlag{Name: "signer-name", Value: evalsi.WorkloadSigner, Usage: "the signer name whose requests it issues"},
+			&cli.StringFlag{Name: "ca-dir", Required: true, Usage: "directory of the CA: tls.crt, tls.key, optionally ca.crt"},
+			&cli.DurationFlag{Name: "certificate-lifetime", Value: 24 * time.Hour, Usage: "a certificate's lifetime (at least 1h; kubelets renew at two thirds)"},
+			&cli.StringFlag{Name: "trust-domain", Value: "cluster.local", Usage: "the SPIFFE trust domain of the certificates' URIs"},
+			&cli.IntFlag{Name: "workers", Value: 2, Usage: "requests issued in parallel"},
+			&cli.DurationFlag{Name: "resync", Value: time.Minute, Usage: "how often the ClusterTrustBundle is compared with the CA directory"},
+			&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz (0 disables)"},
+		}, command.LogFlags...),
+		Action: func(c *cli.Context) error {
+			if c.Duration("certificate-lifetime") < time.Hour {
+				return cli.Exit("--certificate-lifetime: the API server refuses pod certificates of less than 1h", command.ExitUsage)
+			}
+			log, err := command.NewLogger(c, c.App.ErrWriter)
+			if err != nil {
+				return cli.Exit(err.Error(), command.ExitUsage)
+			}
+			if _, err := podcert.ReadAuthority(c.String("ca-dir")); err != nil {
+				return err
+			}
+			rc, err := command.KubeConfig(c)
+			if err != nil {
+				return err
+			}
+			client, err := kubernetes.NewForConfig(rc)
+			if err != nil {
+				return err
+			}
+			if addr := c.String("health-probe-bind-address"); addr != "0" {
+				l, err := net.Listen("tcp", addr)
+				if err != nil {
+					return err
+				}
+				srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })}
+				go func() {
+					if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						log.Error("serving /healthz", "err", err)
+					}
+				}()
+				defer srv.Close()
+			}
+			s := &podcert.Signer{Client: client, Name: c.String("signer-name"), CADir: c.String("ca-dir"), Log: log,
+				Policy: podcert.Policy{Lifetime: c.Duration("certificate-lifetime"), TrustDomain: c.String("trust-domain")}}
+			log.Info("signing pod certificates", "signer", s.Name, "lifetime", s.Policy.Lifetime)
+			return s.Run(c.Context, c.Int("workers"), c.Duration("resync"))
+		},
+	}
+}
