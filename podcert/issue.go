@@ -26,7 +26,7 @@ type Policy struct {
 
 // Issued is a certificate issued for a request, as its status carries it.
 type Issued struct {
-	Chain                         string
+	Chain                          string
 	NotBefore, NotAfter, RefreshAt time.Time
 }
 
