@@ -20,15 +20,17 @@ func podCertificateSignerCommand() *cli.Command {
 		Usage: "issue the workload certificates pools mount (podCertificate volumes of signer " + evalsi.WorkloadSigner + ") and publish their CA as a ClusterTrustBundle",
 		Description: `The platform's signer, which chart evalsi-crds runs (workloadCertificates). Each certificate
 names the pod's service account (common name system:serviceaccount:<namespace>:<name>, and a
-SPIFFE URI); evalsid holds it to the token sent beside it. The CA directory is a mounted Secret
-(tls.crt, tls.key, and ca.crt to publish while a CA is rotated), read again at each request.
+SPIFFE URI); evalsid holds it to the token sent beside it. The CA is a Secret of --namespace
+(tls.crt, tls.key, and ca.crt to publish while a CA is rotated), made at the first start when
+it does not exist and read again at each request.
 
 Example:
-  evalsi-operator pod-certificate-signer --ca-dir=/ca`,
+  evalsi-operator pod-certificate-signer --namespace=evalsi-system --ca-secret=evalsi-workload-ca`,
 		Flags: append([]cli.Flag{
 			command.KubeconfigFlag(""), command.ContextFlag(),
 			&cli.StringFlag{Name: "signer-name", Value: evalsi.WorkloadSigner, Usage: "the signer name whose requests it issues"},
-			&cli.StringFlag{Name: "ca-dir", Required: true, Usage: "directory of the CA: tls.crt, tls.key, optionally ca.crt"},
+			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Required: true, Usage: "the signer's namespace, of its CA Secret"},
+			&cli.StringFlag{Name: "ca-secret", Value: "evalsi-workload-ca", Usage: "the Secret of the CA: tls.crt, tls.key, optionally ca.crt; made when it does not exist"},
 			&cli.DurationFlag{Name: "certificate-lifetime", Value: 24 * time.Hour, Usage: "a certificate's lifetime (at least 1h; kubelets renew at two thirds)"},
 			&cli.StringFlag{Name: "trust-domain", Value: "cluster.local", Usage: "the SPIFFE trust domain of the certificates' URIs"},
 			&cli.IntFlag{Name: "workers", Value: 2, Usage: "requests issued in parallel"},
@@ -42,9 +44,6 @@ Example:
 			log, err := command.NewLogger(c, c.App.ErrWriter)
 			if err != nil {
 				return cli.Exit(err.Error(), command.ExitUsage)
-			}
-			if _, err := podcert.ReadAuthority(c.String("ca-dir")); err != nil {
-				return err
 			}
 			rc, err := command.KubeConfig(c)
 			if err != nil {
@@ -67,7 +66,8 @@ Example:
 				}()
 				defer srv.Close()
 			}
-			s := &podcert.Signer{Client: client, Name: c.String("signer-name"), CADir: c.String("ca-dir"), Log: log,
+			s := &podcert.Signer{Client: client, Name: c.String("signer-name"), Log: log,
+				CA:     podcert.CASecret{Client: client, Namespace: c.String("namespace"), Name: c.String("ca-secret")},
 				Policy: podcert.Policy{Lifetime: c.Duration("certificate-lifetime"), TrustDomain: c.String("trust-domain")}}
 			log.Info("signing pod certificates", "signer", s.Name, "lifetime", s.Policy.Lifetime)
 			return s.Run(c.Context, c.Int("workers"), c.Duration("resync"))

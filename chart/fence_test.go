@@ -238,7 +238,7 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 	_, token := op.Resource(schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}).Namespace(ns).
 		Create(ctx, tokenRequest, dry, "token")
 	const unlabelled = "creates, updates and deletes only objects labelled app.kubernetes.io/managed-by: evalsi"
-	const volumesAllowed = "mount only emptyDir, persistentVolumeClaim and projected volumes of service-account tokens and of the ca.crt of a Secret the platform names (evalsid-ca, evalsi-operator-tls)"
+	const volumesAllowed = "mount only emptyDir, persistentVolumeClaim and projected volumes of service-account tokens, of the ca.crt of a Secret the platform names (evalsid-ca, evalsi-operator-tls) and of their own certificate from the platform's signer (evals.si/workload)"
 	// caSource projects the keys of Secret name, as a pool's evalsid CA is projected.
 	caSource := func(name string, keys ...string) map[string]any {
 		items := []any{}
@@ -358,6 +358,8 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 		{"a Secret in a projected volume", try(op, deploymentsGVR, ns, volume("projected", map[string]any{"projected": map[string]any{"sources": []any{map[string]any{"secret": map[string]any{"name": "db"}}}}})), volumesAllowed},
 		{"another Secret's ca.crt", try(op, deploymentsGVR, ns, volume("other-ca", caSource("db", "ca.crt"))), volumesAllowed},
 		{"the CA Secret's other keys", try(op, deploymentsGVR, ns, volume("ca-key", caSource("evalsid-ca", "ca.crt", "tls.key"))), volumesAllowed},
+		{"a certificate of another signer", try(op, deploymentsGVR, ns, volume("other-signer", map[string]any{"projected": map[string]any{"sources": []any{
+			map[string]any{"podCertificate": map[string]any{"signerName": "example.com/anything", "keyType": "ECDSAP256", "credentialBundlePath": "credentials.pem"}}}}})), volumesAllowed},
 		{"the whole CA Secret", try(op, deploymentsGVR, ns, volume("ca-whole", map[string]any{"projected": map[string]any{"sources": []any{map[string]any{"secret": map[string]any{"name": "evalsid-ca"}}}}})), volumesAllowed},
 		{"AppArmor unconfined (pod)", try(op, deploymentsGVR, ns, securityContext("apparmor-pod", true, map[string]any{"appArmorProfile": map[string]any{"type": "Unconfined"}})), "never run AppArmor unconfined"},
 		{"AppArmor unconfined (container)", try(op, deploymentsGVR, ns, securityContext("apparmor-c", false, map[string]any{"appArmorProfile": map[string]any{"type": "Unconfined"}})), "never run AppArmor unconfined"},
@@ -418,6 +420,11 @@ func TestFenceHoldsOperatorServiceAccounts(t *testing.T) {
 			p["volumes"] = []any{map[string]any{"name": "evalsi-token", "projected": map[string]any{"sources": []any{
 				map[string]any{"serviceAccountToken": map[string]any{"audience": "evalsi", "path": "token"}},
 				map[string]any{"secret": map[string]any{"name": "evalsid-ca", "items": []any{map[string]any{"key": "ca.crt", "path": "ca.crt"}}}}}}}}
+		})),
+		"a pool with its own certificate beside its token": try(op, deploymentsGVR, ns, deploy("with-certificate", func(p, _ map[string]any) {
+			p["volumes"] = []any{map[string]any{"name": "evalsi-token", "projected": map[string]any{"sources": []any{
+				map[string]any{"serviceAccountToken": map[string]any{"audience": "evalsi", "path": "token"}},
+				map[string]any{"podCertificate": map[string]any{"signerName": "evals.si/workload", "keyType": "ECDSAP256", "credentialBundlePath": "credentials.pem"}}}}}}
 		})),
 		"a CheckpointServer's Deployment": try(op, deploymentsGVR, ns, deploy("vllm", func(p, _ map[string]any) {
 			p["serviceAccountName"] = "vllm"

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -60,6 +61,19 @@ func TestMutualTLSWithSecrets(t *testing.T) {
 		DNSNames: []string{"evalsid." + ns + ".svc"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 	secret("evalsi-operator-tls", x509.Certificate{Subject: pkix.Name{CommonName: "system:serviceaccount:" + ns + ":evalsi-operator"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+
+	// The workload signer's CA, as evalsi-crds's signer publishes it: the in-chart evalsid
+	// verifies pools' certificates with it.
+	workloadCA, _, err := pki.NewCA("evalsi-workload-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundles := cs.CertificatesV1().ClusterTrustBundles()
+	if _, err := bundles.Create(ctx, &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "evals.si:workload:ca"},
+		Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "evals.si/workload", TrustBundle: string(pki.EncodeCert(workloadCA))}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bundles.Delete(context.Background(), "evals.si:workload:ca", metav1.DeleteOptions{}) })
 
 	notes := helm(t, "install", "evalsi-mtls", "evalsi", "-n", ns, "--set", "tls.enabled=true", "--set", "referenceEvalsid.enabled=true", "--kubeconfig="+env.Kubeconfig)
 	// The reference evalsid invents results; the install says so first.

@@ -9,7 +9,8 @@
 // content: the certificate names system:serviceaccount:<namespace>:<service account> as its
 // common name (the identity evalsid holds it to, beside the pod's token) and as a SPIFFE URI.
 //
-// The CA is a directory (a mounted Secret: tls.crt and tls.key sign, ca.crt, when present, is the
-// bundle to publish, so that a rotation publishes the old and new CAs together). It is read
-// again at each request and each publication, so a rotated CA signs without a restart.
+// The CA is a Secret of the signer's namespace, which the signer makes at its first start when it
+// does not exist (tls.crt and tls.key sign; ca.crt, when present, is the bundle to publish, so
+// that a rotation publishes the old and new CAs together). It is read again at each request and
+// each publication, so a rotated CA signs without a restart.
 package podcert

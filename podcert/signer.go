@@ -19,13 +19,13 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// Signer issues the PodCertificateRequests of one signer name with the CA in a directory.
+// Signer issues the PodCertificateRequests of one signer name with the CA of a Secret.
 type Signer struct {
 	Client kubernetes.Interface
 	// Name is the signer name it answers (evalsi.WorkloadSigner).
 	Name string
-	// CADir is the CA's directory (ReadAuthority), read again at each request.
-	CADir  string
+	// CA is the Secret of its CA, made by Run when it does not exist, read at each request.
+	CA     CASecret
 	Policy Policy
 	Log    *slog.Logger
 	// Now is the clock; time.Now when nil.
@@ -40,6 +40,9 @@ type Signer struct {
 func (s *Signer) Run(ctx context.Context, workers int, resync time.Duration) error {
 	if s.Now == nil {
 		s.Now = time.Now
+	}
+	if err := s.CA.Ensure(ctx); err != nil {
+		return err
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(s.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", s.Name).String()
@@ -72,7 +75,7 @@ func (s *Signer) Run(ctx context.Context, workers int, resync time.Duration) err
 		}()
 	}
 	for {
-		if err := PublishTrustBundle(ctx, s.Client, s.Name, s.CADir); err != nil {
+		if err := PublishTrustBundle(ctx, s.Client, s.Name, s.CA); err != nil {
 			s.Log.Error("publishing the CA bundle", "signer", s.Name, "err", err)
 		}
 		select {
@@ -120,7 +123,7 @@ func (s *Signer) sync(ctx context.Context, key string) error {
 	if decided(req) {
 		return nil
 	}
-	ca, err := ReadAuthority(s.CADir)
+	ca, err := s.CA.Read(ctx)
 	if err != nil {
 		return err
 	}

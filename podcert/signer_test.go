@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,9 +35,8 @@ var shared = clustertest.New(cluster.Options{})
 
 func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 
-// writeCA writes a new CA into dir as the signer reads it, with bundle as ca.crt when not nil,
-// and returns it.
-func writeCA(t *testing.T, dir, name string, bundle []byte) *x509.Certificate {
+// newCA returns a new CA as a Secret's data, with bundle before it as ca.crt when not nil.
+func newCA(t *testing.T, name string, bundle []byte) (*x509.Certificate, map[string][]byte) {
 	t.Helper()
 	ca, key, err := pki.NewCA(name, 48*time.Hour)
 	if err != nil {
@@ -48,17 +46,11 @@ func writeCA(t *testing.T, dir, name string, bundle []byte) *x509.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for file, data := range map[string][]byte{"tls.crt": pki.EncodeCert(ca), "tls.key": keyPEM} {
-		if err := os.WriteFile(filepath.Join(dir, file), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	data := map[string][]byte{"tls.crt": pki.EncodeCert(ca), "tls.key": keyPEM}
 	if bundle != nil {
-		if err := os.WriteFile(filepath.Join(dir, "ca.crt"), append(bundle, pki.EncodeCert(ca)...), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		data["ca.crt"] = append(bundle, pki.EncodeCert(ca)...)
 	}
-	return ca
+	return ca, data
 }
 
 // as is a client of the cluster acting as user in groups.
@@ -72,8 +64,8 @@ func as(t *testing.T, c *cluster.Cluster, user string, groups ...string) kuberne
 // TestSignerIssuesThePodsIdentity runs the signer against the real API server and asks it for
 // certificates as kubelets do (impersonating the pod's node, which the Node authorizer and
 // NodeRestriction hold to its own pods): what it issues names the pod's service account and
-// verifies with the CA it publishes; a CA rotated in its directory signs the next request and is
-// published beside the old one, without a restart. Nobody else gets a request past the API
+// verifies with the CA it made at its start and publishes; a CA rotated in its Secret signs the
+// next request and is published beside the old one, without a restart. Nobody else gets a request past the API
 // server: a namespace editor, or another node, asking for the pod's certificate.
 func TestSignerIssuesThePodsIdentity(t *testing.T) {
 	c := shared.Get(t)
@@ -118,9 +110,8 @@ func TestSignerIssuesThePodsIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dir := t.TempDir()
-	first := writeCA(t, dir, "evalsi-workload-ca-1", nil)
-	signer := &podcert.Signer{Client: admin, Name: evalsi.WorkloadSigner, CADir: dir,
+	caSecret := podcert.CASecret{Client: admin, Namespace: ns, Name: "evalsi-workload-ca"}
+	signer := &podcert.Signer{Client: admin, Name: evalsi.WorkloadSigner, CA: caSecret,
 		Policy: podcert.Policy{Lifetime: 24 * time.Hour, TrustDomain: "cluster.local"},
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil))}
 	done := make(chan error, 1)
@@ -163,8 +154,7 @@ func TestSignerIssuesThePodsIdentity(t *testing.T) {
 			if !meta.IsStatusConditionTrue(r.Status.Conditions, certv1.PodCertificateRequestConditionTypeIssued) {
 				return fmt.Errorf("conditions %+v", r.Status.Conditions)
 			}
-			block, _ := pem.Decode([]byte(r.Status.CertificateChain))
-			leaf, err = x509.ParseCertificate(block.Bytes)
+			leaf, err = x509.ParseCertificate(pemBlock(t, []byte(r.Status.CertificateChain)))
 			return err
 		})
 		return leaf
@@ -194,6 +184,9 @@ func TestSignerIssuesThePodsIdentity(t *testing.T) {
 	leaf := issued("judge-0-1")
 	if want := "system:serviceaccount:" + ns + ":judge"; leaf.Subject.CommonName != want {
 		t.Errorf("common name %q, want %q", leaf.Subject.CommonName, want)
+	}
+	if leaf.Issuer.CommonName != "evalsi-workload-ca" {
+		t.Errorf("issuer %q, want the CA the signer made at its start", leaf.Issuer.CommonName)
 	}
 	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/"+ns+"/sa/judge" {
 		t.Errorf("URIs %v, want the SPIFFE id of the pod's service account", leaf.URIs)
@@ -225,7 +218,19 @@ func TestSignerIssuesThePodsIdentity(t *testing.T) {
 	}
 
 	// A rotated CA: the new one signs, both are published (ca.crt), no restart.
-	second := writeCA(t, dir, "evalsi-workload-ca-2", pki.EncodeCert(first))
+	made, err := admin.CoreV1().Secrets(ns).Get(ctx, caSecret.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the CA Secret the signer made: %v", err)
+	}
+	first, err := x509.ParseCertificate(pemBlock(t, made.Data["tls.crt"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, data := newCA(t, "evalsi-workload-ca-2", made.Data["tls.crt"])
+	made.Data = data
+	if _, err := admin.CoreV1().Secrets(ns).Update(ctx, made, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	roots := bundle(2)
 	if _, err := request(node, nodes["podcert-node-a"], "judge-0-3", 86400); err != nil {
 		t.Fatal(err)
@@ -234,9 +239,22 @@ func TestSignerIssuesThePodsIdentity(t *testing.T) {
 	if rotated.Issuer.CommonName != second.Subject.CommonName {
 		t.Errorf("after the rotation the issuer is %q, want the new CA %q", rotated.Issuer.CommonName, second.Subject.CommonName)
 	}
+	if leaf.Issuer.CommonName != first.Subject.CommonName {
+		t.Errorf("the first certificate's issuer %q is not the Secret's CA %q", leaf.Issuer.CommonName, first.Subject.CommonName)
+	}
 	for _, cert := range []*x509.Certificate{leaf, rotated} {
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 			t.Errorf("a certificate of %s does not verify with the bundle published during the rotation: %v", cert.Issuer.CommonName, err)
 		}
 	}
+}
+
+// pemBlock is the first PEM block of data.
+func pemBlock(t *testing.T, data []byte) []byte {
+	t.Helper()
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("no PEM in %q", data)
+	}
+	return block.Bytes
 }

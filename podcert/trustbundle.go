@@ -19,10 +19,10 @@ func TrustBundleName(signer string) string {
 	return strings.ReplaceAll(signer, "/", ":") + ":ca"
 }
 
-// PublishTrustBundle creates or updates signer's ClusterTrustBundle to the CA bundle of caDir,
+// PublishTrustBundle creates or updates signer's ClusterTrustBundle to the CA bundle of secret,
 // which pods project (a clusterTrustBundle source of that signer) to verify its certificates.
-func PublishTrustBundle(ctx context.Context, client kubernetes.Interface, signer, caDir string) error {
-	ca, err := ReadAuthority(caDir)
+func PublishTrustBundle(ctx context.Context, client kubernetes.Interface, signer string, secret CASecret) error {
+	ca, err := secret.Read(ctx)
 	if err != nil {
 		return err
 	}

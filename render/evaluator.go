@@ -57,6 +57,7 @@ func (spec EvaluatorSpec) check(fixed []EnvVar, limits Limits) error {
 	owned := fixedEnv(fixed)
 	owned["EVALSI_SANDBOX_CLASS"] = "spec.sandboxClass"
 	owned[APICAFileEnv] = "" // whether or not the platform names a CA
+	owned[ClientCredentialsFileEnv] = ""
 	checkEnv(specPointer.at("env"), spec.Env, owned, &ps)
 	spec.Scheduling.check(specPointer, &ps)
 	checkEgress(specPointer.at("egress"), spec.Egress, &ps)
@@ -80,7 +81,7 @@ func Evaluator(obj *unstructured.Unstructured, opts Options) ([]*unstructured.Un
 		{Name: "EVALSI_EVALUATOR", Value: obj.GetName()},
 		{Name: "EVALSI_SANDBOX_CLASS", Value: spec.SandboxClass},
 		{Name: TokenFileEnv, Value: TokenFile},
-	}, apiCAEnv(opts)...)
+	}, signInEnv(opts)...)
 	if err := spec.check(fixed, opts.Limits); err != nil {
 		return nil, Pool{}, err
 	}

@@ -33,6 +33,12 @@ const (
 	APICAFile = TokenDir + "/ca.crt"
 	// APICAFileEnv is the environment variable that names APICAFile in pool pods.
 	APICAFileEnv = "EVALSI_API_CA_FILE"
+	// ClientCredentialsFile is where a pool pod finds its client certificate for evalsid (a PEM
+	// bundle: the key, then the certificate chain), when the platform names a workload signer
+	// (Options.WorkloadSigner); ClientCredentialsFileEnv names it.
+	ClientCredentialsFile = TokenDir + "/credentials.pem"
+	// ClientCredentialsFileEnv is the environment variable that names ClientCredentialsFile.
+	ClientCredentialsFileEnv = "EVALSI_CLIENT_CREDENTIALS_FILE"
 	// DefaultTokenAudience is the audience evalsid expects when the operator is given none.
 	DefaultTokenAudience = evalsi.DefaultTokenAudience
 	// tokenExpirationSeconds is the projected token's lifetime; the kubelet renews it at 80 %.
@@ -47,21 +53,27 @@ func tokenAudience(opts Options) string {
 	return DefaultTokenAudience
 }
 
-// apiCAEnv is the variable that names the CA verifying evalsid in a pool pod, when the
-// platform names one; it follows the pod's other fixed variables, so that pods rendered without
-// one are as before.
-func apiCAEnv(opts Options) []EnvVar {
-	if opts.APICASecret == "" {
-		return nil
+// signInEnv are the variables that name, in a pool pod, the CA verifying evalsid and the pod's
+// client certificate, when the platform has them; they follow the pod's other fixed variables,
+// so that pods rendered without them are as before.
+func signInEnv(opts Options) []EnvVar {
+	var env []EnvVar
+	if opts.APICASecret != "" {
+		env = append(env, EnvVar{Name: APICAFileEnv, Value: APICAFile})
 	}
-	return []EnvVar{{Name: APICAFileEnv, Value: APICAFile}}
+	if opts.WorkloadSigner != "" {
+		env = append(env, EnvVar{Name: ClientCredentialsFileEnv, Value: ClientCredentialsFile})
+	}
+	return env
 }
 
 // signIn makes pod run as the service account sa with no Kubernetes API token and a projected
-// evalsid token mounted into container (whose fixed environment names it: TokenFileEnv, apiCAEnv), beside the
-// CA that verifies evalsid when the platform names one: ca.crt of the Secret
-// Options.APICASecret, which the kubelet reads for the pod (no account of the namespace needs
-// to).
+// evalsid token mounted into container (whose fixed environment names it: TokenFileEnv,
+// signInEnv), beside the CA that verifies evalsid when the platform names one (ca.crt of the
+// Secret Options.APICASecret, which the kubelet reads for the pod: no account of the namespace
+// needs to) and the pod's own client certificate when the platform names a workload signer (a
+// podCertificate the kubelet asks the signer for, renews before it expires and keeps out of
+// any Secret).
 func signIn(pod, container map[string]any, sa string, opts Options) {
 	pod["serviceAccountName"] = sa
 	pod["automountServiceAccountToken"] = false
@@ -76,6 +88,13 @@ func signIn(pod, container map[string]any, sa string, opts Options) {
 		sources = append(sources, map[string]any{"secret": map[string]any{
 			"name":  opts.APICASecret,
 			"items": []any{map[string]any{"key": "ca.crt", "path": "ca.crt"}},
+		}})
+	}
+	if opts.WorkloadSigner != "" {
+		sources = append(sources, map[string]any{"podCertificate": map[string]any{
+			"signerName":           opts.WorkloadSigner,
+			"keyType":              "ECDSAP256",
+			"credentialBundlePath": "credentials.pem",
 		}})
 	}
 	volumes, _ := pod["volumes"].([]any)

@@ -36,6 +36,10 @@ type Options struct {
 	// signed by a private CA: pool pods find it at APICAFile, beside their token. Empty: the
 	// image's system roots.
 	APICASecret string
+	// WorkloadSigner, when set, is the signer of pool pods' client certificates for evalsid: a
+	// podCertificate projection beside their token (ClientCredentialsFile), which the kubelet
+	// asks the signer for and renews. Empty: pools present their token alone.
+	WorkloadSigner string
 	// APIPeers are the NetworkPolicy peers (maps as Kubernetes takes them) through which pools
 	// reach evalsid; empty, they are read from APIURL (apiEgress), which an evalsid outside the
 	// cluster does not allow (CheckAPIEgress).

@@ -93,7 +93,7 @@ func SandboxClass(obj *unstructured.Unstructured, opts Options) ([]*unstructured
 			{Name: "EVALSI_API_URL", Value: opts.APIURL},
 			{Name: "EVALSI_SANDBOX_CLASS", Value: obj.GetName()},
 			{Name: TokenFileEnv, Value: TokenFile},
-		}, apiCAEnv(opts)...), nil),
+		}, signInEnv(opts)...), nil),
 	}
 	if spec.Rung != RungPod { // the pod rung's resources are its trials'
 		setIf(container, "resources", spec.Resources.render())

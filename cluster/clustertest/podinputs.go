@@ -143,6 +143,21 @@ func (k *Kubelet) writeVolume(ctx context.Context, namespace string, spec corev1
 			case src.ConfigMap != nil:
 				data, err = configMap(src.ConfigMap.Name)
 				items = src.ConfigMap.Items
+			case src.ClusterTrustBundle != nil && src.ClusterTrustBundle.SignerName != nil:
+				// As the kubelet: every bundle of the signer, one after another.
+				list, err := cs.CertificatesV1().ClusterTrustBundles().List(ctx, metav1.ListOptions{
+					FieldSelector: "spec.signerName=" + *src.ClusterTrustBundle.SignerName})
+				if err != nil {
+					return fmt.Errorf("volume %s: %w", vol.Name, err)
+				}
+				var pem []byte
+				for _, b := range list.Items {
+					pem = append(pem, b.Spec.TrustBundle...)
+				}
+				if len(pem) == 0 {
+					return fmt.Errorf("volume %s: no ClusterTrustBundle of signer %s", vol.Name, *src.ClusterTrustBundle.SignerName)
+				}
+				data = map[string][]byte{src.ClusterTrustBundle.Path: pem}
 			default:
 				return fmt.Errorf("volume %s: a projected source the harness does not write", vol.Name)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/render"
 )
 
@@ -20,6 +21,7 @@ var RenderFlags = []cli.Flag{
 	&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "namespace that SandboxClass pools run in"},
 	&cli.StringFlag{Name: "api-url", Value: "http://evalsid:8080", Usage: "evalsid's base URL, given to workers and to KEDA's queue-depth trigger"},
 	&cli.StringFlag{Name: "api-ca-secret", Usage: "the Secret, in each pool's namespace, whose ca.crt verifies an https evalsid of a private CA: pool pods mount it beside their token (" + render.APICAFileEnv + " names it); default: the image's system roots"},
+	&cli.StringFlag{Name: "workload-certificate-signer", Usage: "the signer of pool pods' client certificates for evalsid (a podCertificate projected volume beside their token, " + render.ClientCredentialsFileEnv + " names it), such as " + evalsi.WorkloadSigner + " of chart evalsi-crds; default: pools present their token alone"},
 	&cli.StringFlag{Name: "pool-token-audience", Value: render.DefaultTokenAudience, Usage: "audience of the projected service-account tokens pool pods present to evalsid"},
 	MaxPoolReplicasFlag,
 	&cli.StringFlag{Name: "api-network-peers", Usage: "the NetworkPolicy peers through which pools reach evalsid, a JSON list such as [{\"ipBlock\":{\"cidr\":\"203.0.113.10/32\"}}]; required for an evalsid outside the cluster; default: evalsid's pods (app.kubernetes.io/name=evalsid) in the namespace of --api-url's Service"},
@@ -74,6 +76,7 @@ func ReadRenderOptions(c *cli.Context) (render.Options, error) {
 		SandboxNamespace:   c.String("sandbox-namespace"),
 		APIURL:             strings.TrimRight(c.String("api-url"), "/"),
 		APICASecret:        c.String("api-ca-secret"),
+		WorkloadSigner:     c.String("workload-certificate-signer"),
 		TokenAudience:      c.String("pool-token-audience"),
 		Limits:             render.Limits{MaxPoolReplicas: int32(c.Int("max-pool-replicas"))},
 		APIPeers:           peers,
