@@ -9,15 +9,20 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/evalsid"
 	"evals.si/operator/internal/command"
 )
@@ -35,6 +40,7 @@ func evalsidCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-cert-file", Usage: "serve HTTPS with this certificate"},
 			&cli.StringFlag{Name: "tls-key-file", Usage: "key of --tls-cert-file"},
 			&cli.StringSliceFlag{Name: "client-ca-file", Usage: "require client certificates that these CA bundles verify, whose common name is the identity of the token beside them (mutual TLS; needs --tls-cert-file; repeatable, read again at each handshake)"},
+			&cli.StringSliceFlag{Name: "client-ca-signer", Usage: "require client certificates that the ClusterTrustBundles of this signer verify, such as " + evalsi.WorkloadSigner + " (pools' certificates), watched from the cluster (repeatable; needs --tls-cert-file)"},
 			&cli.BoolFlag{Name: "cluster", Usage: "read the namespaces' project bindings and the SandboxClasses from the cluster, to authorize callers by project (implied by --kubernetes-audience); without it a namespace acts in the project named like it"},
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "serve the callers of this namespace only, reading only its Namespace (an evalsid for one team, with no cluster-wide read)"},
 			&cli.StringSliceFlag{Name: "operator-namespace", Usage: "a namespace where an evalsi-operator runs: its evalsi-operator service account creates runs, writes policies and forwards creators in its project (repeatable; --namespace is one). An account of that name in any other namespace, which a namespace editor can make, may only read runs, as a pool"},
@@ -99,18 +105,28 @@ func evalsidCommand() *cli.Command {
 						Bound: evalsid.NewLiveObjects(kube, evalsid.BoundObjectsTTL)})
 				}
 			}
+			trust := clientTrust{files: c.StringSlice("client-ca-file"), signers: c.StringSlice("client-ca-signer")}
 			if c.String("tls-cert-file") == "" {
-				if len(c.StringSlice("client-ca-file")) > 0 {
-					return cli.Exit("evalsid: --client-ca-file needs --tls-cert-file", command.ExitUsage)
+				if trust.required() {
+					return cli.Exit("evalsid: --client-ca-file and --client-ca-signer need --tls-cert-file", command.ExitUsage)
 				}
 				fmt.Fprintf(c.App.ErrWriter, "evalsid serving on %s%s\n", l.Addr(), simulatedNotice)
 				return srv.Serve(c.Context, l)
 			}
-			cfg, err := serverTLS(c.String("tls-cert-file"), c.String("tls-key-file"), c.StringSlice("client-ca-file"))
+			if len(trust.signers) > 0 {
+				rc, err := command.KubeConfig(c)
+				if err != nil {
+					return err
+				}
+				if err := trust.watchTrustBundles(c.Context, rc); err != nil {
+					return err
+				}
+			}
+			cfg, err := serverTLS(c.String("tls-cert-file"), c.String("tls-key-file"), trust)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.ErrWriter, "evalsid serving HTTPS on %s (client certificates required: %v)%s\n", l.Addr(), cfg.ClientCAs != nil, simulatedNotice)
+			fmt.Fprintf(c.App.ErrWriter, "evalsid serving HTTPS on %s (client certificates required: %v)%s\n", l.Addr(), trust.required(), simulatedNotice)
 			return srv.ServeTLS(c.Context, l, cfg)
 		},
 	}
@@ -142,12 +158,63 @@ func readTokens(path string) (map[string]string, error) {
 	return tokens, sc.Err()
 }
 
-// serverTLS loads evalsid's serving certificate and, when caFiles are given, the CAs that client
-// certificates must chain to (the platform's CA of the operator's certificate, the workload
-// signer's ClusterTrustBundle that pools' certificates chain to). Each is read again on each
-// handshake, so that a renewed certificate or a rotated CA bundle (cert-manager's Secret, a
-// projection the kubelet updates) is in force without a restart.
-func serverTLS(certFile, keyFile string, caFiles []string) (*tls.Config, error) {
+// clientTrust is what verifies evalsid's callers' certificates: CA bundle files, and the
+// ClusterTrustBundles of signers (the workload signer's, which pools' certificates chain to), each
+// read again at each handshake so that a rotation is in force without a restart.
+type clientTrust struct {
+	files   []string
+	signers []string
+	bundles cache.Store
+}
+
+// required reports whether callers must present a certificate.
+func (t clientTrust) required() bool { return len(t.files) > 0 || len(t.signers) > 0 }
+
+// pool returns the CAs in force now. Files must each hold a certificate; a signer may have
+// published none yet, and then verifies no one.
+func (t clientTrust) pool() (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	for _, f := range t.files {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading the client CA: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", f)
+		}
+	}
+	if t.bundles != nil {
+		for _, obj := range t.bundles.List() {
+			if b := obj.(*certificatesv1.ClusterTrustBundle); slices.Contains(t.signers, b.Spec.SignerName) {
+				pool.AppendCertsFromPEM([]byte(b.Spec.TrustBundle))
+			}
+		}
+	}
+	return pool, nil
+}
+
+// watchTrustBundles keeps t.bundles to the cluster's ClusterTrustBundles until ctx ends.
+func (t *clientTrust) watchTrustBundles(ctx context.Context, rc *rest.Config) error {
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	informer := factory.Certificates().V1().ClusterTrustBundles().Informer()
+	t.bundles = informer.GetStore()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return fmt.Errorf("listing ClusterTrustBundles: %w", ctx.Err())
+	}
+	return nil
+}
+
+// serverTLS loads evalsid's serving certificate and, when trust requires client certificates,
+// the CAs they must chain to (the platform's CA of the operator's certificate, the workload
+// signer's bundle). Each is read again on each handshake, so that a renewed certificate or a
+// rotated CA (cert-manager's Secret, a projection the kubelet updates, a ClusterTrustBundle the
+// signer updates) is in force without a restart.
+func serverTLS(certFile, keyFile string, trust clientTrust) (*tls.Config, error) {
 	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
 		return nil, fmt.Errorf("loading the serving certificate: %w", err)
 	}
@@ -158,16 +225,16 @@ func serverTLS(certFile, keyFile string, caFiles []string) (*tls.Config, error) 
 			return &cert, err
 		},
 	}
-	if len(caFiles) == 0 {
+	if !trust.required() {
 		return cfg, nil
 	}
-	pool, err := clientCAs(caFiles)
+	pool, err := trust.pool()
 	if err != nil {
 		return nil, err
 	}
 	cfg.ClientCAs = pool
 	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		pool, err := clientCAs(caFiles)
+		pool, err := trust.pool()
 		if err != nil {
 			return nil, err
 		}
@@ -176,21 +243,6 @@ func serverTLS(certFile, keyFile string, caFiles []string) (*tls.Config, error) 
 		return c, nil
 	}
 	return cfg, nil
-}
-
-// clientCAs reads the CA bundles files into one pool; each must hold a certificate.
-func clientCAs(files []string) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	for _, f := range files {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("reading the client CA: %w", err)
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s holds no PEM certificate", f)
-		}
-	}
-	return pool, nil
 }
 
 // serveMetrics serves the collector's metrics on addr until ctx ends.

@@ -70,6 +70,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			leakedServersCommand(),
 			probeCommand(),
 			podCertificateSignerCommand(),
+			checkSignInCommand(),
 			versionCommand(),
 		},
 		// An unknown command is a usage error, not a help topic.

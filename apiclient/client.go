@@ -34,8 +34,9 @@ type Options struct {
 	ClientCert, ClientKey string
 	// CallTimeout is every call's deadline; 10s when zero.
 	CallTimeout time.Duration
-	// Observe, when set, is told each call's method and result code ("ok" or a Connect code).
-	Observe func(method, code string)
+	// Observe, when set, is told each call's method, result code ("ok" or a Connect code) and
+	// how long it took, answered or not.
+	Observe func(method, code string, took time.Duration)
 	// Interceptors run around every call, the first outermost, and around the client's own
 	// (deadline, token, Observe): a call one of them refuses is neither sent nor observed.
 	Interceptors []connect.Interceptor
@@ -111,6 +112,7 @@ func callInterceptor(opts Options, token *tokenFile) connect.UnaryInterceptorFun
 				}
 				req.Header().Set("Authorization", "Bearer "+t)
 			}
+			start := time.Now()
 			resp, err := next(ctx, req)
 			if opts.Observe != nil {
 				code := "ok"
@@ -118,7 +120,7 @@ func callInterceptor(opts Options, token *tokenFile) connect.UnaryInterceptorFun
 					code = connect.CodeOf(err).String()
 				}
 				proc := req.Spec().Procedure
-				opts.Observe(proc[strings.LastIndex(proc, "/")+1:], code)
+				opts.Observe(proc[strings.LastIndex(proc, "/")+1:], code, time.Since(start))
 			}
 			return resp, err
 		}

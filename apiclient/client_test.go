@@ -130,6 +130,43 @@ func TestCallDeadline(t *testing.T) {
 	}
 }
 
+// TestObserveTimesEachCall: Observe is told each call's method, code and how long it took (the
+// operator's evalsi_api_call_duration_seconds), for a call answered late and for one
+// its deadline cut.
+func TestObserveTimesEachCall(t *testing.T) {
+	api := evalsid.New(map[string]string{"tok": "system:serviceaccount:p:evalsi-operator"}, evalsid.Schedule{})
+	faults := evalsidtest.Inject(api)
+	srv := httptest.NewServer(api.Handler())
+	defer srv.Close()
+	token := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(token, []byte("tok"), 0o600)
+	type observed struct {
+		method, code string
+		took         time.Duration
+	}
+	var got []observed
+	c, err := apiclient.New(apiclient.Options{URL: srv.URL, TokenFile: token, CallTimeout: 400 * time.Millisecond,
+		Observe: func(method, code string, took time.Duration) { got = append(got, observed{method, code, took}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	faults.SetLatency(150 * time.Millisecond)
+	c.Runs.GetRun(context.Background(), connect.NewRequest(&v1.GetRunRequest{Project: "p", Id: "x"}))
+	faults.SetLatency(2 * time.Second)
+	c.Runs.BatchGetRuns(context.Background(), connect.NewRequest(&v1.BatchGetRunsRequest{Project: "p"}))
+	if len(got) != 2 {
+		t.Fatalf("observed %+v, want two calls", got)
+	}
+	for i, want := range []struct {
+		method, code string
+		atLeast      time.Duration
+	}{{"GetRun", "not_found", 150 * time.Millisecond}, {"BatchGetRuns", "deadline_exceeded", 400 * time.Millisecond}} {
+		if g := got[i]; g.method != want.method || g.code != want.code || g.took < want.atLeast || g.took > want.atLeast+time.Second {
+			t.Errorf("call %d observed as %+v, want %s %s taking about %v", i, g, want.method, want.code, want.atLeast)
+		}
+	}
+}
+
 // TestServerRefusesCredentialsInURLs: the reference evalsid, like the validation in front of it,
 // refuses a run whose endpoint URL carries credentials (InvalidArgument), and takes one that names
 // the variable holding the key.

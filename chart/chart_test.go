@@ -27,7 +27,7 @@ import (
 // charts and the values files that matter for each (testdata/chart/values/<chart>-<case>.yaml).
 var charts = map[string][]string{
 	"evalsi-crds":     {"default", "monitoring", "cert-manager", "dry-run", "tenants", "sandboxd", "rbac-helpers"},
-	"evalsi":          {"default", "alone", "reference-evalsid", "external-evalsid", "runs-only", "monitoring", "metrics-client-ca", "plain-metrics", "mtls-secrets", "mtls-cert-manager"},
+	"evalsi":          {"default", "alone", "reference-evalsid", "external-evalsid", "runs-only", "monitoring", "metrics-client-ca", "plain-metrics", "mtls-secrets", "mtls-cert-manager", "workload-certificates"},
 	"evalsi-sandboxd": {"default", "custom"},
 }
 

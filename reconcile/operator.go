@@ -128,8 +128,8 @@ func New(cfg Config) (*Operator, error) {
 		opts := cfg.API
 		// Outermost: a call refused for an ended tenure is not counted as a call.
 		opts.Interceptors = append([]connect.Interceptor{apicall.FenceCalls()}, opts.Interceptors...)
-		opts.Observe = func(method, code string) {
-			op.Metrics().ObserveAPICall(method, code)
+		opts.Observe = func(method, code string, took time.Duration) {
+			op.Metrics().ObserveAPICall(method, code, took)
 			if apicall.Answered(code) {
 				op.ExternalAnswered()
 			}

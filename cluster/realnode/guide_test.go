@@ -117,9 +117,15 @@ func TestInstallGuide(t *testing.T) {
 		{"team-a", "app.kubernetes.io/name=evaluator,app.kubernetes.io/instance=judge", "evaluator"},
 		{"evalsi-sandbox", "app.kubernetes.io/name=sandboxclass,app.kubernetes.io/instance=landlock", "sandboxd"},
 	} {
-		token, result := standInReport(t, ctx, c, pool.ns, pool.selector, pool.container)
+		token, signIn, result := standInReport(t, ctx, c, pool.ns, pool.selector, pool.container)
 		if !strings.Contains(token, "token present at /var/run/secrets/evals.si/token; evalsid "+evalsidURL) {
 			t.Errorf("%s pool: the stand-in says %q, want its projected token and evalsid's URL", pool.container, token)
+		}
+		// Its own certificate, which the kubelet got from evalsi-crds's signer, naming the pod's
+		// service account; evalsid, requiring the signer's certificates, took it beside the token.
+		if !strings.Contains(signIn, "certificate: system:serviceaccount:"+pool.ns+":") || !strings.Contains(signIn, "issued by evalsi-workload-ca") ||
+			!strings.Contains(signIn, "evalsid: signed in") {
+			t.Errorf("%s pool: the sign-in says %q, want its own certificate from the workload signer, accepted by evalsid", pool.container, signIn)
 		}
 		r := result.Report.Reach
 		if got := r["evalsid"]; !got.Reachable || got.TLS != "verified" {
@@ -254,7 +260,9 @@ func notReady(ctx context.Context, c *cluster.Cluster) string {
 // platformEvalsid plays the platform's evalsid that the guide's EVALSID_URL names: the reference
 // server, run from bin on the node's address as a server outside the cluster, over https with a
 // certificate of a CA of the test's, accepting the cluster's service-account tokens and knowing
-// the one namespace the guide installs an operator into. It returns its URL and the CA's file.
+// the one namespace the guide installs an operator into, and requiring of every caller a
+// certificate of the workload signer's ClusterTrustBundle, of its token's identity. It returns its
+// URL and the CA's file.
 func platformEvalsid(t *testing.T, ctx context.Context, c *cluster.Cluster, bin string) (url, caFile string) {
 	t.Helper()
 	const addr = "10.88.0.2:8443"
@@ -266,7 +274,9 @@ func platformEvalsid(t *testing.T, ctx context.Context, c *cluster.Cluster, bin 
 		}
 	}
 	cmd := exec.Command(bin, "evalsid", "--listen="+addr, "--kubernetes-audience=evalsi", "--kubeconfig="+c.Kubeconfig,
-		"--operator-namespace=team-a", "--tls-cert-file="+filepath.Join(dir, "tls.crt"), "--tls-key-file="+filepath.Join(dir, "tls.key"))
+		"--operator-namespace=team-a", "--tls-cert-file="+filepath.Join(dir, "tls.crt"), "--tls-key-file="+filepath.Join(dir, "tls.key"),
+		// Every caller presents its certificate from the workload signer the guide installs.
+		"--client-ca-signer=evals.si/workload")
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -290,11 +300,11 @@ func platformEvalsid(t *testing.T, ctx context.Context, c *cluster.Cluster, bin 
 }
 
 // standInReport waits until the stand-in program of a pool's pod (testdata/pool-standin) has
-// logged its report, and returns its line about the token and evalsid, and the isolation
-// probe's result it ran from inside the pod.
-func standInReport(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, selector, container string) (string, isolation.Result) {
+// logged its report, and returns its line about the token and evalsid, its sign-in lines, and the
+// isolation probe's result it ran from inside the pod.
+func standInReport(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, selector, container string) (string, string, isolation.Result) {
 	t.Helper()
-	var token string
+	var token, signIn string
 	var result isolation.Result
 	clustertest.Eventually(t, ctx, "the "+container+" stand-in's report in "+ns, func() error {
 		pods, err := c.Clientset().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
@@ -308,7 +318,7 @@ func standInReport(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, se
 		if err != nil {
 			return err
 		}
-		token = ""
+		token, signIn = "", ""
 		for _, line := range strings.Split(string(logs), "\n") {
 			if rest, ok := strings.CutPrefix(line, container+": reach: "); ok {
 				if err := json.Unmarshal([]byte(rest), &result); err != nil {
@@ -322,15 +332,15 @@ func standInReport(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, se
 			if strings.HasPrefix(line, container+": token ") {
 				token = line
 			}
+			if rest, ok := strings.CutPrefix(line, container+": sign-in: "); ok {
+				signIn += rest + "\n"
+			}
 		}
 		return fmt.Errorf("no report yet:\n%s", logs)
 	})
-	return token, result
+	return token, signIn, result
 }
 
-// evalsidCertificate makes a CA of the test's, "platform evalsid CA", and a serving certificate
-// it signed for an evalsid on the node's address, and returns the CA's, the certificate's and
-// its key's PEM.
 func evalsidCertificate(t *testing.T) (caPEM, certPEM, keyPEM []byte) {
 	t.Helper()
 	ca, caKey, err := pki.NewCA("platform evalsid CA", time.Hour)

@@ -139,7 +139,10 @@ func TestKEDAScalesARealPool(t *testing.T) {
 
 	api.SetQueueDepth(ns, v1.PoolKind_POOL_KIND_EVALUATOR, "judge", 5)
 	clustertest.Eventually(t, ctx, "KEDA starts a pool pod when the queue fills", pods(1))
-	token, result := standInReport(t, ctx, c, ns, "app.kubernetes.io/name=evaluator,app.kubernetes.io/instance=judge", "evaluator")
+	token, signIn, result := standInReport(t, ctx, c, ns, "app.kubernetes.io/name=evaluator,app.kubernetes.io/instance=judge", "evaluator")
+	if !strings.Contains(signIn, "evalsid: signed in") {
+		t.Errorf("the pool's sign-in says %q, want its token accepted", signIn)
+	}
 	if !strings.Contains(token, "token present") {
 		t.Errorf("the pool pod KEDA started says %q, want its projected token", token)
 	}

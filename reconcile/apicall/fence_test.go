@@ -35,7 +35,7 @@ func TestFenceCallsHoldsEvalsidCallsToTheTenure(t *testing.T) {
 	observed := map[string]int{}
 	api, err := apiclient.New(apiclient.Options{URL: server.URL, TokenFile: token,
 		Interceptors: []connect.Interceptor{FenceCalls()},
-		Observe:      func(method, _ string) { observed[method]++ }})
+		Observe:      func(method, _ string, _ time.Duration) { observed[method]++ }})
 	if err != nil {
 		t.Fatal(err)
 	}

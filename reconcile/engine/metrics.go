@@ -25,6 +25,7 @@ type Metrics struct {
 	duration   *prometheus.HistogramVec
 	requests   *prometheus.CounterVec
 	apiCalls   *prometheus.CounterVec
+	apiLatency *prometheus.HistogramVec
 	queues     queueMetrics
 	notReady   *notReadyGauges
 	// server is 1 for the server's Kubernetes version when its minor is the supported one, else 0.
@@ -62,6 +63,11 @@ func NewMetrics() *Metrics {
 			Name: "evalsi_api_calls_total",
 			Help: "Calls to evalsid by method and result code.",
 		}, []string{"method", "code"}),
+		apiLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "evalsi_api_call_duration_seconds",
+			Help:    "How long calls to evalsid took, answered or not, by method.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}, []string{"method"}),
 	}
 	m.server = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "evalsi_kubernetes_version_supported",
@@ -81,7 +87,7 @@ func NewMetrics() *Metrics {
 	}, []string{"outcome"})
 	m.queues = newQueueMetrics(m.Registry)
 	m.notReady = newNotReadyGauges()
-	m.Registry.MustRegister(m.notReady, m.reconciles, m.duration, m.requests, m.apiCalls, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer, m.unreachableCalls,
+	m.Registry.MustRegister(m.notReady, m.notReady.finished, m.reconciles, m.duration, m.requests, m.apiCalls, m.apiLatency, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer, m.unreachableCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -160,9 +166,10 @@ func (m *Metrics) RequeuedOnAnswer() float64 {
 	return d.GetCounter().GetValue()
 }
 
-// ObserveAPICall counts a call of an external API by method and result code.
-func (m *Metrics) ObserveAPICall(method, code string) {
+// ObserveAPICall counts a call of an external API by method and result code, and how long it took.
+func (m *Metrics) ObserveAPICall(method, code string, took time.Duration) {
 	m.apiCalls.WithLabelValues(method, code).Inc()
+	m.apiLatency.WithLabelValues(method).Observe(took.Seconds())
 }
 
 // countRequests returns the wrapper of the transport of shard's engine that counts its requests

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/clock"
+
+	"evals.si/operator/evalsi"
 )
 
 // notReadyObjects is, for one controller of one engine, since when each object it reconciled
@@ -24,6 +26,9 @@ type notReadyObjects struct {
 	since      map[string]time.Time
 	// phases are the status.phase of the objects that have one (EvalRuns), by key.
 	phases map[string]string
+	// finished times an object whose phase this controller saw move to a terminal one (Succeeded,
+	// Failed, Cancelled): from its creation to its status.completedAt.
+	finished *prometheus.HistogramVec
 }
 
 // observe records obj's Ready condition as its status now holds it; obj nil forgets key.
@@ -37,6 +42,10 @@ func (n *notReadyObjects) observe(key string, obj *unstructured.Unstructured) {
 	}
 	status, _, _ := unstructured.NestedMap(obj.Object, "status")
 	if phase, _ := status["phase"].(string); phase != "" {
+		// Seen to end here, not found ended (after a restart or a handover): counted once.
+		if prev, seen := n.phases[key]; seen && !evalsi.TerminalPhase(prev) && evalsi.TerminalPhase(phase) {
+			n.observeFinished(obj, phase, status)
+		}
 		n.phases[key] = phase
 	} else {
 		delete(n.phases, key)
@@ -57,6 +66,19 @@ func (n *notReadyObjects) observe(key string, obj *unstructured.Unstructured) {
 	}
 }
 
+// observeFinished times obj, which has just ended in phase, from its creation to its
+// status.completedAt (now, when the status names no time).
+func (n *notReadyObjects) observeFinished(obj *unstructured.Unstructured, phase string, status map[string]any) {
+	end := n.clock.Now()
+	if s, _ := status["completedAt"].(string); s != "" {
+		if t, err := time.Parse(time.RFC3339, s); err == nil {
+			end = t
+		}
+	}
+	took := end.Sub(obj.GetCreationTimestamp().Time)
+	n.finished.WithLabelValues(n.controller, obj.GetNamespace(), phase).Observe(max(took, 0).Seconds())
+}
+
 // notReadyGauges collects, by controller and shard, how many objects are not Ready and for how
 // long the oldest has not been, over the controllers of the engines that hold their shard (a
 // replica runs one for each shard it holds or warms); a controller's objects leave the series
@@ -64,7 +86,9 @@ func (n *notReadyObjects) observe(key string, obj *unstructured.Unstructured) {
 // objects are all Ready is in the series at 0.
 type notReadyGauges struct {
 	count, longest, phases *prometheus.Desc
-	mu                     sync.Mutex
+	// finished is evalsi_objects_finished_duration_seconds (notReadyObjects.observeFinished).
+	finished *prometheus.HistogramVec
+	mu       sync.Mutex
 	sets                   map[*notReadyObjects]struct{}
 	// clock is the time the gauges are read at (clock.RealClock but in tests).
 	clock clock.PassiveClock
@@ -78,6 +102,12 @@ func newNotReadyGauges() *notReadyGauges {
 			"How long the object that has been not Ready longest has been so (since its Ready condition's last transition), by controller and shard (of the shards this replica holds); 0 when every object is Ready.", []string{"controller", "shard"}, nil),
 		phases: prometheus.NewDesc("evalsi_objects_by_phase",
 			"Objects with a status.phase (EvalRuns), by controller, namespace and phase, as their last reconcile left them (of the shards this replica holds).", []string{"controller", "namespace", "phase"}, nil),
+		finished: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "evalsi_objects_finished_duration_seconds",
+			Help: "How long objects with a status.phase (EvalRuns) took from their creation to their status.completedAt, by controller, namespace and the phase they ended in; an object is counted by the replica that saw it end.",
+			// From ten seconds to about four days.
+			Buckets: prometheus.ExponentialBuckets(10, 2, 16),
+		}, []string{"controller", "namespace", "phase"}),
 		sets:  map[*notReadyObjects]struct{}{},
 		clock: clock.RealClock{},
 	}
@@ -86,7 +116,7 @@ func newNotReadyGauges() *notReadyGauges {
 // forController returns the set of a new controller's objects, counted while held says its
 // engine holds its shard; release it when the controller has stopped.
 func (g *notReadyGauges) forController(name, shard string, held func() bool) *notReadyObjects {
-	n := &notReadyObjects{controller: name, shard: shard, clock: g.clock, held: held, since: map[string]time.Time{}, phases: map[string]string{}}
+	n := &notReadyObjects{controller: name, shard: shard, clock: g.clock, held: held, since: map[string]time.Time{}, phases: map[string]string{}, finished: g.finished}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sets[n] = struct{}{}

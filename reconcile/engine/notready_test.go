@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -93,5 +96,45 @@ evalsi_objects_by_phase{controller="evalrun",namespace="team-b",phase="Succeeded
 	held = false
 	if err := testutil.CollectAndCompare(g, strings.NewReader(""), "evalsi_objects_by_phase"); err != nil {
 		t.Errorf("a shard not held: %v", err)
+	}
+}
+
+// TestFinishedObjectsAreTimed: an object seen to move to a terminal phase is timed once, from its
+// creation to its status.completedAt; one found already ended (after a restart or a handover), one
+// still running and one seen ended again are not.
+func TestFinishedObjectsAreTimed(t *testing.T) {
+	created := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	run := func(ns, phase, completed string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"phase": phase}}}
+		if completed != "" {
+			u.Object["status"].(map[string]any)["completedAt"] = completed
+		}
+		u.SetNamespace(ns)
+		u.SetCreationTimestamp(metav1.NewTime(created))
+		return u
+	}
+	g := newNotReadyGauges()
+	n := g.forController("evalrun", "0/1", func() bool { return true })
+	n.observe("team-a/one", run("team-a", "Pending", ""))
+	n.observe("team-a/one", run("team-a", "Running", ""))
+	n.observe("team-a/one", run("team-a", "Succeeded", "2026-12-07T10:05:00Z")) // 300 s
+	n.observe("team-a/one", run("team-a", "Succeeded", "2026-12-07T10:05:00Z")) // seen again
+	n.observe("team-a/two", run("team-a", "Failed", "2026-12-07T10:01:00Z"))    // found ended
+	n.observe("team-b/three", run("team-b", "Running", ""))
+	n.observe("team-b/three", run("team-b", "Cancelled", "2026-12-07T10:00:30Z")) // 30 s
+	if got := testutil.CollectAndCount(g.finished); got != 2 {
+		t.Errorf("%d series, want one per namespace and phase seen to end", got)
+	}
+	for _, want := range []struct {
+		ns, phase string
+		sum       float64
+	}{{"team-a", "Succeeded", 300}, {"team-b", "Cancelled", 30}} {
+		var m dto.Metric
+		if err := g.finished.WithLabelValues("evalrun", want.ns, want.phase).(prometheus.Histogram).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if h := m.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != want.sum {
+			t.Errorf("%s %s: %d samples summing %v s, want one of %v s", want.ns, want.phase, h.GetSampleCount(), h.GetSampleSum(), want.sum)
+		}
 	}
 }
