@@ -89,7 +89,7 @@ type notReadyGauges struct {
 	// finished is evalsi_objects_finished_duration_seconds (notReadyObjects.observeFinished).
 	finished *prometheus.HistogramVec
 	mu       sync.Mutex
-	sets                   map[*notReadyObjects]struct{}
+	sets     map[*notReadyObjects]struct{}
 	// clock is the time the gauges are read at (clock.RealClock but in tests).
 	clock clock.PassiveClock
 }
