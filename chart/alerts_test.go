@@ -21,7 +21,8 @@ import (
 // in team-a, evalsi-crds's webhook alerts in evalsi-system) and runs Prometheus's own unit tests
 // of them (promtool test rules, testdata/alerts/<chart>.yaml): each alert fires on series that
 // mean trouble and stays quiet on a healthy operator's or webhook's. Every metric the rules read
-// is one the operator's code defines.
+// is one the operator's code defines, and every alert's runbook_url is a section of
+// docs/runbooks.md named like it.
 func TestAlertRules(t *testing.T) {
 	for _, tc := range []struct{ chart, template, tests string }{
 		{"evalsi", "templates/alerts.yaml", "evalsi.yaml"},
@@ -83,6 +84,25 @@ func checkAlertRules(t *testing.T, out, testsFile string) {
 	for _, alert := range regexp.MustCompile(`(?m)^\s+- alert: (\w+)`).FindAllStringSubmatch(out, -1) {
 		if !strings.Contains(string(tests), "alertname: "+alert[1]+"\n        exp_alerts:\n          - exp_labels") {
 			t.Errorf("alert %s has no firing case in testdata/alerts/%s", alert[1], testsFile)
+		}
+	}
+	// Each alert points at its own section of the runbooks.
+	runbooks, err := os.ReadFile(filepath.Join("..", "docs", "runbooks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rule.Object.Object["spec"].(map[string]any)["groups"].([]any) {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			r := r.(map[string]any)
+			name, _ := r["alert"].(string)
+			annotations, _ := r["annotations"].(map[string]any)
+			url, _ := annotations["runbook_url"].(string)
+			if !strings.HasSuffix(url, "/docs/runbooks.md#"+strings.ToLower(name)) {
+				t.Errorf("alert %s: runbook_url %q, want docs/runbooks.md#%s", name, url, strings.ToLower(name))
+			}
+			if !strings.Contains(string(runbooks), "\n## "+name+"\n") {
+				t.Errorf("alert %s has no section in docs/runbooks.md", name)
+			}
 		}
 	}
 	// Each metric the rules read is defined by the operator's code.
