@@ -16,14 +16,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/guide"
 )
 
 // TestCheckpointServerServesOnTheRealNode runs a CheckpointServer on the stand-in vLLM image
@@ -176,6 +179,87 @@ func TestCheckpointServerServesOnTheRealNode(t *testing.T) {
 	if pod := serverPod(t, ctx, c, ns, name); !strings.Contains(strings.Join(pod.Spec.Containers[0].Args, " "), "--standin-health-delay=20s") {
 		t.Errorf("Ready on a pod with args %v, not the new revision's", pod.Spec.Containers[0].Args)
 	}
+
+	// The checkpoint watcher's flow, as the watcher's documented identity: its Role as the guide
+	// gives it ("Running the checkpoint watcher", run as written), then with kubectl as its
+	// service account, a server of its checkpoint claim and key Secret applied, waited on until
+	// its pod passes /health, evaluated at its endpoint, deleted, and nothing of it left.
+	if err := servers.Delete(ctx, name, metav1.DeleteOptions{}); err != nil { // the node's one GPU
+		t.Fatal(err)
+	}
+	keys := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vllm-keys", Namespace: ns}, StringData: map[string]string{"step-1000": key}}
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, keys, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := guide.Blocks(filepath.Join(root, "docs", "install.md"), "Running the checkpoint watcher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := t.TempDir()
+	if err := os.Symlink(c.Kubectl, filepath.Join(tools, "kubectl")); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", b)
+		cmd.Env = append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "KUBECONFIG="+c.Kubeconfig, "NAMESPACE="+ns)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s\nfailed: %v\n%s", b, err, out)
+		}
+	}
+	asWatcher := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, c.Kubectl, append([]string{"--kubeconfig=" + c.Kubeconfig, "-n", ns,
+			"--as=system:serviceaccount:" + ns + ":checkpoint-watcher", "--as-group=system:serviceaccounts"}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s as the watcher: %v\n%s\n%s", strings.Join(args, " "), err, out, notReady(ctx, c))
+		}
+		return string(out)
+	}
+	asWatcher(`apiVersion: evals.si/v1alpha1
+kind: CheckpointServer
+metadata:
+  name: step-1000
+  labels: {app.kubernetes.io/managed-by: evalsi}
+spec:
+  model: /checkpoints/step-900
+  servedModelName: run1-step1000
+  checkpointClaim: training-checkpoints
+  apiKeySecret: {name: vllm-keys, key: step-1000}
+  extraArgs: [--standin-health-delay=3s]
+  resources: {requests: {cpu: 50m, memory: 64Mi}}
+`, "apply", "-f", "-")
+	asWatcher("", "wait", "--for=condition=Ready", "checkpointserver/step-1000", "--timeout=3m")
+	endpoint := asWatcher("", "get", "checkpointserver", "step-1000", "-o", "jsonpath={.status.endpoint}")
+	if want := "http://step-1000-vllm." + ns + ".svc:8000/v1"; endpoint != want {
+		t.Errorf("the watcher reads endpoint %q, want %q", endpoint, want)
+	}
+	// The endpoint's Service, from the node: its model, with its key.
+	svc, err = cs.CoreV1().Services(ns).Get(ctx, "step-1000-vllm", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body = get(t, ctx, "http://"+net.JoinHostPort(svc.Spec.ClusterIP, "8000")+"/v1/models", key)
+	if code != http.StatusOK || !strings.Contains(body, "run1-step1000") {
+		t.Errorf("the watcher's server's /v1/models: %d %s, want 200 and run1-step1000", code, body)
+	}
+	asWatcher("", "delete", "checkpointserver", "step-1000", "--wait=true", "--timeout=2m")
+	clustertest.Eventually(t, ctx, "nothing of the watcher's server left", func() error {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=step-1000"})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods left", len(pods.Items))
+		}
+		for _, gvr := range []schema.GroupVersionResource{evalsi.Deployments, evalsi.Services} {
+			if _, err := c.Dynamic().Resource(gvr).Namespace(ns).Get(ctx, "step-1000-vllm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s step-1000-vllm: %v", gvr.Resource, err)
+			}
+		}
+		return nil
+	})
 }
 
 // pushImages runs `make push` to the node's registry, as the install guide does, once for the
