@@ -56,10 +56,15 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	usageError := func(_ *cli.Context, err error, _ bool) error { return cli.Exit(err.Error(), command.ExitUsage) }
 	app := &cli.App{
-		Name:    "evalsi-operator",
-		Usage:   "the Kubernetes operator of the Evals.si evaluation platform",
-		Version: versionString(),
-		Reader:  stdin, Writer: stdout, ErrWriter: stderr,
+		Name:  "evalsi-operator",
+		Usage: "the Kubernetes operator of the Evals.si evaluation platform",
+		Description: `Exit status: 0 when the command did what it was asked; 1 when it failed, or found what it
+checks wanting (validate and render: a document is invalid; check-sign-in: evalsid refused the
+sign-in or did not answer; probe: the isolation floor is not met); 2 when the command line or its
+input cannot be used. Shell completion: evalsi-operator completion bash|zsh.`,
+		EnableBashCompletion: true,
+		Version:              versionString(),
+		Reader:               stdin, Writer: stdout, ErrWriter: stderr,
 		Commands: []*cli.Command{
 			runCommand(),
 			renderCommand(),
@@ -71,6 +76,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			probeCommand(),
 			podCertificateSignerCommand(),
 			checkSignInCommand(),
+			completionCommand(),
 			versionCommand(),
 		},
 		// An unknown command is a usage error, not a help topic.
