@@ -41,15 +41,11 @@ func TestCheckSignInAgainstMutualTLS(t *testing.T) {
 		return ca, key
 	}
 	leaf := func(ca *x509.Certificate, caKey *ecdsa.PrivateKey, tmpl x509.Certificate) ([]byte, []byte) {
-		cert, key, err := pki.NewLeaf(ca, caKey, tmpl, time.Hour)
+		crt, key, err := pki.NewLeafPEM(ca, caKey, tmpl, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		keyPEM, err := pki.EncodeKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pki.EncodeCert(cert), keyPEM
+		return crt, key
 	}
 	serverCA, serverCAKey := newCA("evalsid-ca")
 	crt, key := leaf(serverCA, serverCAKey, x509.Certificate{Subject: pkix.Name{CommonName: "evalsid"},

@@ -38,20 +38,16 @@ func TestMutualTLSWithSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	secret := func(name string, tmpl x509.Certificate) tls.Certificate {
-		cert, key, err := pki.NewLeaf(ca, caKey, tmpl, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyPEM, err := pki.EncodeKey(key)
+		certPEM, keyPEM, err := pki.NewLeafPEM(ca, caKey, tmpl, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{"tls.crt": pki.EncodeCert(cert), "tls.key": keyPEM, "ca.crt": pki.EncodeCert(ca)}}
+			Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": pki.EncodeCert(ca)}}
 		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		pair, err := tls.X509KeyPair(pki.EncodeCert(cert), keyPEM)
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			t.Fatal(err)
 		}

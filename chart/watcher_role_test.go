@@ -3,7 +3,6 @@ package chart_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,9 +36,8 @@ func TestCheckpointWatcherRoleAsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range blocks {
-		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", b)
-		cmd.Env = append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "KUBECONFIG="+env.Kubeconfig, "NAMESPACE="+ns)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		vars := append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "KUBECONFIG="+env.Kubeconfig, "NAMESPACE="+ns)
+		if out, err := guide.Run(ctx, b, "", vars); err != nil {
 			t.Fatalf("%s\nfailed: %v\n%s", b, err, out)
 		}
 	}

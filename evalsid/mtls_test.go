@@ -51,28 +51,20 @@ func TestTokenNeedsItsOwnCertificate(t *testing.T) {
 	}
 	// bundle writes a credential bundle of a certificate naming identity, signed by the CA given.
 	bundle := func(name, identity string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) string {
-		cert, key, err := pki.NewLeaf(ca, caKey, x509.Certificate{
+		crt, key, err := pki.NewLeafPEM(ca, caKey, x509.Certificate{
 			Subject: pkix.Name{CommonName: identity}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		keyPEM, err := pki.EncodeKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return write(name, keyPEM, pki.EncodeCert(cert))
+		return write(name, key, crt)
 	}
-	serving, servingKey, err := pki.NewLeaf(ca, caKey, x509.Certificate{
+	serving, servingKey, err := pki.NewLeafPEM(ca, caKey, x509.Certificate{
 		Subject: pkix.Name{CommonName: "evalsid"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	servingKeyPEM, err := pki.EncodeKey(servingKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(pki.EncodeCert(serving), servingKeyPEM)
+	pair, err := tls.X509KeyPair(serving, servingKey)
 	if err != nil {
 		t.Fatal(err)
 	}

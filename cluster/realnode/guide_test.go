@@ -61,9 +61,7 @@ func TestInstallGuide(t *testing.T) {
 		"APISERVER_CIDR=10.244.0.1/32")
 	run := func(section, block string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
-		cmd.Dir, cmd.Env = root, env
-		out, err := cmd.CombinedOutput()
+		out, err := guide.Run(ctx, block, root, env)
 		if err != nil {
 			t.Fatalf("%s:\n%s\nfailed: %v\n%s\n%s", section, block, err, out, notReady(ctx, c))
 		}
@@ -78,6 +76,40 @@ func TestInstallGuide(t *testing.T) {
 	}
 	for _, b := range blocks("Install") {
 		run("Install", b)
+	}
+	// With kubernetesAPI.cidrs unset, the charts' pods and the pod rung's launchers reach the
+	// API server's ports only at its endpoints, as the install found them (the node's address,
+	// 6443): the webhook's and the signer's NetworkPolicies, and the sandbox operator's flag.
+	// The webhook answering the guide's applies, and the signer its requests, show they still
+	// reach it.
+	const apiServer = "10.88.0.2/32"
+	for _, np := range []struct{ ns, name string }{{"evalsi-system", "evalsi-webhook"}, {"evalsi-system", "evalsi-signer"}, {"evalsi-sandbox", "evalsi-sandboxd"}} {
+		policy, err := c.Clientset().NetworkingV1().NetworkPolicies(np.ns).Get(ctx, np.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var apiPeers []string
+		for _, rule := range policy.Spec.Egress {
+			for _, port := range rule.Ports {
+				if port.Port != nil && port.Port.IntValue() == 6443 {
+					for _, peer := range rule.To {
+						if peer.IPBlock != nil {
+							apiPeers = append(apiPeers, peer.IPBlock.CIDR)
+						}
+					}
+				}
+			}
+		}
+		if len(apiPeers) != 1 || apiPeers[0] != apiServer {
+			t.Errorf("NetworkPolicy %s/%s lets its pods reach the API server's ports at %v, want only %s", np.ns, np.name, apiPeers, apiServer)
+		}
+	}
+	sandboxd, err := c.Clientset().AppsV1().Deployments("evalsi-sandbox").Get(ctx, "evalsi-sandboxd", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := strings.Join(sandboxd.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--kubernetes-api-cidrs="+apiServer) {
+		t.Errorf("the sandbox operator's launchers are not held to the API server's endpoint: %s", args)
 	}
 	// The SandboxClasses the guide installs: each rung's pool ran its isolation probe in a real
 	// container under the enforced NetworkPolicy, and the class says what is in force. The

@@ -200,9 +200,8 @@ func TestCheckpointServerServesOnTheRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range blocks {
-		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", b)
-		cmd.Env = append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "KUBECONFIG="+c.Kubeconfig, "NAMESPACE="+ns)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		env := append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "KUBECONFIG="+c.Kubeconfig, "NAMESPACE="+ns)
+		if out, err := guide.Run(ctx, b, "", env); err != nil {
 			t.Fatalf("%s\nfailed: %v\n%s", b, err, out)
 		}
 	}

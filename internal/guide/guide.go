@@ -3,8 +3,10 @@ package guide
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 )
 
@@ -45,4 +47,12 @@ func Blocks(path, title string) ([]string, error) {
 		return nil, fmt.Errorf("%s has no sh block under %q", path, title)
 	}
 	return blocks, nil
+}
+
+// Run runs a block as a reader pastes it into bash, stopping at the first failing command
+// (errexit, nounset, pipefail), in dir with env, and returns what it printed.
+func Run(ctx context.Context, block, dir string, env []string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
+	cmd.Dir, cmd.Env = dir, env
+	return cmd.CombinedOutput()
 }

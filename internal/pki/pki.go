@@ -55,6 +55,16 @@ func NewLeaf(ca *x509.Certificate, caKey *ecdsa.PrivateKey, tmpl x509.Certificat
 	return cert, key, err
 }
 
+// NewLeafPEM is NewLeaf's certificate and key as PEM, as files and Secrets hold them.
+func NewLeafPEM(ca *x509.Certificate, caKey *ecdsa.PrivateKey, tmpl x509.Certificate, validFor time.Duration) (certPEM, keyPEM []byte, err error) {
+	cert, key, err := NewLeaf(ca, caKey, tmpl, validFor)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err = EncodeKey(key)
+	return EncodeCert(cert), keyPEM, err
+}
+
 // EncodeCert returns cert as PEM.
 func EncodeCert(cert *x509.Certificate) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})

@@ -59,3 +59,23 @@ the webhook as before. */}}
 - name: not-a-class-of-this-chart
   expression: "request.resource.resource != 'sandboxclasses' || !has(object.metadata.labels) || !('evals.si/chart-class' in object.metadata.labels)"
 {{- end }}
+
+{{/* apiCIDRs are the addresses at which this chart's pods (and the sandbox pools' launchers) may
+reach the Kubernetes API server, as a JSON list: kubernetesAPI.cidrs, else the endpoints of the
+kubernetes Service that the install or upgrade finds (its EndpointSlices in default), else none
+([]: any address on its ports), as with helm template, which reads no cluster. */}}
+{{- define "evalsi-crds.apiCIDRs" -}}
+{{- $cidrs := .Values.kubernetesAPI.cidrs -}}
+{{- if not $cidrs -}}
+{{- range (lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "").items -}}
+{{- if eq (dig "metadata" "labels" "kubernetes.io/service-name" "" .) "kubernetes" -}}
+{{- range .endpoints -}}
+{{- range .addresses -}}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (uniq $cidrs) -}}
+{{- end -}}

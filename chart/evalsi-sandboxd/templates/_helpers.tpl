@@ -57,3 +57,23 @@ affinity:
 {{- if not (hasPrefix "https://" $url) }}{{ fail (printf "operator.apiURL: %q is not https: the sandbox pools send their tokens to it" $url) }}{{ end }}
 {{- $url }}
 {{- end }}
+
+{{/* apiCIDRs are the addresses at which this chart's pods (and the sandbox pools' launchers) may
+reach the Kubernetes API server, as a JSON list: kubernetesAPI.cidrs, else the endpoints of the
+kubernetes Service that the install or upgrade finds (its EndpointSlices in default), else none
+([]: any address on its ports), as with helm template, which reads no cluster. */}}
+{{- define "evalsi-sandboxd.apiCIDRs" -}}
+{{- $cidrs := .Values.kubernetesAPI.cidrs -}}
+{{- if not $cidrs -}}
+{{- range (lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "").items -}}
+{{- if eq (dig "metadata" "labels" "kubernetes.io/service-name" "" .) "kubernetes" -}}
+{{- range .endpoints -}}
+{{- range .addresses -}}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (uniq $cidrs) -}}
+{{- end -}}
