@@ -45,6 +45,7 @@ func evalsidCommand() *cli.Command {
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "serve the callers of this namespace only, reading only its Namespace (an evalsid for one team, with no cluster-wide read)"},
 			&cli.StringSliceFlag{Name: "operator-namespace", Usage: "a namespace where an evalsi-operator runs: its evalsi-operator service account creates runs, writes policies and forwards creators in its project (repeatable; --namespace is one). An account of that name in any other namespace, which a namespace editor can make, may only read runs, as a pool"},
 			&cli.StringSliceFlag{Name: "platform-identity", Usage: "an identity that acts in every project, as a cluster-wide operator (repeatable)"},
+			&cli.StringSliceFlag{Name: "queue-reader-identity", Usage: "an identity that reads the queue depth of every pool and nothing else, such as KEDA's system:serviceaccount:keda:evalsi-queue-reader (repeatable)"},
 			&cli.StringFlag{Name: "sandbox-namespace", Value: "evalsi-sandbox", Usage: "the namespace of the SandboxClass pools, whose queue reader may read their queues"},
 			&cli.DurationFlag{Name: "pending", Value: evalsid.DefaultSchedule.Pending, Usage: "how long runs stay Pending"},
 			&cli.DurationFlag{Name: "running", Value: evalsid.DefaultSchedule.Running, Usage: "how long runs stay Running"},
@@ -69,6 +70,9 @@ func evalsidCommand() *cli.Command {
 			srv := evalsid.New(tokens, schedule)
 			for _, id := range c.StringSlice("platform-identity") {
 				srv.TrustPlatform(id)
+			}
+			for _, id := range c.StringSlice("queue-reader-identity") {
+				srv.TrustQueueReader(id)
 			}
 			operators := c.StringSlice("operator-namespace")
 			if ns := c.String("namespace"); ns != "" {

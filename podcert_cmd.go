@@ -33,6 +33,7 @@ Example:
 			&cli.StringFlag{Name: "ca-secret", Value: "evalsi-workload-ca", Usage: "the Secret of the CA: tls.crt, tls.key, optionally ca.crt; made when it does not exist"},
 			&cli.DurationFlag{Name: "certificate-lifetime", Value: 24 * time.Hour, Usage: "a certificate's lifetime (at least 1h; kubelets renew at two thirds)"},
 			&cli.StringFlag{Name: "trust-domain", Value: "cluster.local", Usage: "the SPIFFE trust domain of the certificates' URIs"},
+			&cli.StringSliceFlag{Name: "secret-certificate", Usage: "NAMESPACE/SECRET=SERVICEACCOUNT: keep in that Secret a certificate naming that account, for a client that reads its certificate from a Secret (KEDA's ClusterTriggerAuthentication); renewed at two thirds of its lifetime and when the CA changes (repeatable)"},
 			&cli.IntFlag{Name: "workers", Value: 2, Usage: "requests issued in parallel"},
 			&cli.DurationFlag{Name: "resync", Value: time.Minute, Usage: "how often the ClusterTrustBundle is compared with the CA directory"},
 			&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz (0 disables)"},
@@ -66,7 +67,15 @@ Example:
 				}()
 				defer srv.Close()
 			}
-			s := &podcert.Signer{Client: client, Name: c.String("signer-name"), Log: log,
+			var secrets []podcert.SecretCertificate
+			for _, v := range c.StringSlice("secret-certificate") {
+				sc, err := podcert.ParseSecretCertificate(v)
+				if err != nil {
+					return cli.Exit("--secret-certificate="+err.Error(), command.ExitUsage)
+				}
+				secrets = append(secrets, sc)
+			}
+			s := &podcert.Signer{Secrets: secrets, Client: client, Name: c.String("signer-name"), Log: log,
 				CA:     podcert.CASecret{Client: client, Namespace: c.String("namespace"), Name: c.String("ca-secret")},
 				Policy: podcert.Policy{Lifetime: c.Duration("certificate-lifetime"), TrustDomain: c.String("trust-domain")}}
 			log.Info("signing pod certificates", "signer", s.Name, "lifetime", s.Policy.Lifetime)

@@ -25,6 +25,8 @@ import (
 //     elsewhere, which a namespace editor can make, may do what a pool may;
 //   - the queue reader (evalsi.QueueReaderServiceAccount), which KEDA signs in as, reads queue
 //     depths and nothing else; a SandboxClass's queue (no project) only from the sandbox namespace;
+//   - the platform's queue reader (TrustQueueReader), KEDA's one account for every namespace,
+//     reads every pool's queue depth and nothing else;
 //   - any other service account is a pool's, and reads the runs of its own namespace (work is
 //     dispatched per namespace: a run is worked only by the pools of the namespace it was made in)
 //     and hands their trials to the SandboxClasses that admit its namespace;
@@ -41,13 +43,14 @@ const (
 	rolePool
 	roleNamesake
 	roleQueueReader
+	roleClusterQueueReader
 	roleOperator
 	rolePlatform
 )
 
 func (r role) String() string {
 	return [...]string{"no role", "a pool", "an account named like the operator in a namespace where no operator runs (evalsid's --operator-namespace), which may do what a pool may",
-		"the queue reader", "the operator", "a platform identity"}[r]
+		"the queue reader", "the platform's queue reader", "the operator", "a platform identity"}[r]
 }
 
 // methodRoles are the roles that may call each method.
@@ -62,7 +65,7 @@ var methodRoles = map[string][]role{
 	"PutTraceSource":    {roleOperator, rolePlatform},
 	"GetTraceSource":    {roleOperator, rolePlatform},
 	"DeleteTraceSource": {roleOperator, rolePlatform},
-	"GetQueueDepth":     {roleQueueReader, rolePlatform},
+	"GetQueueDepth":     {roleQueueReader, roleClusterQueueReader, rolePlatform},
 	"EnqueueTrial":      {rolePool, roleNamesake, rolePlatform},
 }
 
@@ -90,6 +93,9 @@ func (c caller) trusted() bool { return c.role == roleOperator || c.role == role
 func (s *Server) roleOf(identity string) (role, string) {
 	if s.platform[identity] {
 		return rolePlatform, ""
+	}
+	if s.queueReaders[identity] {
+		return roleClusterQueueReader, ""
 	}
 	ns, name, ok := evalsi.ParseServiceAccountIdentity(identity)
 	if !ok {
@@ -129,8 +135,8 @@ func (s *Server) authorize(identity, method string, msg any) (caller, error) {
 	if !slices.Contains(methodRoles[method], r) {
 		return c, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is %s, which may not call %s", identity, r, method))
 	}
-	if r == rolePlatform {
-		return c, nil
+	if r == rolePlatform || r == roleClusterQueueReader {
+		return c, nil // every project; roleClusterQueueReader calls GetQueueDepth alone
 	}
 	var requested string
 	if m, ok := msg.(interface{ GetProject() string }); ok {

@@ -47,6 +47,9 @@ type Server struct {
 	dir Directory
 	// platform are identities trusted in every project (a cluster-wide operator).
 	platform map[string]bool
+	// queueReaders are identities that read every pool's queue depth and nothing else (KEDA's
+	// own account, signing in for every namespace: TrustQueueReader).
+	queueReaders map[string]bool
 	// operatorNamespaces, when not nil, are the only namespaces whose evalsi-operator account is
 	// an operator (SetOperatorNamespaces); nil trusts that account in every namespace.
 	operatorNamespaces map[string]bool
@@ -111,20 +114,21 @@ var DefaultSchedule = Schedule{
 // schedule. Runs' URLs start with baseURL.
 func New(tokens map[string]string, schedule Schedule) *Server {
 	return &Server{
-		tokens:    tokens,
-		runs:      map[string]*run{},
-		runsOf:    map[string]int{},
-		monitorOf: map[string]int{},
-		byKey:     map[string]string{},
-		policies:  map[string]*policy{},
-		sources:   map[string]*traceSource{},
-		queues:    map[queueKey]uint32{},
-		maxTrials: MaxTrialsPerRun,
-		schedule:  schedule,
-		calls:     map[string]int{},
-		platform:  map[string]bool{},
-		baseURL:   "https://evals.example",
-		log:       callLog{max: callLogSize},
+		tokens:       tokens,
+		runs:         map[string]*run{},
+		runsOf:       map[string]int{},
+		monitorOf:    map[string]int{},
+		byKey:        map[string]string{},
+		policies:     map[string]*policy{},
+		sources:      map[string]*traceSource{},
+		queues:       map[queueKey]uint32{},
+		maxTrials:    MaxTrialsPerRun,
+		schedule:     schedule,
+		calls:        map[string]int{},
+		platform:     map[string]bool{},
+		queueReaders: map[string]bool{},
+		baseURL:      "https://evals.example",
+		log:          callLog{max: callLogSize},
 	}
 }
 
@@ -354,6 +358,16 @@ func (s *Server) TrustPlatform(identity string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.platform[identity] = true
+}
+
+// TrustQueueReader makes identity the platform's queue reader: it reads the queue depth of every
+// pool, of every namespace and of the SandboxClasses, and calls nothing else. KEDA signs in as
+// one account of its own namespace this way (its ClusterTriggerAuthentication), with a token
+// and a certificate of that account, instead of one queue reader per team namespace.
+func (s *Server) TrustQueueReader(identity string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queueReaders[identity] = true
 }
 
 // SetOperatorNamespaces names the namespaces where an evalsi-operator runs: only there is the

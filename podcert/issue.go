@@ -42,12 +42,18 @@ func Issue(req *certv1.PodCertificateRequest, ca *Authority, policy Policy, now 
 	if err != nil {
 		return Issued{}, fmt.Errorf("spec.stubPKCS10Request: %w", err)
 	}
-	// metav1.Time keeps seconds: the status's times must equal the certificate's.
-	notBefore := now.Truncate(time.Second)
 	lifetime := policy.Lifetime
 	if max := req.Spec.MaxExpirationSeconds; max != nil && time.Duration(*max)*time.Second < lifetime {
 		lifetime = time.Duration(*max) * time.Second
 	}
+	return issue(csr.PublicKey, req.Namespace, req.Spec.ServiceAccountName, lifetime, ca, policy, now)
+}
+
+// issue signs a certificate of key for the service account namespace/sa, of lifetime at most,
+// for client authentication.
+func issue(key any, ns, sa string, lifetime time.Duration, ca *Authority, policy Policy, now time.Time) (Issued, error) {
+	// metav1.Time keeps seconds: the status's times must equal the certificate's.
+	notBefore := now.Truncate(time.Second)
 	notAfter := notBefore.Add(lifetime)
 	if ca.Cert.NotAfter.Before(notAfter) {
 		notAfter = ca.Cert.NotAfter.Truncate(time.Second)
@@ -55,7 +61,6 @@ func Issue(req *certv1.PodCertificateRequest, ca *Authority, policy Policy, now 
 	if notAfter.Sub(notBefore) < minLifetime {
 		return Issued{}, fmt.Errorf("the signer's CA expires at %s, too soon to issue a certificate of an hour: rotate the CA", ca.Cert.NotAfter.Format(time.RFC3339))
 	}
-	ns, sa := req.Namespace, req.Spec.ServiceAccountName
 	spiffe := &url.URL{Scheme: "spiffe", Host: policy.TrustDomain, Path: "/ns/" + ns + "/sa/" + sa}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
@@ -70,9 +75,9 @@ func Issue(req *certv1.PodCertificateRequest, ca *Authority, policy Policy, now 
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key, ca.Key)
 	if err != nil {
-		return Issued{}, fmt.Errorf("signing for %s/%s: %w", ns, req.Spec.PodName, err)
+		return Issued{}, fmt.Errorf("signing for %s/%s: %w", ns, sa, err)
 	}
 	// Kubelets renew at two thirds of the lifetime; the API server wants it 10 minutes inside.
 	return Issued{

@@ -27,7 +27,9 @@ type Signer struct {
 	// CA is the Secret of its CA, made by Run when it does not exist, read at each request.
 	CA     CASecret
 	Policy Policy
-	Log    *slog.Logger
+	// Secrets are the certificates it keeps in Secrets, checked every resync.
+	Secrets []SecretCertificate
+	Log     *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
@@ -35,8 +37,8 @@ type Signer struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 }
 
-// Run issues requests until ctx ends, with workers in parallel, and keeps the CA's
-// ClusterTrustBundle published (PublishTrustBundle) every resync.
+// Run issues requests until ctx ends, with workers in parallel, and every resync keeps the CA's
+// ClusterTrustBundle published (PublishTrustBundle) and the Secrets' certificates current.
 func (s *Signer) Run(ctx context.Context, workers int, resync time.Duration) error {
 	if s.Now == nil {
 		s.Now = time.Now
@@ -78,6 +80,7 @@ func (s *Signer) Run(ctx context.Context, workers int, resync time.Duration) err
 		if err := PublishTrustBundle(ctx, s.Client, s.Name, s.CA); err != nil {
 			s.Log.Error("publishing the CA bundle", "signer", s.Name, "err", err)
 		}
+		s.keepSecrets(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -156,4 +159,22 @@ func decided(req *certv1.PodCertificateRequest) bool {
 		}
 	}
 	return false
+}
+
+// keepSecrets keeps each Secret's certificate current; a failure is logged and tried again at
+// the next resync.
+func (s *Signer) keepSecrets(ctx context.Context) {
+	if len(s.Secrets) == 0 {
+		return
+	}
+	ca, err := s.CA.Read(ctx)
+	if err != nil {
+		s.Log.Error("reading the CA for the Secrets' certificates", "err", err)
+		return
+	}
+	for _, sc := range s.Secrets {
+		if err := sc.keep(ctx, s.Client, ca, s.Policy, s.Now()); err != nil {
+			s.Log.Error("keeping a Secret's certificate", "secret", sc.Namespace+"/"+sc.Secret, "err", err)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package podcert_test
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -65,7 +66,8 @@ func as(t *testing.T, c *cluster.Cluster, user string, groups ...string) kuberne
 // certificates as kubelets do (impersonating the pod's node, which the Node authorizer and
 // NodeRestriction hold to its own pods): what it issues names the pod's service account and
 // verifies with the CA it made at its start and publishes; a CA rotated in its Secret signs the
-// next request and is published beside the old one, without a restart. Nobody else gets a request past the API
+// next request and is published beside the old one, without a restart. The certificate it keeps
+// in a Secret (KEDA's queue reader's) names its account and is issued again by the new CA. Nobody else gets a request past the API
 // server: a namespace editor, or another node, asking for the pod's certificate.
 func TestSignerIssuesThePodsIdentity(t *testing.T) {
 	c := shared.Get(t)
@@ -111,7 +113,8 @@ func TestSignerIssuesThePodsIdentity(t *testing.T) {
 	}
 
 	caSecret := podcert.CASecret{Client: admin, Namespace: ns, Name: "evalsi-workload-ca"}
-	signer := &podcert.Signer{Client: admin, Name: evalsi.WorkloadSigner, CA: caSecret,
+	readerSecret := podcert.SecretCertificate{Namespace: ns, Secret: "queue-reader-tls", ServiceAccount: "evalsi-queue-reader"}
+	signer := &podcert.Signer{Client: admin, Name: evalsi.WorkloadSigner, CA: caSecret, Secrets: []podcert.SecretCertificate{readerSecret},
 		Policy: podcert.Policy{Lifetime: 24 * time.Hour, TrustDomain: "cluster.local"},
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil))}
 	done := make(chan error, 1)
@@ -177,6 +180,30 @@ func TestSignerIssuesThePodsIdentity(t *testing.T) {
 		return pool
 	}
 
+	// secretCertificate waits until the queue reader's Secret holds a certificate issued by issuer.
+	secretCertificate := func(issuer string) *x509.Certificate {
+		t.Helper()
+		var leaf *x509.Certificate
+		clustertest.Eventually(t, ctx, "the queue reader's Secret certificate of "+issuer, func() error {
+			sec, err := admin.CoreV1().Secrets(ns).Get(ctx, readerSecret.Secret, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			pair, err := tls.X509KeyPair(sec.Data["tls.crt"], sec.Data["tls.key"])
+			if err != nil {
+				return err
+			}
+			if leaf = pair.Leaf; leaf.Issuer.CommonName != issuer {
+				return fmt.Errorf("issued by %s", leaf.Issuer.CommonName)
+			}
+			return nil
+		})
+		return leaf
+	}
+	if got := secretCertificate("evalsi-workload-ca"); got.Subject.CommonName != "system:serviceaccount:"+ns+":evalsi-queue-reader" {
+		t.Errorf("the Secret's certificate names %q, want the queue reader's account", got.Subject.CommonName)
+	}
+
 	node := as(t, c, "system:node:podcert-node-a", "system:nodes")
 	if _, err := request(node, nodes["podcert-node-a"], "judge-0-1", 86400); err != nil {
 		t.Fatalf("the pod's node asking for its certificate: %v", err)
@@ -236,6 +263,7 @@ func TestSignerIssuesThePodsIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	rotated := issued("judge-0-3")
+	secretCertificate(second.Subject.CommonName) // issued again by the new CA
 	if rotated.Issuer.CommonName != second.Subject.CommonName {
 		t.Errorf("after the rotation the issuer is %q, want the new CA %q", rotated.Issuer.CommonName, second.Subject.CommonName)
 	}
