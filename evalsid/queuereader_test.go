@@ -47,8 +47,14 @@ func TestPlatformQueueReader(t *testing.T) {
 			continue
 		}
 		for method, err := range map[string]error{
-			"GetRun":       func() error { _, err := api.runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: "team-a", Id: "x"})); return err }(),
-			"BatchGetRuns": func() error { _, err := api.runs.BatchGetRuns(ctx, connect.NewRequest(&v1.BatchGetRunsRequest{Project: "team-a"})); return err }(),
+			"GetRun": func() error {
+				_, err := api.runs.GetRun(ctx, connect.NewRequest(&v1.GetRunRequest{Project: "team-a", Id: "x"}))
+				return err
+			}(),
+			"BatchGetRuns": func() error {
+				_, err := api.runs.BatchGetRuns(ctx, connect.NewRequest(&v1.BatchGetRunsRequest{Project: "team-a"}))
+				return err
+			}(),
 			"CreateRun": func() error {
 				_, err := api.runs.CreateRun(ctx, connect.NewRequest(&v1.CreateRunRequest{Project: "team-a", IdempotencyKey: "k", Spec: runSpec("")}))
 				return err
