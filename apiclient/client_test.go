@@ -22,7 +22,8 @@ import (
 	"evals.si/operator/internal/pki"
 )
 
-// pkiFiles writes a CA, a server certificate for 127.0.0.1 and a client certificate.
+// pkiFiles writes a CA, a server certificate for 127.0.0.1 and a client certificate of the
+// operator of namespace p, as the chart's cert-manager Certificate names it.
 func pkiFiles(t *testing.T) (dir string, pool *x509.CertPool, server tls.Certificate) {
 	t.Helper()
 	dir = t.TempDir()
@@ -43,7 +44,7 @@ func pkiFiles(t *testing.T) (dir string, pool *x509.CertPool, server tls.Certifi
 	}{
 		{"server", x509.Certificate{Subject: pkix.Name{CommonName: "evalsid"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, &server},
-		{"client", x509.Certificate{Subject: pkix.Name{CommonName: "evalsi-operator"},
+		{"client", x509.Certificate{Subject: pkix.Name{CommonName: "system:serviceaccount:p:evalsi-operator"},
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, nil},
 	} {
 		cert, key, err := pki.NewLeaf(ca, caKey, leaf.tmpl, time.Hour)

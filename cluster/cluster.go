@@ -353,12 +353,18 @@ func (c *Cluster) process(name string) *process {
 
 func (c *Cluster) writeKubeconfig() error {
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	return writeKubeconfigFile(c.Kubeconfig, c.Config.Host, c.pki.CACert, "admin", c.pki.AdminCert, c.pki.AdminKey)
+}
+
+// writeKubeconfigFile writes a kubeconfig at path for the API server at server, whose CA is
+// caFile, signing in as user with a client certificate.
+func writeKubeconfigFile(path, server, caFile, user, certFile, keyFile string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["evalsi"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthority: c.pki.CACert}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificate: c.pki.AdminCert, ClientKey: c.pki.AdminKey}
-	cfg.Contexts["evalsi"] = &clientcmdapi.Context{Cluster: "evalsi", AuthInfo: "admin"}
+	cfg.Clusters["evalsi"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: caFile}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile}
+	cfg.Contexts["evalsi"] = &clientcmdapi.Context{Cluster: "evalsi", AuthInfo: user}
 	cfg.CurrentContext = "evalsi"
-	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
+	return clientcmd.WriteToFile(*cfg, path)
 }
 
 // waitDefaultServiceAccount waits until the service-account controller has made the default

@@ -13,9 +13,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
 	"evals.si/operator/internal/pki"
 )
 
@@ -147,10 +144,5 @@ func writeNodeKubeconfig(p certFiles, server, name, path string) error {
 	if err := writeCertKey(certPath, keyPath, cert, key); err != nil {
 		return err
 	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["evalsi"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: p.CACert}
-	cfg.AuthInfos["node"] = &clientcmdapi.AuthInfo{ClientCertificate: certPath, ClientKey: keyPath}
-	cfg.Contexts["evalsi"] = &clientcmdapi.Context{Cluster: "evalsi", AuthInfo: "node"}
-	cfg.CurrentContext = "evalsi"
-	return clientcmd.WriteToFile(*cfg, path)
+	return writeKubeconfigFile(path, server, p.CACert, "node", certPath, keyPath)
 }
