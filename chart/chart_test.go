@@ -26,7 +26,7 @@ import (
 
 // charts and the values files that matter for each (testdata/chart/values/<chart>-<case>.yaml).
 var charts = map[string][]string{
-	"evalsi-crds":     {"default", "monitoring", "cert-manager", "dry-run", "tenants", "sandboxd", "rbac-helpers"},
+	"evalsi-crds":     {"default", "monitoring", "cert-manager", "dry-run", "tenants", "sandboxd", "rbac-helpers", "keda-queue-reader"},
 	"evalsi":          {"default", "alone", "reference-evalsid", "external-evalsid", "runs-only", "monitoring", "metrics-client-ca", "plain-metrics", "mtls-secrets", "mtls-cert-manager", "workload-certificates"},
 	"evalsi-sandboxd": {"default", "custom"},
 }
@@ -142,7 +142,7 @@ func TestGoldenCharts(t *testing.T) {
 					// As on a cluster where the CRDs and KEDA are served (an upgrade), so that
 					// objects of the evals.si kinds render and the operator's Role grants them;
 					// "alone" is the evalsi chart on a cluster without either.
-					args = append(args, "--api-versions", "evals.si/v1alpha1", "--api-versions", "evals.si/v1alpha1/SandboxClass", "--api-versions", "keda.sh/v1alpha1")
+					args = append(args, "--api-versions", "evals.si/v1alpha1", "--api-versions", "evals.si/v1alpha1/SandboxClass", "--api-versions", "keda.sh/v1alpha1", "--api-versions", "keda.sh/v1alpha1/ClusterTriggerAuthentication")
 				}
 				args = append(args, valuesArgs(chart, c)...)
 				out := helm(t, args...)

@@ -99,8 +99,9 @@ func checkReplicas(replicas *int32, a *Autoscaling, ps *problems) {
 
 // scaledObject renders KEDA's ScaledObject for the Deployment named target, scaling on the queue
 // depth that evalsid serves at queueURL, read with the credentials of the TriggerAuthentication
-// of the same name.
-func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueURL string) *unstructured.Unstructured {
+// of the same name, or, when the platform names one (Options.KEDAAuthentication), of its
+// ClusterTriggerAuthentication: the platform's queue reader's token and certificate.
+func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueURL, clusterAuthentication string) *unstructured.Unstructured {
 	spec := map[string]any{
 		"scaleTargetRef":  map[string]any{"name": target},
 		"maxReplicaCount": int64(a.MaxReplicas),
@@ -138,6 +139,11 @@ func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueU
 		},
 		"authenticationRef": map[string]any{"name": target},
 	}}
+	if clusterAuthentication != "" {
+		trigger := spec["triggers"].([]any)[0].(map[string]any)
+		trigger["metadata"].(map[string]any)["authMode"] = "tls,bearer"
+		trigger["authenticationRef"] = map[string]any{"name": clusterAuthentication, "kind": "ClusterTriggerAuthentication"}
+	}
 	return o.object("keda.sh/v1alpha1", "ScaledObject", target, namespace, component, map[string]any{"spec": spec})
 }
 
@@ -194,7 +200,8 @@ func fixedReplicas(replicas *int32, a *Autoscaling) int32 {
 // pool renders a pool's Deployment, running as the service account sa (rendered too unless the
 // spec named its own), its NetworkPolicy (egress to DNS, evalsid and the spec's rules, nothing
 // in), and, when autoscaling is set and KEDA is served, the ScaledObject that owns its replicas
-// (the Deployment then has none) with its TriggerAuthentication. It fills in p's Autoscaled,
+// (the Deployment then has none) with its TriggerAuthentication (none when the platform's
+// ClusterTriggerAuthentication signs KEDA in). It fills in p's Autoscaled,
 // AutoscalingUnavailable and Replicas.
 func (o Owner) pool(p *Pool, component string, replicas *int32, a *Autoscaling, opts Options, queueURL, sa string, ownSA bool, pod map[string]any, egress []EgressRule) []*unstructured.Unstructured {
 	var objs []*unstructured.Unstructured
@@ -205,9 +212,11 @@ func (o Owner) pool(p *Pool, component string, replicas *int32, a *Autoscaling, 
 		p.Autoscaled = true
 		objs = append(objs,
 			o.deployment(p.Deployment, p.Namespace, component, nil, "", pod),
-			o.scaledObject(a, p.Deployment, p.Namespace, component, queueURL),
-			o.triggerAuthentication(p.Deployment, p.Namespace, component),
+			o.scaledObject(a, p.Deployment, p.Namespace, component, queueURL, opts.KEDAAuthentication),
 		)
+		if opts.KEDAAuthentication == "" {
+			objs = append(objs, o.triggerAuthentication(p.Deployment, p.Namespace, component))
+		}
 	} else {
 		p.AutoscalingUnavailable = a != nil
 		p.Replicas = fixedReplicas(replicas, a)

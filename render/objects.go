@@ -40,6 +40,11 @@ type Options struct {
 	// podCertificate projection beside their token (ClientCredentialsFile), which the kubelet
 	// asks the signer for and renews. Empty: pools present their token alone.
 	WorkloadSigner string
+	// KEDAAuthentication, when set, is the ClusterTriggerAuthentication KEDA reads every pool's
+	// queue with: the platform's queue reader's token and client certificate (mutual TLS with
+	// evalsid), instead of a TriggerAuthentication per pool minting the namespace's queue reader's
+	// token alone.
+	KEDAAuthentication string
 	// APIPeers are the NetworkPolicy peers (maps as Kubernetes takes them) through which pools
 	// reach evalsid; empty, they are read from APIURL (apiEgress), which an evalsid outside the
 	// cluster does not allow (CheckAPIEgress).
