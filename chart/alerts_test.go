@@ -38,7 +38,8 @@ func TestAlertRules(t *testing.T) {
 }
 
 // checkAlertRules runs promtool's tests (testdata/alerts/tests) of the PrometheusRule in out, and
-// checks that each alert has a firing case and reads only metrics the operator defines.
+// checks that each alert has a firing and a quiet case and reads only metrics the operator
+// defines.
 func checkAlertRules(t *testing.T, out, testsFile string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -80,10 +81,13 @@ func checkAlertRules(t *testing.T, out, testsFile string) {
 		t.Fatalf("promtool test rules: %v\n%s", err, report)
 	}
 
-	// Each alert is tested, firing.
+	// Each alert is tested, firing and quiet.
 	for _, alert := range regexp.MustCompile(`(?m)^\s+- alert: (\w+)`).FindAllStringSubmatch(out, -1) {
 		if !strings.Contains(string(tests), "alertname: "+alert[1]+"\n        exp_alerts:\n          - exp_labels") {
 			t.Errorf("alert %s has no firing case in testdata/alerts/%s", alert[1], testsFile)
+		}
+		if !strings.Contains(string(tests), "alertname: "+alert[1]+"\n        exp_alerts: []") {
+			t.Errorf("alert %s has no quiet case in testdata/alerts/%s", alert[1], testsFile)
 		}
 	}
 	// Each alert points at its own section of the runbooks.
