@@ -111,6 +111,9 @@ func TestEvalsiChartAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(pods.Items) == 0 {
+		t.Fatal("no sandbox pool pod to run the probe of")
+	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if err := kubelet.RunInitContainers(t, ctx, p, "--reach="+isolation.MetadataTarget+"="+metadata); err != nil {
