@@ -539,7 +539,7 @@ func TestPolicyConflictsAndDrift(t *testing.T) {
 	api := startEvalsid(t, evalsid.Schedule{})
 	cfg := api.apiConfig("")
 	cfg.Resync = time.Second
-	startEngine(t, cfg)
+	e := startEngine(t, cfg)
 	spec := map[string]any{"traceSource": "prod", "samplingRate": 0.1, "evaluators": []any{"toxicity"}, "enabled": true}
 	create(t, ctx, evalsi.OnlineEvalPolicies, teamA, "OnlineEvalPolicy", "toxicity", spec)
 	waitReady(t, ctx, evalsi.OnlineEvalPolicies, teamA, "toxicity", "True", "Applied")
@@ -566,7 +566,7 @@ func TestPolicyConflictsAndDrift(t *testing.T) {
 
 	// Unchanged: no Put over several resyncs.
 	puts := api.Calls("PutPolicy")
-	time.Sleep(2500 * time.Millisecond)
+	e.reconcilesAfter(t, ctx, 4, "onlineevalpolicy")() // two of each object
 	if n := api.Calls("PutPolicy") - puts; n != 0 {
 		t.Errorf("%d PutPolicy calls for an unchanged policy", n)
 	}
@@ -722,7 +722,7 @@ func TestAPIKindsSteadyStateWritesNothing(t *testing.T) {
 			api.Calls("PutTraceSource") + api.Calls("DeleteTraceSource")
 	}
 	before, beforeServer, runReads := writes(e.Engine), serverWrites(), api.Calls("GetRun")
-	time.Sleep(3500 * time.Millisecond)
+	e.reconcilesAfter(t, ctx, 3, "evalrun", "onlineevalpolicy", "tracesource")()
 	if w := writes(e.Engine) - before; w != 0 {
 		t.Errorf("%v Kubernetes writes over three resyncs at steady state, want 0", w)
 	}

@@ -96,6 +96,28 @@ func (r runningEngine) counter(t testing.TB, name, value string) float64 {
 	return sum
 }
 
+// reconcilesAfter returns a wait for n more reconciles of each of controllers than they have made
+// now: a steady-state test counts the reconciles it finds nothing written over, so that a stalled
+// loop cannot pass it.
+func (r runningEngine) reconcilesAfter(t testing.TB, ctx context.Context, n float64, controllers ...string) func() {
+	t.Helper()
+	start := map[string]float64{}
+	for _, c := range controllers {
+		start[c] = r.counter(t, "evalsi_reconcile_total", c)
+	}
+	return func() {
+		t.Helper()
+		clustertest.Eventually(t, ctx, fmt.Sprintf("%v more reconciles of %v", n, controllers), func() error {
+			for _, c := range controllers {
+				if got := r.counter(t, "evalsi_reconcile_total", c) - start[c]; got < n {
+					return fmt.Errorf("%v reconciles of %s", got, c)
+				}
+			}
+			return nil
+		})
+	}
+}
+
 // wait waits until the engine's Run returned.
 func (r runningEngine) wait(t testing.TB) {
 	t.Helper()

@@ -45,8 +45,9 @@ func TestEvaluatorConvergesAndSteadyStateWritesNothing(t *testing.T) {
 	// Steady state: many resyncs, not one write.
 	settled(t, ctx, e.Engine)
 	before := writes(e.Engine)
+	resyncs := e.reconcilesAfter(t, ctx, 6, "evaluator")
 	deployRV, evalRV := deploy.GetResourceVersion(), got.GetResourceVersion()
-	time.Sleep(3 * time.Second)
+	resyncs()
 	if w := writes(e.Engine) - before; w != 0 {
 		t.Errorf("%v writes at steady state over 6 resyncs, want 0", w)
 	}
