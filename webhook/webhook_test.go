@@ -400,6 +400,18 @@ func TestSelfSignedCertificatesRotateWithoutRestart(t *testing.T) {
 			if served.SerialNumber.Cmp(first.SerialNumber) == 0 {
 				t.Fatalf("the webhook still serves its first certificate after it expired at %s", first.NotAfter)
 			}
+			// And the configuration's caBundle, as the API server reads it now, verifies it.
+			now, err := env.Clientset().AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, cfg.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			roots := x509.NewCertPool()
+			if !roots.AppendCertsFromPEM(now.Webhooks[0].ClientConfig.CABundle) {
+				t.Fatal("the caBundle holds no certificate")
+			}
+			if _, err := served.Verify(x509.VerifyOptions{Roots: roots}); err != nil {
+				t.Errorf("the caBundle in force does not verify the certificate served now: %v", err)
+			}
 			// Its metrics tell when the certificate served now expires, the renewed one.
 			var got float64
 			for _, m := range clustertest.Scrape(t, "http://"+w.health+"/metrics")["evalsi_certificate_expiry_timestamp_seconds"].GetMetric() {
