@@ -1,6 +1,7 @@
 package podcert
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -79,9 +80,15 @@ func issue(key any, ns, sa string, lifetime time.Duration, ca *Authority, policy
 	if err != nil {
 		return Issued{}, fmt.Errorf("signing for %s/%s: %w", ns, sa, err)
 	}
+	chain := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if !bytes.Equal(ca.Cert.RawIssuer, ca.Cert.RawSubject) {
+		// An intermediate CA (cert-manager's CA Certificate under the platform's root): the chain
+		// carries it, so that the root the bundle publishes verifies the certificate.
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})...)
+	}
 	// Kubelets renew at two thirds of the lifetime; the API server wants it 10 minutes inside.
 	return Issued{
-		Chain:     string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		Chain:     string(chain),
 		NotBefore: notBefore,
 		NotAfter:  notAfter,
 		RefreshAt: notBefore.Add(notAfter.Sub(notBefore) * 2 / 3).Truncate(time.Second),
