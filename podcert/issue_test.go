@@ -47,7 +47,7 @@ func TestIssueChainsToTheBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, data := range map[string]map[string][]byte{
-		"a root":                          {"tls.crt": pki.EncodeCert(root), "tls.key": rootKeyPEM},
+		"a root":                         {"tls.crt": pki.EncodeCert(root), "tls.key": rootKeyPEM},
 		"an intermediate under the root": {"tls.crt": interPEM, "tls.key": interKeyPEM, "ca.crt": pki.EncodeCert(root)},
 	} {
 		t.Run(name, func(t *testing.T) {

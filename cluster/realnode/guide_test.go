@@ -141,6 +141,10 @@ func TestInstallGuide(t *testing.T) {
 		})
 	}
 
+	// A pod rung trial, made as the class's launcher makes one, runs to its end on the node; one
+	// off its shape is refused.
+	trialRunsInItsShape(t, ctx, c, imagesEnv(t, root))
+
 	// The pools' pods, as the kubelet runs them from the pool image (its stand-in programs report
 	// what their pod was given): the projected token, evalsid at the guide's private-CA URL
 	// answering through the pool's NetworkPolicy and verified with the CA the chart handed the
