@@ -2,7 +2,6 @@ package chart_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"evals.si/operator/cluster/clustertest"
-	"evals.si/operator/internal/guide"
 )
 
 // TestCheckpointWatcherRoleAsDocumented applies the checkpoint watcher's Role as docs/install.md
@@ -27,20 +25,7 @@ func TestCheckpointWatcherRoleAsDocumented(t *testing.T) {
 	installCRDsChart(t)
 	const ns = "watcher-test"
 	activeNamespace(t, ctx, ns, nil)
-	blocks, err := guide.Blocks(filepath.Join("..", "docs", "install.md"), "Running the checkpoint watcher")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools := t.TempDir()
-	if err := os.Symlink(env.Kubectl, filepath.Join(tools, "kubectl")); err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range blocks {
-		vars := append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "KUBECONFIG="+env.Kubeconfig, "NAMESPACE="+ns)
-		if out, err := guide.Run(ctx, b, "", vars); err != nil {
-			t.Fatalf("%s\nfailed: %v\n%s", b, err, out)
-		}
-	}
+	clustertest.RunGuideSection(t, ctx, env, filepath.Join("..", "docs", "install.md"), "Running the checkpoint watcher", "NAMESPACE="+ns)
 	watcher := impersonate("system:serviceaccount:"+ns+":checkpoint-watcher", "system:serviceaccounts", "system:serviceaccounts:"+ns)
 	server := func(name, claim string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "CheckpointServer",
@@ -75,11 +60,8 @@ func TestCheckpointWatcherRoleAsDocumented(t *testing.T) {
 			t.Errorf("the watcher %s: %v", what, err)
 		}
 	}
-	_, err = servers.Create(ctx, server("step-1000", "someone-elses-checkpoints"), metav1.CreateOptions{})
+	_, err := servers.Create(ctx, server("step-1000", "someone-elses-checkpoints"), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "someone-elses-checkpoints") {
 		t.Errorf("a server naming a claim the Role does not name: %v, want a refusal naming it", err)
-	}
-	if t.Failed() {
-		t.Logf("the guide's blocks, applied:\n%s", strings.Join(blocks, "\n"))
 	}
 }

@@ -26,7 +26,6 @@ import (
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
-	"evals.si/operator/internal/guide"
 )
 
 // TestCheckpointServerServesOnTheRealNode runs a CheckpointServer on the stand-in vLLM image
@@ -191,20 +190,7 @@ func TestCheckpointServerServesOnTheRealNode(t *testing.T) {
 	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, keys, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	blocks, err := guide.Blocks(filepath.Join(root, "docs", "install.md"), "Running the checkpoint watcher")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools := t.TempDir()
-	if err := os.Symlink(c.Kubectl, filepath.Join(tools, "kubectl")); err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range blocks {
-		env := append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "KUBECONFIG="+c.Kubeconfig, "NAMESPACE="+ns)
-		if out, err := guide.Run(ctx, b, "", env); err != nil {
-			t.Fatalf("%s\nfailed: %v\n%s", b, err, out)
-		}
-	}
+	clustertest.RunGuideSection(t, ctx, c, filepath.Join(root, "docs", "install.md"), "Running the checkpoint watcher", "NAMESPACE="+ns)
 	asWatcher := func(stdin string, args ...string) string {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, c.Kubectl, append([]string{"--kubeconfig=" + c.Kubeconfig, "-n", ns,
