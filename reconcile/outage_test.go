@@ -78,7 +78,7 @@ func TestRepairAfterRepeatedOutages(t *testing.T) {
 			t.Fatalf("starting the API server after outage %d: %v", i+1, err)
 		}
 	}
-	back := time.Now()
+	back, errorsBefore := time.Now(), r.counter(t, "evalsi_informer_errors_total", "")
 	if err := deployments.Delete(ctx, "judge-evaluator", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -91,5 +91,11 @@ func TestRepairAfterRepeatedOutages(t *testing.T) {
 	held, failed := r.counter(t, "evalsi_kube_unreachable_calls_total", "held"), r.counter(t, "evalsi_kube_unreachable_calls_total", "failed")
 	if held == 0 || failed != 0 {
 		t.Errorf("informer calls that found the API server gone: %v held, %v failed to a reflector; want some held and none failed", held, failed)
+	}
+	// And from the reflectors' side, counted by their own error handler, not by the gate: no list
+	// or watch brought one an error, through the outages or after the server's last return (each
+	// would have made it wait a backoff).
+	if after := r.counter(t, "evalsi_informer_errors_total", "") - errorsBefore; errorsBefore != 0 || after != 0 {
+		t.Errorf("errors that reached the informers' reflectors: %v through the outages, %v after the last return; want none", errorsBefore, after)
 	}
 }

@@ -101,11 +101,13 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 			ResyncPeriod: e.cfg.Resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, referrersIndex: indexByRefers}, ObjectDescription: gvr.String(),
 		})
 	}
+	e.countErrors(inf, gvr)
 	i := &informer{shared: inf, stop: make(chan struct{}), written: cached.NewRecentWrites()}
 	if child {
 		i.children = cached.NewChildrenByOwner()
 		i.strangers = cache.NewSharedIndexInformerWithOptions(e.gate.ListWatch(cached.StrangerListWatch(e.rest, gvr, namespace)), &cached.Child{},
 			cache.SharedIndexInformerOptions{ObjectDescription: gvr.String() + " not the operator's"})
+		e.countErrors(i.strangers, gvr)
 	}
 	// One handler, so that an event is known for the operator's own write coming back (an echo,
 	// which tells a reconcile nothing new) before it is routed: echoes enqueue nothing. It keeps
@@ -236,4 +238,16 @@ func (e *Engine) enqueueOwner(obj any) {
 		key = child.GetNamespace() + "/" + ref.Name
 	}
 	c.queue.Add(key)
+}
+
+// countErrors counts, in evalsi_informer_errors_total, each error inf's reflector sees from a list
+// or watch, which it then handles as client-go does (a log line and a backoff). The API server's
+// absence is not one: the gate holds those calls until it answers (cached/apigate.go).
+func (e *Engine) countErrors(inf cache.SharedIndexInformer, gvr schema.GroupVersionResource) {
+	errs := e.metrics.informerErrors.WithLabelValues(gvr.Resource)
+	// Only an informer already started refuses a handler; these are new.
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		errs.Inc()
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	})
 }

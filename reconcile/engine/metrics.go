@@ -40,6 +40,8 @@ type Metrics struct {
 	// unreachable: held by the gate until it answered (cached/apigate.go), or failed to the informer
 	// when the engine stopped meanwhile. A failed one is one a reflector backs off on.
 	unreachableCalls *prometheus.CounterVec
+	// informerErrors counts the errors the informers' reflectors saw (watchErrors).
+	informerErrors *prometheus.CounterVec
 }
 
 // NewMetrics returns the engine's metrics, registered with the Go and process collectors.
@@ -85,9 +87,13 @@ func NewMetrics() *Metrics {
 		Name: "evalsi_kube_unreachable_calls_total",
 		Help: "Informer lists and watches that found the API server unreachable, by outcome: held until it answered, or failed (the engine stopped first).",
 	}, []string{"outcome"})
+	m.informerErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "evalsi_informer_errors_total",
+		Help: "Errors the informers' lists and watches returned to their reflectors, by resource: each makes its informer wait a backoff before it lists or watches again.",
+	}, []string{"resource"})
 	m.queues = newQueueMetrics(m.Registry)
 	m.notReady = newNotReadyGauges()
-	m.Registry.MustRegister(m.notReady, m.notReady.finished, m.reconciles, m.duration, m.requests, m.apiCalls, m.apiLatency, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer, m.unreachableCalls,
+	m.Registry.MustRegister(m.notReady, m.notReady.finished, m.reconciles, m.duration, m.requests, m.apiCalls, m.apiLatency, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer, m.unreachableCalls, m.informerErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
