@@ -17,7 +17,7 @@ TOOLS_DIR     := $(CACHE_DIR)/tools/buf-v1.75.0_go-v1.36.12_connect-v1.21.1
 # cold run compiles their packages once.
 GO_RUN        := CGO_ENABLED=0 go run -trimpath
 
-.PHONY: dev build push docker-build test test-race test-assets fuzz generate generate-check golden lint lint-workflows cluster bench release-dry-run
+.PHONY: dev build images push docker-build test test-race test-assets fuzz generate generate-check golden lint lint-workflows cluster bench release-dry-run
 
 # A local control plane, the operator and the examples, with a live table of their state.
 # DEV_ARGS='--context NAME' (or --kubeconfig FILE) runs against an existing cluster instead.
@@ -49,6 +49,13 @@ IMAGE ?= evalsi/evalsi-operator:$(VERSION)
 docker-build:
 	$(GO_RUN) ./cmd/evalsi-release binaries --version $(RELEASE_VERSION) --platforms linux/$$(go env GOARCH) --out dist
 	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) dist
+
+# The operator image and, FROM it, the stand-in pool and vLLM images (as `make push` builds
+# them, below), written to bin/images as image archives (docker save's format) for a
+# registry this machine cannot reach: docker load, podman load, ctr images import or crane push
+# take them.
+images:
+	$(GO_RUN) ./cmd/evalsi-release images --version $(RELEASE_VERSION) --out bin/images
 
 # The operator image and, FROM it, the stand-in pool image (testdata/pool-standin) and the
 # stand-in vLLM image (testdata/model-standin), built without a daemon as the release dry run

@@ -40,9 +40,12 @@ var world struct {
 	node *cluster.RealNode
 	bin  string // the operator binary operatorImage holds
 	err  error
-	// push makes the images of `make push` once, for the tests that run them (pushImages).
+	// push makes the images of `make images` once and pushes them, for the tests that run them
+	// (pushImages).
 	push    sync.Once
 	pushErr error
+	// images are the repositories and digests pushImages pushed.
+	images map[string]string
 }
 
 // realNode returns the control plane and its real node, with operatorImage imported.

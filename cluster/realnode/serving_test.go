@@ -247,9 +247,10 @@ spec:
 	})
 }
 
-// pushImages runs `make push` to the node's registry, as the install guide does, once for the
-// tests that need the images (the guide pushes for itself, as written), and returns
-// bin/images/images.env.
+// pushImages builds the images once for the tests that need them (the guide pushes for itself, as
+// written) the way a user without a reachable registry does: `make images` writes them as image
+// archives, and crane copies each into the node's registry, from which the kubelet pulls it by
+// digest. It returns their repositories and digests as bin/images/images.env names them.
 func pushImages(t *testing.T, ctx context.Context, node *cluster.RealNode) map[string]string {
 	t.Helper()
 	root, err := cluster.Checkout()
@@ -257,16 +258,39 @@ func pushImages(t *testing.T, ctx context.Context, node *cluster.RealNode) map[s
 		t.Fatal(err)
 	}
 	world.push.Do(func() {
-		cmd := exec.CommandContext(ctx, "make", "push", "REGISTRY="+node.Registry+"/evalsi")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			world.pushErr = fmt.Errorf("make push: %v\n%s", err, out)
-		}
+		world.images, world.pushErr = imagesFromArchives(ctx, root, node.Registry+"/evalsi")
 	})
 	if world.pushErr != nil {
 		t.Fatal(world.pushErr)
 	}
-	return imagesEnv(t, root)
+	return world.images
+}
+
+// imagesFromArchives runs `make images` in root and pushes each archive under registry with crane.
+func imagesFromArchives(ctx context.Context, root, registry string) (map[string]string, error) {
+	cmd := exec.CommandContext(ctx, "make", "images")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("make images: %v\n%s", err, out)
+	}
+	crane, err := cluster.Crane(ctx, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	images := map[string]string{}
+	for prefix, name := range map[string]string{"IMAGE": "evalsi-operator", "POOL_IMAGE": "evalsi-pool-standin", "MODEL_IMAGE": "evalsi-model-standin"} {
+		repo := registry + "/" + name
+		out, err := exec.CommandContext(ctx, crane, "push", "--insecure", filepath.Join(root, "bin", "images", name+".tar"), repo+":archive").Output()
+		if err != nil {
+			return nil, fmt.Errorf("crane push %s: %w", name, err)
+		}
+		_, digest, ok := strings.Cut(strings.TrimSpace(string(out)), "@")
+		if !ok {
+			return nil, fmt.Errorf("crane push %s printed %q, no digest", name, out)
+		}
+		images[prefix+"_REPOSITORY"], images[prefix+"_DIGEST"] = repo, digest
+	}
+	return images, nil
 }
 
 // imagesEnv reads the bin/images/images.env that `make push` wrote in the checkout root.

@@ -24,9 +24,9 @@ import (
 )
 
 func main() {
-	modes := []string{"binaries", "charts", "dry-run", "push"}
+	modes := []string{"binaries", "charts", "dry-run", "push", "images"}
 	if len(os.Args) < 2 || !strings.Contains(" "+strings.Join(modes, " ")+" ", " "+os.Args[1]+" ") {
-		fmt.Fprintln(os.Stderr, "usage: evalsi-release binaries|charts|dry-run|push --version vX.Y.Z [flags]")
+		fmt.Fprintln(os.Stderr, "usage: evalsi-release binaries|charts|dry-run|push|images --version vX.Y.Z [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -69,6 +69,18 @@ func run(ctx context.Context, mode, registry string, opts release.Options) error
 			fmt.Printf("built %d binaries with SBOMs in %s\n", len(bins), opts.Out)
 		}
 		return err
+	}
+	if mode == "images" {
+		tools, err := dryRunTools(ctx)
+		if err != nil {
+			return err
+		}
+		archives, err := release.Images(ctx, opts, tools, os.Stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("load them with docker load -i, podman load -i or ctr -n k8s.io images import, or copy them into a registry with crane push %s <registry>/<name>:<tag>\n", archives[0])
+		return nil
 	}
 	if mode == "push" {
 		tools, err := dryRunTools(ctx)

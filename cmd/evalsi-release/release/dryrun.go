@@ -114,7 +114,7 @@ func DryRun(ctx context.Context, opts Options, tools Tools, progress io.Writer) 
 	}
 	defer reg.Stop()
 	opts.ImageRepository = reg.Addr + "/evalsi/" + name
-	if opts.ImageDigest, err = b.Push(ctx, tag, opts.ImageRepository+":"+opts.Version); err != nil {
+	if opts.ImageDigest, err = b.Push(ctx, tag, "docker://"+opts.ImageRepository+":"+opts.Version); err != nil {
 		return err
 	}
 	ref := opts.ImageRepository + "@" + opts.ImageDigest
@@ -135,7 +135,7 @@ func DryRun(ctx context.Context, opts Options, tools Tools, progress io.Writer) 
 		return fmt.Errorf("the image's SBOM attestation just made does not verify: %w", err)
 	}
 	// Tampering: the release's tag moved to another image (the plugin) no longer verifies.
-	if _, err := b.Push(ctx, plugin, opts.ImageRepository+":"+opts.Version); err != nil {
+	if _, err := b.Push(ctx, plugin, "docker://"+opts.ImageRepository+":"+opts.Version); err != nil {
 		return err
 	}
 	if err := VerifyImage(ctx, tools.Cosign, key, opts.ImageRepository+":"+opts.Version); err == nil {

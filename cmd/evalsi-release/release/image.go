@@ -78,8 +78,9 @@ func (b Buildah) Config(ctx context.Context, image string) (ImageConfig, error) 
 	return doc.OCIv1.Config, nil
 }
 
-// Push pushes image to the registry reference dest (host/repository:tag; plain HTTP, as a
-// loopback registry serves) and returns the digest of the manifest pushed.
+// Push pushes image to dest, a containers transport reference: docker://host/repository:tag
+// (plain HTTP, as a loopback registry serves) or docker-archive:path:tag, and returns the digest
+// of the manifest pushed.
 func (b Buildah) Push(ctx context.Context, image, dest string) (string, error) {
 	f, err := os.CreateTemp("", "evalsi-digest-")
 	if err != nil {
@@ -87,7 +88,7 @@ func (b Buildah) Push(ctx context.Context, image, dest string) (string, error) {
 	}
 	f.Close()
 	defer os.Remove(f.Name())
-	if _, err := b.run(ctx, "push", "--tls-verify=false", "--digestfile", f.Name(), image, "docker://"+dest); err != nil {
+	if _, err := b.run(ctx, "push", "--tls-verify=false", "--digestfile", f.Name(), image, dest); err != nil {
 		return "", err
 	}
 	d, err := os.ReadFile(f.Name())
