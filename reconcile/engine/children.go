@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -118,7 +119,7 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 	if len(applied) > 0 {
 		c.Eventf(owner, corev1.EventTypeNormal, "Updated", "updated %s", strings.Join(applied, ", "))
 	}
-	for _, stale := range live {
+	for _, stale := range deletionOrder(live) {
 		if err := e.deleteChild(ctx, stale); err != nil {
 			c.warnRefused(owner, err)
 			return nil, err
@@ -199,6 +200,27 @@ func applyWaves(stale []pendingApply) [][]pendingApply {
 		}
 	}
 	return slices.DeleteFunc([][]pendingApply{accounts, rest}, func(w []pendingApply) bool { return len(w) == 0 })
+}
+
+// deletionOrder is the order the children no longer desired go in, the reverse of applyWaves's:
+// rights first (Roles, RoleBindings: a pod rung launcher's, when its class changes rung), trial
+// shapes last (PodTemplates: the API server holds a launcher's pods to its shape, so the shape
+// outlasts the launcher's right to make them), the rest between, each group by name.
+func deletionOrder(live map[string]*cached.Child) []*cached.Child {
+	rank := func(c *cached.Child) int {
+		switch c.Kind() {
+		case "Role", "RoleBinding":
+			return 0
+		case "PodTemplate":
+			return 2
+		}
+		return 1
+	}
+	children := slices.Collect(maps.Values(live))
+	slices.SortFunc(children, func(a, b *cached.Child) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a.Kind(), b.Kind()), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return children
 }
 
 // staleness says why live is not the applied form of want, or "" when it is: the rendering
