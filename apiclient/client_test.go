@@ -132,7 +132,7 @@ func TestCallDeadline(t *testing.T) {
 }
 
 // TestObserveTimesEachCall: Observe is told each call's method, code and how long it took (the
-// operator's evalsi_api_call_duration_seconds), for a call answered late and for one
+// operator's evalsi_evalsid_call_duration_seconds), for a call answered late and for one
 // its deadline cut.
 func TestObserveTimesEachCall(t *testing.T) {
 	api := evalsid.New(map[string]string{"tok": "system:serviceaccount:p:evalsi-operator"}, evalsid.Schedule{})

@@ -215,14 +215,14 @@ func measureFollowing(b *testing.B, p *process, window time.Duration) following 
 	return f
 }
 
-// callsByMethod reads the operator's evalsid calls by method (evalsi_api_calls_total).
+// callsByMethod reads the operator's evalsid calls by method (evalsi_evalsid_calls_total).
 func callsByMethod(p *process) (map[string]float64, error) {
 	families, err := p.scrape()
 	if err != nil {
 		return nil, err
 	}
 	calls := map[string]float64{}
-	if f := families["evalsi_api_calls_total"]; f != nil {
+	if f := families["evalsi_evalsid_calls_total"]; f != nil {
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "method" {

@@ -61,7 +61,7 @@ func BenchmarkRunningEvalRuns(b *testing.B) {
 				b.Fatal(err)
 			}
 			var n float64
-			if f := families["evalsi_api_calls_total"]; f != nil {
+			if f := families["evalsi_evalsid_calls_total"]; f != nil {
 				for _, m := range f.GetMetric() {
 					n += m.GetCounter().GetValue()
 				}

@@ -25,9 +25,11 @@ type Metrics struct {
 	duration   *prometheus.HistogramVec
 	requests   *prometheus.CounterVec
 	apiCalls   *prometheus.CounterVec
-	apiLatency *prometheus.HistogramVec
-	queues     queueMetrics
-	notReady   *notReadyGauges
+	// apiCallsOld is apiCalls under its name before evalsi_evalsid_calls_total, kept one release.
+	apiCallsOld *prometheus.CounterVec
+	apiLatency  *prometheus.HistogramVec
+	queues      queueMetrics
+	notReady    *notReadyGauges
 	// server is 1 for the server's Kubernetes version when its minor is the supported one, else 0.
 	server *prometheus.GaugeVec
 	// requeuedOnAnswer counts the objects put back on their queue at once because the external
@@ -62,11 +64,15 @@ func NewMetrics() *Metrics {
 			Help: "Requests to the Kubernetes API server by verb, resource, status code and the shard of the engine that sent them.",
 		}, []string{"verb", "resource", "code", "shard"}),
 		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "evalsi_api_calls_total",
+			Name: "evalsi_evalsid_calls_total",
 			Help: "Calls to evalsid by method and result code.",
 		}, []string{"method", "code"}),
+		apiCallsOld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "evalsi_api_calls_total",
+			Help: "Deprecated: evalsi_evalsid_calls_total, under its old name for one release.",
+		}, []string{"method", "code"}),
 		apiLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "evalsi_api_call_duration_seconds",
+			Name:    "evalsi_evalsid_call_duration_seconds",
 			Help:    "How long calls to evalsid took, answered or not, by method.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}, []string{"method"}),
@@ -93,7 +99,7 @@ func NewMetrics() *Metrics {
 	}, []string{"resource"})
 	m.queues = newQueueMetrics(m.Registry)
 	m.notReady = newNotReadyGauges()
-	m.Registry.MustRegister(m.notReady, m.notReady.finished, m.reconciles, m.duration, m.requests, m.apiCalls, m.apiLatency, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer, m.unreachableCalls, m.informerErrors,
+	m.Registry.MustRegister(m.notReady, m.notReady.finished, m.reconciles, m.duration, m.requests, m.apiCalls, m.apiCallsOld, m.apiLatency, m.server, m.requeuedOnAnswer, m.requeuedOnAPIServer, m.unreachableCalls, m.informerErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -175,6 +181,7 @@ func (m *Metrics) RequeuedOnAnswer() float64 {
 // ObserveAPICall counts a call of an external API by method and result code, and how long it took.
 func (m *Metrics) ObserveAPICall(method, code string, took time.Duration) {
 	m.apiCalls.WithLabelValues(method, code).Inc()
+	m.apiCallsOld.WithLabelValues(method, code).Inc()
 	m.apiLatency.WithLabelValues(method).Observe(took.Seconds())
 }
 

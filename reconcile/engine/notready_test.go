@@ -138,3 +138,28 @@ func TestFinishedObjectsAreTimed(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalsidCallsUnderBothNames: a call to evalsid is counted as evalsi_evalsid_calls_total and,
+// for the one release the upgrade notes promise, as evalsi_api_calls_total too, and timed.
+func TestEvalsidCallsUnderBothNames(t *testing.T) {
+	m := NewMetrics()
+	m.ObserveAPICall("CreateRun", "ok", 30*time.Millisecond)
+	for _, name := range []string{"evalsi_evalsid_calls_total", "evalsi_api_calls_total"} {
+		if got := testutil.ToFloat64(map[string]*prometheus.CounterVec{"evalsi_evalsid_calls_total": m.apiCalls, "evalsi_api_calls_total": m.apiCallsOld}[name].WithLabelValues("CreateRun", "ok")); got != 1 {
+			t.Errorf("%s{CreateRun,ok} = %v, want 1", name, got)
+		}
+	}
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	for _, want := range []string{"evalsi_evalsid_calls_total", "evalsi_api_calls_total", "evalsi_evalsid_call_duration_seconds"} {
+		if !names[want] {
+			t.Errorf("the registry lacks %s", want)
+		}
+	}
+}
