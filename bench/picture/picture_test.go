@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -50,7 +51,7 @@ func TestDrawAsksEveryPanelsQueries(t *testing.T) {
 	queries := 0
 	for _, p := range d.Panels {
 		queries += len(p.Targets)
-		if p.Type != "row" && !strings.Contains(out.String(), ">"+p.Title+"<") {
+		if p.Type != "row" && !strings.Contains(out.String(), ">"+html.EscapeString(p.Title)+"<") {
 			t.Errorf("panel %q is not in the picture", p.Title)
 		}
 	}
