@@ -149,7 +149,7 @@ func buildBinary(ctx context.Context, opts Options, platform string) (string, er
 }
 
 // packageChart copies a chart, pins its operator image (image.repository and image.digest) when
-// the release built one, and packages it with the release's version as both the chart's version
+// the release built one and its alerts' runbooks to the release's tag (pinRunbooks), and packages it with the release's version as both the chart's version
 // and its appVersion (the image tag it defaults to).
 func packageChart(ctx context.Context, opts Options, name string) (string, error) {
 	tmp, err := os.MkdirTemp("", "evalsi-chart-")
@@ -169,6 +169,9 @@ func packageChart(ctx context.Context, opts Options, name string) (string, error
 	pinned, err := pinImage(string(data), opts.ImageRepository, opts.ImageDigest)
 	if err != nil {
 		return "", fmt.Errorf("chart %s: %w", name, err)
+	}
+	if opts.Identity != "" {
+		pinned = pinRunbooks(pinned, RunbooksURL(opts.Identity, opts.Version))
 	}
 	if err := os.WriteFile(values, []byte(pinned), 0o644); err != nil {
 		return "", err

@@ -49,26 +49,44 @@ func pinImage(values, repository, digest string) (string, error) {
 	return strings.Join(lines, ""), nil
 }
 
-// ChartImage reads the operator image a packaged chart runs: image.repository and image.digest
-// of its values.yaml.
-func ChartImage(pkg string) (repository, digest string, err error) {
+// pinRunbooks sets prometheus.alerts.runbookURL, in a chart's values.yaml text that has it, to
+// url, so that a release's alerts point at the runbooks of its own tag; a chart without it is
+// left as it is.
+func pinRunbooks(values, url string) string {
+	lines := strings.SplitAfter(values, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "    runbookURL: ") {
+			lines[i] = "    runbookURL: " + url + "\n"
+		}
+	}
+	return strings.Join(lines, "")
+}
+
+// RunbooksURL is the runbooks page of a release's tag in the repository at identity (a URL such
+// as https://github.com/org/repo), which its charts' alerts point at.
+func RunbooksURL(identity, version string) string {
+	return strings.TrimSuffix(identity, "/") + "/blob/" + version + "/docs/runbooks.md"
+}
+
+// ChartValues reads the values.yaml of a packaged chart into v.
+func ChartValues(pkg string, v any) error {
 	f, err := os.Open(pkg)
 	if err != nil {
-		return "", "", err
+		return err
 	}
 	defer f.Close()
 	gz, err := gzip.NewReader(f)
 	if err != nil {
-		return "", "", fmt.Errorf("%s: %w", pkg, err)
+		return fmt.Errorf("%s: %w", pkg, err)
 	}
 	tr := tar.NewReader(gz)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return "", "", fmt.Errorf("%s holds no values.yaml", pkg)
+			return fmt.Errorf("%s holds no values.yaml", pkg)
 		}
 		if err != nil {
-			return "", "", fmt.Errorf("%s: %w", pkg, err)
+			return fmt.Errorf("%s: %w", pkg, err)
 		}
 		// A chart package holds <chart>/values.yaml, and its subcharts' deeper down.
 		if strings.Count(h.Name, "/") != 1 || path.Base(h.Name) != "values.yaml" {
@@ -76,16 +94,25 @@ func ChartImage(pkg string) (repository, digest string, err error) {
 		}
 		data, err := io.ReadAll(tr)
 		if err != nil {
-			return "", "", err
+			return err
 		}
-		var values struct {
-			Image struct{ Repository, Digest string }
+		if err := yaml.Unmarshal(data, v); err != nil {
+			return fmt.Errorf("%s: values.yaml: %w", pkg, err)
 		}
-		if err := yaml.Unmarshal(data, &values); err != nil {
-			return "", "", fmt.Errorf("%s: values.yaml: %w", pkg, err)
-		}
-		return values.Image.Repository, values.Image.Digest, nil
+		return nil
 	}
+}
+
+// ChartImage reads the operator image a packaged chart runs: image.repository and image.digest
+// of its values.yaml.
+func ChartImage(pkg string) (repository, digest string, err error) {
+	var values struct {
+		Image struct{ Repository, Digest string }
+	}
+	if err := ChartValues(pkg, &values); err != nil {
+		return "", "", err
+	}
+	return values.Image.Repository, values.Image.Digest, nil
 }
 
 // CheckChartImages fails unless every package runs the operator image repository@digest: the

@@ -59,6 +59,25 @@ func TestDryRunSignsAndTamperingFails(t *testing.T) {
 	if err := CheckChartImages(pkgs, "evalsi/platform", digest); err == nil {
 		t.Error("charts checked against another repository pass")
 	}
+	// The alerts of the charts that have them point at the runbooks of this release's tag.
+	runbooks := 0
+	for _, p := range pkgs {
+		var values struct {
+			Prometheus struct{ Alerts struct{ RunbookURL string } }
+		}
+		if err := ChartValues(p, &values); err != nil {
+			t.Fatal(err)
+		}
+		if got := values.Prometheus.Alerts.RunbookURL; got != "" {
+			runbooks++
+			if want := "https://code.invalid/evals-si/evalsi-operator/blob/v0.9.1/docs/runbooks.md"; got != want {
+				t.Errorf("%s: runbookURL %q, want %q", path.Base(p), got, want)
+			}
+		}
+	}
+	if runbooks != 2 {
+		t.Errorf("%d charts name runbooks, want evalsi's and evalsi-crds's", runbooks)
+	}
 	artifacts := append(bins, pkgs...)
 	if len(artifacts) != 1+len(Charts) {
 		t.Fatalf("artifacts %v, want 1 binary and %d charts", artifacts, len(Charts))
