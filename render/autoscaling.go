@@ -128,6 +128,10 @@ func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueU
 	if depth == 0 {
 		depth = defaultTargetQueueDepth
 	}
+	authMode, authRef := "bearer", map[string]any{"name": target}
+	if clusterAuthentication != "" {
+		authMode, authRef = "tls,bearer", map[string]any{"name": clusterAuthentication, "kind": "ClusterTriggerAuthentication"}
+	}
 	spec["triggers"] = []any{map[string]any{
 		"type": "metrics-api",
 		"metadata": map[string]any{
@@ -135,15 +139,10 @@ func (o Owner) scaledObject(a *Autoscaling, target, namespace, component, queueU
 			"format":        "json",
 			"valueLocation": queueDepthField,
 			"targetValue":   strconv.Itoa(int(depth)),
-			"authMode":      "bearer",
+			"authMode":      authMode,
 		},
-		"authenticationRef": map[string]any{"name": target},
+		"authenticationRef": authRef,
 	}}
-	if clusterAuthentication != "" {
-		trigger := spec["triggers"].([]any)[0].(map[string]any)
-		trigger["metadata"].(map[string]any)["authMode"] = "tls,bearer"
-		trigger["authenticationRef"] = map[string]any{"name": clusterAuthentication, "kind": "ClusterTriggerAuthentication"}
-	}
 	return o.object("keda.sh/v1alpha1", "ScaledObject", target, namespace, component, map[string]any{"spec": spec})
 }
 

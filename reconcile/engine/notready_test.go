@@ -144,8 +144,8 @@ func TestFinishedObjectsAreTimed(t *testing.T) {
 func TestEvalsidCallsUnderBothNames(t *testing.T) {
 	m := NewMetrics()
 	m.ObserveAPICall("CreateRun", "ok", 30*time.Millisecond)
-	for _, name := range []string{"evalsi_evalsid_calls_total", "evalsi_api_calls_total"} {
-		if got := testutil.ToFloat64(map[string]*prometheus.CounterVec{"evalsi_evalsid_calls_total": m.apiCalls, "evalsi_api_calls_total": m.apiCallsOld}[name].WithLabelValues("CreateRun", "ok")); got != 1 {
+	for name, calls := range map[string]*prometheus.CounterVec{"evalsi_evalsid_calls_total": m.apiCalls, "evalsi_api_calls_total": m.apiCallsOld} {
+		if got := testutil.ToFloat64(calls.WithLabelValues("CreateRun", "ok")); got != 1 {
 			t.Errorf("%s{CreateRun,ok} = %v, want 1", name, got)
 		}
 	}
