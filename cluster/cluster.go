@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -35,6 +36,8 @@ type Options struct {
 	// NodeCapacity is each node's capacity and allocatable, by resource name; defaults give
 	// 64 CPUs, 256Gi memory and 1000 pods. Add "nvidia.com/gpu" for GPU nodes.
 	NodeCapacity map[string]string
+	// NodeTaints are each KWOK node's taints.
+	NodeTaints []corev1.Taint
 	// CRDDirs are directories (or files) of CRDs installed before Start returns.
 	CRDDirs []string
 	// Progress receives one line per binary built and per component started; nil discards.
@@ -136,7 +139,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.startKwok(assets); err != nil {
 		return nil, err
 	}
-	if err := c.AddNodes(ctx, opts.Nodes, opts.NodeCapacity); err != nil {
+	if err := c.addNodes(ctx, opts.Nodes, opts.NodeCapacity, opts.NodeTaints); err != nil {
 		return nil, err
 	}
 	if node != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,7 +16,7 @@ import (
 )
 
 // isolatedEnv names the variable by which a test binary knows it runs inside the namespaces
-// IsolatedMain made; its value is the id of the run's cgroups (nodeCgroupPrefix + id).
+// RunIsolated made; its value is the id of the run's cgroups (nodeCgroupPrefix + id).
 const isolatedEnv = "EVALSI_ISOLATED"
 
 // nodeCgroupPrefix starts the name of the cgroup a real node's pods run under, at the top of
@@ -23,66 +25,125 @@ const isolatedEnv = "EVALSI_ISOLATED"
 const nodeCgroupPrefix = "evalsi-node-"
 
 // IsolatedMain runs a test binary's tests (m.Run) inside network, mount and PID namespaces of
-// their own, for the packages that start a real node (RealNode): every address, route, firewall
-// rule and mount the node makes is in them, and every process it starts dies with them when the
-// tests end or the test binary is killed (the kernel ends a PID namespace with its first process).
-// It re-executes the test binary there, which needs root; without it the tests fail, naming what
-// is missing. Outside, once the tests end, it removes the node's cgroups and fails the run if
-// anything of it is left.
+// their own, for the packages that start a real node (RealNode): RunIsolated, with kubectl built
+// for the tests that run it. Without root the tests fail, naming what is missing.
 func IsolatedMain(m interface{ Run() int }) {
+	os.Exit(RunIsolated(Isolation{Progress: os.Stderr, Kubectl: true}, m.Run))
+}
+
+// Isolation configures RunIsolated.
+type Isolation struct {
+	// Progress receives the builds' progress and what went wrong outside the namespaces.
+	Progress io.Writer
+	// Kubectl builds kubectl beside the control plane.
+	Kubectl bool
+	// Files are handed to the process inside as its files 3, 4 and so on (Inherited): a
+	// listener opened outside stays on the host's loopback, the one way in from outside.
+	Files []*os.File
+	// HostDir makes a directory the host sees (HostDir), for what a user reads from outside; it
+	// goes when the run ends and, after a kill, at the next run's start.
+	HostDir bool
+}
+
+// RunIsolated runs inside in network, mount and PID namespaces of its own, where a real node
+// (RealNode) can run: every address, route, firewall rule and mount the node makes is in them,
+// and every process it starts dies with them when inside returns or this process is killed (the
+// kernel ends a PID namespace with its first process). It builds the control plane and the
+// node's programs first (nothing inside reaches the Go module proxy), then re-executes this
+// program there with the same arguments, which needs root; inside, the same call runs inside and
+// returns its code. SIGINT and SIGTERM reach the process inside, which ends as it chooses. Once it
+// ends, RunIsolated removes the node's cgroups and returns 1 if anything of it is left.
+func RunIsolated(opts Isolation, inside func() int) int {
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
 	if id := os.Getenv(isolatedEnv); id != "" {
 		if err := enterIsolation(); err != nil {
-			fmt.Fprintln(os.Stderr, "setting up the test's namespaces:", err)
-			os.Exit(1)
+			fmt.Fprintln(progress, "setting up the namespaces:", err)
+			return 1
 		}
-		os.Exit(m.Run())
+		return inside()
 	}
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "these tests run a real node (kubelet, containerd, runc) in namespaces of their own: run them as root (make test does, as CI does)")
-		os.Exit(1)
+		fmt.Fprintln(progress, "a real node (kubelet, containerd, runc) runs in namespaces of its own, which needs root: run this as root (make test does, as CI does)")
+		return 1
 	}
 	removeNodeCgroups("") // left by a run that was killed
 	removeTempDirs("")
-	// Inside, nothing reaches the Go module proxy: what the node runs is built first.
+	removeHostDirs("")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-	_, err := EnsureAssets(ctx, os.Stderr, true)
+	_, err := EnsureAssets(ctx, progress, opts.Kubectl)
 	if err == nil {
-		_, err = EnsureNodeBinaries(ctx, os.Stderr)
+		_, err = EnsureNodeBinaries(ctx, progress)
 	}
 	cancel()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "building the control plane and the real node:", err)
-		os.Exit(1)
+		fmt.Fprintln(progress, "building the control plane and the real node:", err)
+		return 1
 	}
 	id := strconv.Itoa(os.Getpid())
-	// The tests' temporary directory: a tmpfs inside, so that its files go with the namespace.
+	// The temporary directory inside: a tmpfs, so that its files go with the namespace.
 	tmp := filepath.Join(os.TempDir(), isolatedTempPrefix+id)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "making the tests' temporary directory:", err)
-		os.Exit(1)
+		fmt.Fprintln(progress, "making the temporary directory:", err)
+		return 1
+	}
+	env := append(os.Environ(), isolatedEnv+"="+id, "TMPDIR="+tmp)
+	if opts.HostDir {
+		dir := filepath.Join(os.TempDir(), isolatedHostPrefix+id)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			fmt.Fprintln(progress, "making the directory the host sees:", err)
+			return 1
+		}
+		env = append(env, hostDirEnv+"="+dir)
 	}
 	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), isolatedEnv+"="+id, "TMPDIR="+tmp)
+	cmd.ExtraFiles = opts.Files
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
 		Pdeathsig:  syscall.SIGKILL,
 	}
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
 	code := 0
-	if err = cmd.Run(); err != nil {
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) {
-			fmt.Fprintln(os.Stderr, "running the tests in namespaces of their own:", err)
+	if err = cmd.Start(); err == nil {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+	wait:
+		for {
+			select {
+			case s := <-signals:
+				cmd.Process.Signal(s)
+			case err = <-done:
+				break wait
+			}
 		}
+	}
+	if err != nil {
 		code = 1
+		var exit *exec.ExitError
+		switch {
+		case !errors.As(err, &exit):
+			fmt.Fprintln(progress, "running in namespaces of its own:", err)
+		case exit.ExitCode() > 0:
+			code = exit.ExitCode()
+		}
 	}
 	removeTempDirs(id)
+	removeHostDirs(id)
 	if left := removeNodeCgroups(id); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "the real node's cgroups could not be removed: %s\n", strings.Join(left, ", "))
+		fmt.Fprintf(progress, "the real node's cgroups could not be removed: %s\n", strings.Join(left, ", "))
 		code = 1
 	}
-	os.Exit(code)
+	return code
 }
+
+// Inherited is, inside RunIsolated's namespaces, the file Isolation.Files[i] handed in.
+func Inherited(i int) *os.File { return os.NewFile(uintptr(3+i), "inherited-"+strconv.Itoa(i)) }
 
 // enterIsolation makes the new mount namespace private (nothing mounted in it reaches the host),
 // mounts /proc of the new PID namespace, and brings up its loopback.
@@ -111,6 +172,25 @@ func enterIsolation() error {
 // where a run's tmpfs is mounted inside its namespaces; outside, it stays empty, and it is
 // removed at the run's end and, after a kill, at the next run's start.
 const isolatedTempPrefix = "evalsi-isolated-"
+
+// isolatedHostPrefix starts the name of the directory, in the machine's temporary directory, that
+// the host sees (Isolation.HostDir); hostDirEnv names it inside.
+const (
+	isolatedHostPrefix = "evalsi-host-"
+	hostDirEnv         = "EVALSI_HOST_DIR"
+)
+
+// HostDir is, inside RunIsolated's namespaces, the directory the host sees (Isolation.HostDir),
+// or "".
+func HostDir() string { return os.Getenv(hostDirEnv) }
+
+// removeHostDirs removes the host's directory of the run id (of every run whose RunIsolated is
+// gone, when id is empty).
+func removeHostDirs(id string) {
+	for _, dir := range leftovers(filepath.Join(os.TempDir(), isolatedHostPrefix), id) {
+		os.RemoveAll(dir)
+	}
+}
 
 // removeTempDirs removes the temporary directory of the run id (of every run whose IsolatedMain
 // is gone, when id is empty).
@@ -168,4 +248,10 @@ func removeNodeCgroups(id string) []string {
 		}
 	}
 	return left
+}
+
+// Inside reports whether this process runs inside RunIsolated's namespaces.
+func Inside() bool {
+	_, ok := isolated()
+	return ok
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,6 +26,11 @@ var defaultCapacity = map[string]string{"cpu": "64", "memory": "256Gi", "pods": 
 // AddNodes creates n more KWOK nodes with the given capacity (merged over the defaults) and waits
 // until they are Ready.
 func (c *Cluster) AddNodes(ctx context.Context, n int, capacity map[string]string) error {
+	return c.addNodes(ctx, n, capacity, nil)
+}
+
+// addNodes is AddNodes, the nodes with taints.
+func (c *Cluster) addNodes(ctx context.Context, n int, capacity map[string]string, taints []corev1.Taint) error {
 	cap := maps.Clone(defaultCapacity)
 	maps.Copy(cap, capacity)
 	nodes := c.Dynamic().Resource(nodesGVR)
@@ -43,6 +49,7 @@ func (c *Cluster) AddNodes(ctx context.Context, n int, capacity map[string]strin
 					"type": "kwok",
 				},
 			},
+			"spec": map[string]any{"taints": taintsAny(taints)},
 			"status": map[string]any{
 				"capacity":    toAny(cap),
 				"allocatable": toAny(cap),
@@ -82,6 +89,19 @@ func conditionTrue(obj *unstructured.Unstructured, t string) bool {
 		}
 	}
 	return false
+}
+
+// taintsAny is taints as a Node's spec.taints holds them, nil when none.
+func taintsAny(taints []corev1.Taint) []any {
+	var out []any
+	for _, t := range taints {
+		m := map[string]any{"key": t.Key, "effect": string(t.Effect)}
+		if t.Value != "" {
+			m["value"] = t.Value
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 func toAny(m map[string]string) map[string]any {

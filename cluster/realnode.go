@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// The real node's addresses, inside the test's network namespace (IsolatedMain): the node on a
+// The real node's addresses, inside the network namespace of RunIsolated: the node on a
 // veth pair whose both ends are there, its pods on the CNI bridge. Nothing routes out of the
 // namespace: the default route points at an address nobody holds.
 const (
@@ -38,9 +38,11 @@ const (
 )
 
 // RealNode is a node whose kubelet runs pods in containers: containerd and runc, with the CNI
-// bridge for their network, in the namespaces of a test binary run by IsolatedMain.
+// bridge for their network, in the namespaces of RunIsolated.
 type RealNode struct {
 	Name string
+	// IP is the node's address: where a process beside the node serves its pods.
+	IP string
 	// Registry is the address (host:port) of an OCI registry on the node's network, in memory,
 	// which the node pulls from over plain HTTP: where a test pushes images as a user pushes to
 	// their cluster's registry.
@@ -54,13 +56,13 @@ type RealNode struct {
 // newRealNode returns the real node of a control plane about to start, with its programs.
 func newRealNode(ctx context.Context, progress io.Writer) (*RealNode, error) {
 	if _, ok := isolated(); !ok {
-		return nil, errors.New("a real node runs only inside a test binary's own namespaces: call cluster.IsolatedMain from its TestMain")
+		return nil, errors.New("a real node runs only inside namespaces of its own: run it under cluster.RunIsolated (a test binary: cluster.IsolatedMain from its TestMain)")
 	}
 	bins, err := EnsureNodeBinaries(ctx, progress)
 	if err != nil {
 		return nil, err
 	}
-	return &RealNode{Name: realNodeName, Registry: nodeRegistry, bins: bins}, nil
+	return &RealNode{Name: realNodeName, IP: realNodeIP, Registry: nodeRegistry, bins: bins}, nil
 }
 
 // startRealNode starts the real node's containerd and kubelet with kube-proxy and cluster DNS,

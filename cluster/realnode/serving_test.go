@@ -258,39 +258,14 @@ func pushImages(t *testing.T, ctx context.Context, node *cluster.RealNode) map[s
 		t.Fatal(err)
 	}
 	world.push.Do(func() {
-		world.images, world.pushErr = imagesFromArchives(ctx, root, node.Registry+"/evalsi")
+		if world.pushErr = cluster.BuildImages(ctx, root, io.Discard); world.pushErr == nil {
+			world.images, world.pushErr = cluster.PushImages(ctx, root, node.Registry+"/evalsi")
+		}
 	})
 	if world.pushErr != nil {
 		t.Fatal(world.pushErr)
 	}
 	return world.images
-}
-
-// imagesFromArchives runs `make images` in root and pushes each archive under registry with crane.
-func imagesFromArchives(ctx context.Context, root, registry string) (map[string]string, error) {
-	cmd := exec.CommandContext(ctx, "make", "images")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("make images: %v\n%s", err, out)
-	}
-	crane, err := cluster.Crane(ctx, io.Discard)
-	if err != nil {
-		return nil, err
-	}
-	images := map[string]string{}
-	for prefix, name := range map[string]string{"IMAGE": "evalsi-operator", "POOL_IMAGE": "evalsi-pool-standin", "MODEL_IMAGE": "evalsi-model-standin"} {
-		repo := registry + "/" + name
-		out, err := exec.CommandContext(ctx, crane, "push", "--insecure", filepath.Join(root, "bin", "images", name+".tar"), repo+":archive").Output()
-		if err != nil {
-			return nil, fmt.Errorf("crane push %s: %w", name, err)
-		}
-		_, digest, ok := strings.Cut(strings.TrimSpace(string(out)), "@")
-		if !ok {
-			return nil, fmt.Errorf("crane push %s printed %q, no digest", name, out)
-		}
-		images[prefix+"_REPOSITORY"], images[prefix+"_DIGEST"] = repo, digest
-	}
-	return images, nil
 }
 
 // imagesEnv reads the bin/images/images.env that `make push` wrote in the checkout root.

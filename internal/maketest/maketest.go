@@ -63,8 +63,21 @@ func Start(t *testing.T, watch func(line string), args ...string) *Run {
 		}
 		r.exited <- cmd.Wait()
 	}()
+	// A test that fails first leaves make running: Ctrl-C, so that the program removes what it
+	// made, then, should it hang, SIGKILL.
 	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nothing, once it exited
+		select {
+		case err := <-r.exited:
+			r.exited <- err
+			return
+		default:
+		}
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+		select {
+		case <-r.exited:
+		case <-time.After(3 * time.Minute):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
 	})
 	return r
 }

@@ -8,12 +8,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
 	"evals.si/operator/apiclient"
@@ -46,6 +49,8 @@ type Options struct {
 	KEDA   bool
 	// Existing, when set, is a cluster to run against instead of starting one (installer.go).
 	Existing *Target
+	// RealNode, when set, runs the examples' pods in containers on a real node (realnode.go).
+	RealNode *RealNode
 }
 
 // Target is an existing cluster: a kubeconfig file (the default loading rules when empty) and a
@@ -69,6 +74,8 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 	defer c.Stop()
 	in := &installer{client: c.Dynamic(), existing: opts.Existing != nil, out: out}
+	// What reaches the session from outside it, and where its files are seen.
+	kubeconfig, logDir, apiHost := c.Kubeconfig, c.Dir, "127.0.0.1"
 	// The servers run until what the session made is removed (their finalizers need the
 	// operator), not until ctx ends.
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
@@ -104,7 +111,23 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 		return err
 	}
 
-	// The reference evalsid on loopback, and the operator's token for it.
+	if n := opts.RealNode; n != nil {
+		if kubeconfig, err = writeHostKubeconfig(c, n.Dir, n.Host.Addr()); err != nil {
+			return err
+		}
+		logDir, apiHost = n.Dir, c.Node.IP
+		go forwardToAPIServer(runCtx, n.Host, c.Config.Host)
+		fmt.Fprintln(out, "pushing the images of make images to the node's registry")
+		images, err := cluster.PushImages(ctx, root, c.Node.Registry+"/evalsi")
+		if err != nil {
+			return err
+		}
+		opts.Render.DefaultImage = images["POOL_IMAGE_REPOSITORY"] + "@" + images["POOL_IMAGE_DIGEST"]
+		opts.Render.VLLMImage = images["MODEL_IMAGE_REPOSITORY"] + "@" + images["MODEL_IMAGE_DIGEST"]
+	}
+
+	// The reference evalsid (on loopback, or on the real node's address for its pods), and the
+	// operator's token for it. Pool pods sign in with their projected tokens.
 	// The operator of dev acts in every namespace's project, as a platform identity; evalsid reads
 	// the projects' bindings and the SandboxClasses from the cluster, as the platform's does.
 	api := evalsid.New(map[string]string{devToken: devOperatorIdentity}, evalsid.DefaultSchedule)
@@ -115,7 +138,13 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 		return err
 	}
 	api.SetDirectory(dir)
-	apiListener, err := net.Listen("tcp", "127.0.0.1:0")
+	hc, err := rest.HTTPClientFor(c.Config)
+	if err != nil {
+		return err
+	}
+	api.TrustKubernetes(&evalsid.KubernetesIssuer{APIServer: c.Config.Host, Client: hc, Audience: evalsi.DefaultTokenAudience,
+		Bound: evalsid.NewLiveObjects(c.Clientset(), evalsid.BoundObjectsTTL)})
+	apiListener, err := net.Listen("tcp", net.JoinHostPort(apiHost, "0"))
 	if err != nil {
 		return err
 	}
@@ -132,7 +161,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "evalsid (reference) serving on %s: it runs no evaluator, so every run's result is SIMULATED (made up, marked so in its status)\n", apiURL)
 
-	logPath := filepath.Join(c.Dir, "operator.log")
+	logPath := filepath.Join(logDir, "operator.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
@@ -161,15 +190,20 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	if in.existing {
 		stops = "Ctrl-C stops it and removes what it created."
 	}
-	fmt.Fprintf(out, "\nthe operator runs; its log: %s\nin another shell:\n  export KUBECONFIG=%s\n  kubectl get evalsi -A\n%s\n\n", logPath, c.Kubeconfig, stops)
+	fmt.Fprintf(out, "\nthe operator runs; its log: %s\nin another shell:\n  export KUBECONFIG=%s\n  kubectl get evalsi -A\n%s\n\n", logPath, kubeconfig, stops)
 
+	// On a real node, the pods of the examples' namespaces and of the sandbox pools' are shown too.
+	var podNamespaces []string
+	if opts.RealNode != nil {
+		podNamespaces = append(namespaces(examples), opts.Render.SandboxNamespace)
+	}
 	last := ""
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		rows, err := devTable(ctx, c)
+		table, err := sessionTable(ctx, c, podNamespaces)
 		if err == nil {
-			if table := formatRows(rows); table != last {
+			if table != last {
 				fmt.Fprintf(out, "%s\n%s", time.Now().Format("15:04:05"), table)
 				last = table
 			}
@@ -194,6 +228,18 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 }
 
+// namespaces are the namespaces docs are in, sorted, each once.
+func namespaces(docs []manifest.Document) []string {
+	var out []string
+	for _, d := range docs {
+		if ns := d.Object.GetNamespace(); ns != "" && !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 func objects(docs []manifest.Document) []*unstructured.Unstructured {
 	out := make([]*unstructured.Unstructured, len(docs))
 	for i, d := range docs {
@@ -213,6 +259,17 @@ func devCluster(ctx context.Context, opts Options, out io.Writer) (*cluster.Clus
 		return c, nil
 	}
 	fmt.Fprintln(out, "starting a local control plane (the first run builds it, with a line every 30 s)")
+	if opts.RealNode != nil {
+		fmt.Fprintf(out, "pods run in containers on a real node; a pod this machine cannot hold (a GPU, more CPU than it has) goes to a KWOK node, simulated\n")
+		return cluster.Start(ctx, cluster.Options{
+			RealNode:       true,
+			Nodes:          1,
+			NodeCapacity:   map[string]string{"nvidia.com/gpu": opts.GPUs},
+			NodeTaints:     []corev1.Taint{simulatedTaint},
+			Progress:       out,
+			WithoutKubectl: true,
+		})
+	}
 	return cluster.Start(ctx, cluster.Options{
 		Nodes:          1,
 		NodeCapacity:   map[string]string{"nvidia.com/gpu": opts.GPUs},
@@ -266,6 +323,17 @@ func applyAll(ctx context.Context, c *cluster.Cluster, in *installer, docs []man
 		}
 	}
 	return nil
+}
+
+// sessionTable is the table of the evals.si resources, then, when podNamespaces are given, the
+// table of their pods.
+func sessionTable(ctx context.Context, c *cluster.Cluster, podNamespaces []string) (string, error) {
+	rows, err := devTable(ctx, c)
+	if err != nil || len(podNamespaces) == 0 {
+		return formatRows(rows), err
+	}
+	pods, err := podTable(ctx, c, podNamespaces)
+	return formatRows(rows) + "\n" + pods, err
 }
 
 // row is one evals.si resource in the table.
