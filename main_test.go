@@ -13,9 +13,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"evals.si/operator/cluster"
+	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/internal/golden"
 	"evals.si/operator/internal/manifest"
 )
+
+// TestMain removes, once the tests end, the binaries clustertest built for them.
+func TestMain(m *testing.M) { os.Exit(clustertest.New(cluster.Options{}).Main(m)) }
 
 func TestVersionCommand(t *testing.T) {
 	var out bytes.Buffer

@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -41,7 +43,7 @@ func Binary(t testing.TB, dir, pkg string) string {
 	}
 	builds.mu.Unlock()
 	b.once.Do(func() {
-		out, err := os.MkdirTemp("", "evalsi-test-bin-")
+		out, err := binDir()
 		if err != nil {
 			b.err = err
 			return
@@ -58,6 +60,23 @@ func Binary(t testing.TB, dir, pkg string) string {
 		t.Fatal(b.err)
 	}
 	return b.path
+}
+
+// binDirPrefix starts the name of the directory of a test process's binaries, in the machine's
+// temporary directory; the process's id ends it.
+const binDirPrefix = "evalsi-test-bin-"
+
+// binDir makes a new directory for a binary of this process, first removing those of processes
+// that are gone (killed, or a package without Main).
+func binDir() (string, error) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
+	for _, d := range dirs {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), binDirPrefix), "-")
+		if _, err := os.Stat(filepath.Join("/proc", pid)); err != nil {
+			os.RemoveAll(d)
+		}
+	}
+	return os.MkdirTemp("", binDirPrefix+strconv.Itoa(os.Getpid())+"-")
 }
 
 // removeBuilds removes every binary Binary built.
