@@ -122,7 +122,7 @@ fuzz:
 # Rewrite every golden file from the current code; review the diff like a pull request.
 # The packages are those whose tests use internal/golden (the -update flag).
 golden:
-	go test -timeout $(TEST_TIMEOUT) . ./render ./chart -run 'Golden|CommandOutput' -update
+	go test -timeout $(TEST_TIMEOUT) . ./render ./chart ./internal/crdschema -run 'Golden|CommandOutput' -update
 
 # Regenerate the Go and Connect code of apiclient/proto.
 generate:

@@ -444,3 +444,63 @@ func TestProjectBindingIsGuarded(t *testing.T) {
 		t.Errorf("the cluster administrator rebinding: %v", err)
 	}
 }
+
+// TestCreatorRecordedWhateverTheSpecsShape installs evalsi-crds with the webhook disabled and
+// creates (dryRun=All) objects whose spec fields have the wrong shape: a string where an object
+// or a list belongs, a list where an object does. The CRDs' schemas describe those fields (for
+// kubectl explain) but give objects and lists no type, so the created-by policy, which applies
+// its patch to the object as the schema types it, records the creator of each, and judging the
+// spec is left to validation (the webhook's, the operator's InvalidSpec), which names the field.
+// Typed objects and lists failed here: "failed to convert original object to typed object".
+func TestCreatorRecordedWhateverTheSpecsShape(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	installCRDsChart(t)
+	ns := "creator-shapes"
+	activeNamespace(t, ctx, ns, nil)
+	sources := env.Dynamic().Resource(evalsi("tracesources")).Namespace(ns)
+	clustertest.Eventually(t, ctx, "the created-by policy in force", func() error {
+		got, err := sources.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "TraceSource",
+			"metadata": map[string]any{"name": "in-force"}, "spec": map[string]any{"type": "otlp"}}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if got.GetAnnotations()["evals.si/created-by"] == "" {
+			return fmt.Errorf("no creator recorded yet")
+		}
+		return nil
+	})
+	for name, tc := range map[string]struct {
+		kind, resource string
+		spec           map[string]any
+	}{
+		"a target that is a string":       {"EvalRun", "evalruns", map[string]any{"suite": "smoke", "target": "https://model.example/v1"}},
+		"evaluators that are a string":    {"EvalRun", "evalruns", map[string]any{"suite": "smoke", "target": map[string]any{"checkpointServer": "s"}, "evaluators": "judge"}},
+		"an endpoint that is a list":      {"EvalRun", "evalruns", map[string]any{"suite": "smoke", "target": map[string]any{"endpoint": []any{"u"}}}},
+		"autoscaling that is a number":    {"Evaluator", "evaluators", map[string]any{"autoscaling": int64(5)}},
+		"env that is an object":           {"Evaluator", "evaluators", map[string]any{"env": map[string]any{"A": "b"}}},
+		"lora that is a boolean":          {"CheckpointServer", "checkpointservers", map[string]any{"model": "org/m", "lora": true}},
+		"alerts that are an object":       {"OnlineEvalPolicy", "onlineevalpolicies", map[string]any{"traceSource": "t", "samplingRate": 0.5, "evaluators": []any{"e"}, "alerts": map[string]any{"x": int64(1)}}},
+		"settings that are a list":        {"TraceSource", "tracesources", map[string]any{"type": "otlp", "settings": []any{"a"}}},
+		"allowedNamespaces that are text": {"SandboxClass", "sandboxclasses", map[string]any{"rung": "landlock", "allowedNamespaces": "all"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": tc.kind,
+				"metadata": map[string]any{"name": "shape"}, "spec": tc.spec}}
+			ri := env.Dynamic().Resource(evalsi(tc.resource))
+			var err error
+			var got *unstructured.Unstructured
+			if tc.kind == "SandboxClass" {
+				got, err = ri.Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			} else {
+				got, err = ri.Namespace(ns).Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			}
+			if err != nil {
+				t.Fatalf("refused before validation: %v", err)
+			}
+			if got.GetAnnotations()["evals.si/created-by"] == "" {
+				t.Errorf("no creator recorded: %v", got.GetAnnotations())
+			}
+		})
+	}
+}

@@ -33,8 +33,9 @@ type PolicySpec struct {
 	// Evaluators that score sampled traces, by name.
 	Evaluators []string `protobuf:"bytes,4,rep,name=evaluators,proto3" json:"evaluators,omitempty"`
 	// Alerts on scores.
-	Alerts        []*AlertThreshold `protobuf:"bytes,5,rep,name=alerts,proto3" json:"alerts,omitempty"`
-	Enabled       bool              `protobuf:"varint,6,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	Alerts []*AlertThreshold `protobuf:"bytes,5,rep,name=alerts,proto3" json:"alerts,omitempty"`
+	// Whether the policy samples and evaluates traces; false pauses it.
+	Enabled       bool `protobuf:"varint,6,opt,name=enabled,proto3" json:"enabled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -113,9 +114,11 @@ func (x *PolicySpec) GetEnabled() bool {
 
 // AlertThreshold alerts when an evaluator's mean score over a window falls below a minimum.
 type AlertThreshold struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Evaluator string                 `protobuf:"bytes,1,opt,name=evaluator,proto3" json:"evaluator,omitempty"`
-	MinScore  float64                `protobuf:"fixed64,2,opt,name=min_score,json=minScore,proto3" json:"min_score,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The evaluator whose scores are watched, one of the policy's evaluators.
+	Evaluator string `protobuf:"bytes,1,opt,name=evaluator,proto3" json:"evaluator,omitempty"`
+	// The lowest mean score, from 0 to 1, that does not alert.
+	MinScore float64 `protobuf:"fixed64,2,opt,name=min_score,json=minScore,proto3" json:"min_score,omitempty"`
 	// A duration such as "15m".
 	Window        string `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -84,17 +84,19 @@ func (Phase) EnumDescriptor() ([]byte, []int) {
 // RunSpec describes an evaluation run. An EvalRun's spec is this message as JSON.
 type RunSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The suite to run (a name the server knows), or a dataset reference; one of the two.
-	Suite   string `protobuf:"bytes,1,opt,name=suite,proto3" json:"suite,omitempty"`
+	// The suite to run, a name the server knows; or give dataset instead.
+	Suite string `protobuf:"bytes,1,opt,name=suite,proto3" json:"suite,omitempty"`
+	// A dataset reference to run instead of a suite.
 	Dataset string `protobuf:"bytes,2,opt,name=dataset,proto3" json:"dataset,omitempty"`
-	// What is evaluated.
+	// What is evaluated: an endpoint, or a CheckpointServer of the same namespace.
 	Target *Target `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	// Evaluators that score each trial, by name.
 	Evaluators []string `protobuf:"bytes,4,rep,name=evaluators,proto3" json:"evaluators,omitempty"`
 	// The SandboxClass that trials run in.
 	SandboxClass string `protobuf:"bytes,5,opt,name=sandbox_class,json=sandboxClass,proto3" json:"sandbox_class,omitempty"`
-	// Trials per case, and how many run at once.
-	Trials      int32 `protobuf:"varint,6,opt,name=trials,proto3" json:"trials,omitempty"`
+	// Trials per case, 1 to 1000.
+	Trials int32 `protobuf:"varint,6,opt,name=trials,proto3" json:"trials,omitempty"`
+	// How many trials run at once, 1 to 1000.
 	Concurrency int32 `protobuf:"varint,7,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
 	// The run's time limit as a duration such as "30m".
 	Timeout string `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
@@ -209,9 +211,11 @@ func (x *RunSpec) GetLabels() map[string]string {
 // Target is the model under evaluation: an OpenAI-compatible endpoint, or a CheckpointServer in
 // the resource's namespace whose endpoint and served model name the operator fills in.
 type Target struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Endpoint         *EndpointTarget        `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	CheckpointServer string                 `protobuf:"bytes,2,opt,name=checkpoint_server,json=checkpointServer,proto3" json:"checkpoint_server,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An OpenAI-compatible endpoint to evaluate.
+	Endpoint *EndpointTarget `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// A CheckpointServer of the run's namespace to evaluate; the run waits until it is Ready.
+	CheckpointServer string `protobuf:"bytes,2,opt,name=checkpoint_server,json=checkpointServer,proto3" json:"checkpoint_server,omitempty"`
 	// For a checkpoint_server target whose server has an API key: the environment variable of the
 	// evaluation workers that holds it; never the key. The operator passes it on as the filled-in
 	// endpoint's api_key_env.
@@ -274,8 +278,10 @@ func (x *Target) GetApiKeyEnv() string {
 // EndpointTarget is an OpenAI-compatible endpoint.
 type EndpointTarget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Url   string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
-	Model string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// The endpoint's base URL, http or https, such as https://models.example.com/v1.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// The model name the endpoint serves.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// The environment variable of the evaluation workers that holds the API key; never the key.
 	ApiKeyEnv     string `protobuf:"bytes,3,opt,name=api_key_env,json=apiKeyEnv,proto3" json:"api_key_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
