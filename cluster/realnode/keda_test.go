@@ -147,7 +147,7 @@ func TestKEDAScalesARealPool(t *testing.T) {
 		"--api-ca-file="+caFile, "--api-ca-secret=evalsid-ca", "--api-token-file="+filepath.Join(dir, "token"),
 		"--api-client-cert="+filepath.Join(dir, "client.crt"), "--api-client-key="+filepath.Join(dir, "client.key"),
 		"--workload-certificate-signer="+evalsi.WorkloadSigner, "--keda-cluster-authentication="+reader,
-		"--default-image="+images["POOL_IMAGE_REPOSITORY"]+"@"+images["POOL_IMAGE_DIGEST"])
+		"--default-image="+images.PoolImage())
 
 	evaluator := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "evals.si/v1alpha1", "kind": "Evaluator",

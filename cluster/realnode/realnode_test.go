@@ -24,6 +24,7 @@ import (
 
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/cmd/evalsi-release/release"
 	"evals.si/operator/isolation"
 )
 
@@ -45,7 +46,7 @@ var world struct {
 	push    sync.Once
 	pushErr error
 	// images are the repositories and digests pushImages pushed.
-	images map[string]string
+	images release.Pushed
 }
 
 // realNode returns the control plane and its real node, with operatorImage imported.

@@ -25,6 +25,7 @@ import (
 
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/cmd/evalsi-release/release"
 	"evals.si/operator/evalsi"
 )
 
@@ -99,7 +100,7 @@ func TestCheckpointServerServesOnTheRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	runOperator(t, c, "--namespace="+ns, "--controllers=checkpointserver", "--vllm-image="+images["MODEL_IMAGE_REPOSITORY"]+"@"+images["MODEL_IMAGE_DIGEST"])
+	runOperator(t, c, "--namespace="+ns, "--controllers=checkpointserver", "--vllm-image="+images.ModelImage())
 	servers := c.Dynamic().Resource(evalsi.CheckpointServers).Namespace(ns)
 	server := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "CheckpointServer",
 		"metadata": map[string]any{"name": name, "namespace": ns},
@@ -251,15 +252,15 @@ spec:
 // written) the way a user without a reachable registry does: `make images` writes them as image
 // archives, and crane copies each into the node's registry, from which the kubelet pulls it by
 // digest. It returns their repositories and digests as bin/images/images.env names them.
-func pushImages(t *testing.T, ctx context.Context, node *cluster.RealNode) map[string]string {
+func pushImages(t *testing.T, ctx context.Context, node *cluster.RealNode) release.Pushed {
 	t.Helper()
 	root, err := cluster.Checkout()
 	if err != nil {
 		t.Fatal(err)
 	}
 	world.push.Do(func() {
-		if world.pushErr = cluster.BuildImages(ctx, root, io.Discard); world.pushErr == nil {
-			world.images, world.pushErr = cluster.PushImages(ctx, root, node.Registry+"/evalsi")
+		if world.pushErr = release.MakeImages(ctx, root, io.Discard); world.pushErr == nil {
+			world.images, world.pushErr = release.PushArchives(ctx, root, node.Registry+"/evalsi")
 		}
 	})
 	if world.pushErr != nil {

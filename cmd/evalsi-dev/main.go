@@ -18,6 +18,7 @@ import (
 
 	"evals.si/operator/cluster"
 	"evals.si/operator/cmd/evalsi-dev/devenv"
+	"evals.si/operator/cmd/evalsi-release/release"
 	"evals.si/operator/internal/command"
 )
 
@@ -82,7 +83,7 @@ func onRealNode(ctx context.Context, dev devenv.Options, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(out, "building the images (make images)")
-		if err := cluster.BuildImages(ctx, root, out); err != nil {
+		if err := release.MakeImages(ctx, root, out); err != nil {
 			return err
 		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")

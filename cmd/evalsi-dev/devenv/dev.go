@@ -28,6 +28,7 @@ import (
 
 	"evals.si/operator/apiclient"
 	"evals.si/operator/cluster"
+	"evals.si/operator/cmd/evalsi-release/release"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/evalsid"
 	"evals.si/operator/internal/manifest"
@@ -118,12 +119,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 		logDir, apiHost = n.Dir, c.Node.IP
 		go forwardToAPIServer(runCtx, n.Host, c.Config.Host)
 		fmt.Fprintln(out, "pushing the images of make images to the node's registry")
-		images, err := cluster.PushImages(ctx, root, c.Node.Registry+"/evalsi")
+		images, err := release.PushArchives(ctx, root, c.Node.Registry+"/evalsi")
 		if err != nil {
 			return err
 		}
-		opts.Render.DefaultImage = images["POOL_IMAGE_REPOSITORY"] + "@" + images["POOL_IMAGE_DIGEST"]
-		opts.Render.VLLMImage = images["MODEL_IMAGE_REPOSITORY"] + "@" + images["MODEL_IMAGE_DIGEST"]
+		opts.Render.DefaultImage, opts.Render.VLLMImage = images.PoolImage(), images.ModelImage()
 	}
 
 	// The reference evalsid (on loopback, or on the real node's address for its pods), and the
