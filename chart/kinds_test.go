@@ -1,6 +1,8 @@
 package chart_test
 
 import (
+	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	vocabulary "evals.si/operator/evalsi"
+	"evals.si/operator/internal/golden"
 	"evals.si/operator/internal/manifest"
 )
 
@@ -97,5 +100,25 @@ func TestChartsListEveryKind(t *testing.T) {
 		if diff := cmp.Diff(sorted(c.want), sorted(c.got)); diff != "" {
 			t.Errorf("%s (-evalsi.Kinds +chart):\n%s", c.what, diff)
 		}
+	}
+}
+
+// kindsFile is the generated list of the evals.si kinds each chart ranges over (files/kinds.yaml),
+// written from the vocabulary's table.
+func kindsFile() []byte {
+	var b strings.Builder
+	b.WriteString("# The evals.si kinds, written from evalsi.Kinds by `make golden` (chart/TestGoldenKindsFiles):\n")
+	b.WriteString("# every template that lists kinds ranges over these. Do not edit.\nkinds:\n")
+	for _, k := range vocabulary.Kinds {
+		fmt.Fprintf(&b, "  - kind: %s\n    resource: %s\n    controller: %s\n    namespaced: %t\n    workload: %t\n",
+			k.Kind, k.Resource.Resource, k.Controller, k.Namespaced, k.Workload)
+	}
+	return []byte(b.String())
+}
+
+// TestGoldenKindsFiles holds each chart's files/kinds.yaml to the vocabulary's table.
+func TestGoldenKindsFiles(t *testing.T) {
+	for _, chart := range []string{"evalsi-crds", "evalsi"} {
+		golden.Check(t, filepath.Join(chart, "files", "kinds.yaml"), kindsFile())
 	}
 }

@@ -8,7 +8,8 @@ import (
 
 // APIKind is one kind of the evals.si API as every list of the kinds reads it: the schemas, the
 // renderer's dispatch, the webhook's rules, the operator's controllers, make dev's table, and the
-// test that keeps the engine neutral. The charts' lists are held to Kinds by a test (package chart).
+// test that keeps the engine neutral. The charts' templates range over
+// files/kinds.yaml, which `make golden` writes from Kinds (chart/TestGoldenKindsFiles).
 type APIKind struct {
 	// Kind is the kind's name, as objects and owner references spell it.
 	Kind string

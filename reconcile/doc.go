@@ -65,9 +65,12 @@
 //     (engine.NewKind of its row, with children, finalizer, Validate and Reconciler), added to
 //     kinds in operator.go; its Reconciler renders bare children, which SyncChildren stamps
 //     (engine.StampChild);
-//   - chart/evalsi-crds: its CRD, its line in the webhook's rules (_helpers.tpl) and, for a
-//     namespaced kind, its ClusterRole and the binder's name; chart/evalsi: its RoleBinding.
-//     TestChartsListEveryKind holds these lists to the table.
+//   - chart/evalsi-crds/files/crds: its CRD, whose spec schema `make golden` writes from the
+//     JSON schema (internal/crdschema); chart/evalsi/values.yaml: its controller among the
+//     defaults, for a namespaced kind. Every other list of kinds in the charts (the webhook's
+//     rules, the creator policy, the aggregated and per-kind roles, the binder, the uninstall
+//     hook) ranges over each chart's files/kinds.yaml, which `make golden` writes from the table;
+//     TestChartsListEveryKind reads the rendered lists back.
 //
 // The engine needs nothing else: reconcile/engine/toykind_test.go adds one, a Greeting that
 // renders a bare ConfigMap, in one file, and runs it on one shard of two.

@@ -10,10 +10,28 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}
 
+{{/* kinds are the evals.si kinds (files/kinds.yaml, written from evalsi.Kinds), as JSON. */}}
+{{- define "evalsi-crds.kinds" -}}
+{{- (.Files.Get "files/kinds.yaml" | fromYaml).kinds | toJson }}
+{{- end }}
+
+{{/* resources are the resources of every evals.si kind, comma-separated; teamResources those of
+the namespaced kinds, which teams write (SandboxClasses are the platform team's). */}}
+{{- define "evalsi-crds.resources" -}}
+{{- $out := list }}
+{{- range include "evalsi-crds.kinds" . | fromJsonArray }}{{ $out = append $out .resource }}{{ end }}
+{{- join ", " $out }}
+{{- end }}
+{{- define "evalsi-crds.teamResources" -}}
+{{- $out := list }}
+{{- range include "evalsi-crds.kinds" . | fromJsonArray }}{{ if .namespaced }}{{ $out = append $out .resource }}{{ end }}{{ end }}
+{{- join ", " $out }}
+{{- end }}
+
 {{- define "evalsi-crds.webhookResources" -}}
 apiGroups: ["evals.si"]
 apiVersions: ["v1alpha1"]
-resources: [evalruns, onlineevalpolicies, tracesources, evaluators, sandboxclasses, checkpointservers]
+resources: [{{ include "evalsi-crds.resources" . }}]
 {{- end }}
 
 {{/* podAnnotations are the annotations of every pod the chart runs (values podAnnotations). */}}
