@@ -179,6 +179,13 @@ const (
 	// AnnotationSpecHash holds a hash of the applied child so that a change of the desired object
 	// (including a removed field) is seen without comparing whole objects.
 	AnnotationSpecHash = Group + "/spec-hash"
+	// AnnotationOutlives on a child names a sibling, KIND/NAME in the child's namespace, that
+	// must go before it: the engine makes the child a dependent of that sibling too, so that the
+	// garbage collector, which deletes an owner's children in no set order, deletes it only once
+	// the sibling is gone when the owner is deleted in the background, as kubectl and helm do (a
+	// pod rung class's trial shape outlives its launcher's RoleBinding). A foreground deletion
+	// deletes dependents first, down the chain, and so the child before the sibling.
+	AnnotationOutlives = Group + "/outlives"
 	// AnnotationCreatedBy holds the authenticated user who created an evals.si object, written by
 	// admission; the operator forwards it to evalsid as the creator.
 	AnnotationCreatedBy = Group + "/created-by"

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
@@ -544,5 +546,79 @@ func TestOrphanedChildrenStayOrphans(t *testing.T) {
 	waitGone(t, ctx, evalsi.Evaluators, ns, "judge")
 	if d := getObj(t, ctx, evalsi.Deployments, ns, "judge-evaluator"); len(d.GetOwnerReferences()) != 0 {
 		t.Errorf("the orphan names an owner: %v", d.GetOwnerReferences())
+	}
+}
+
+// TestTrialShapeOutlivesTheLaunchersBinding deletes a pod rung class in the background (as
+// kubectl and helm do) while its launcher's RoleBinding is held by a finalizer of the test's: the
+// garbage collector, which deletes a class's children in no set order, keeps the trial shape
+// until the binding is gone, because the shape is the binding's dependent too
+// (evalsi.AnnotationOutlives). Without that, a launcher whose shape went first could create pods
+// that the trial admission policy no longer shapes: the policy cannot tell a missing shape of its
+// class from another class's shape. (A foreground deletion deletes dependents first, down the
+// chain: there the shape still goes before the binding.)
+func TestTrialShapeOutlivesTheLaunchersBinding(t *testing.T) {
+	ctx := testContext(t)
+	sandbox := newNamespace(t, ctx, testOptions.SandboxNamespace)
+	startEngine(t, Config{Controllers: []string{"sandboxclass"}})
+	const hold = "test.evals.si/hold"
+	for _, propagation := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground} {
+		t.Run(string(propagation), func(t *testing.T) {
+			name := "outlives-" + strings.ToLower(string(propagation))
+			binding, shape := "sandbox-"+name+"-launcher", "sandbox-"+name+"-trial"
+			create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", name, map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}, "allowedNamespaces": map[string]any{}})
+			clustertest.Eventually(t, ctx, "the trial shape a dependent of the launcher's binding", func() error {
+				s, err := client(evalsi.PodTemplates, sandbox).Get(ctx, shape, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				for _, r := range s.GetOwnerReferences() {
+					if r.Kind == "RoleBinding" && r.Name == binding {
+						return nil
+					}
+				}
+				return fmt.Errorf("owner references %v", s.GetOwnerReferences())
+			})
+			bindings := client(evalsi.RoleBindings, sandbox)
+			if _, err := bindings.Patch(ctx, binding, types.MergePatchType, []byte(`{"metadata":{"finalizers":["`+hold+`"]}}`), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			release := func() {
+				bindings.Patch(context.WithoutCancel(ctx), binding, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			}
+			defer release()
+			if err := client(evalsi.SandboxClasses, "").Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &propagation}); err != nil {
+				t.Fatal(err)
+			}
+			// The garbage collector has acted on the class's children once the launcher's
+			// Deployment is gone and its binding is being deleted.
+			clustertest.Eventually(t, ctx, "the launcher gone and its binding held", func() error {
+				if _, err := client(evalsi.Deployments, sandbox).Get(ctx, "sandbox-"+name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("the launcher's Deployment is still there (%v)", err)
+				}
+				b, err := bindings.Get(ctx, binding, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if b.GetDeletionTimestamp() == nil {
+					return errors.New("the binding is not being deleted")
+				}
+				return nil
+			})
+			for range 20 {
+				s, err := client(evalsi.PodTemplates, sandbox).Get(ctx, shape, metav1.GetOptions{})
+				if err != nil || s.GetDeletionTimestamp() != nil {
+					t.Fatalf("the trial shape went while the launcher's binding was there: %v", err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			release()
+			clustertest.Eventually(t, ctx, "the trial shape gone after the binding", func() error {
+				if _, err := client(evalsi.PodTemplates, sandbox).Get(ctx, shape, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("still there (%v)", err)
+				}
+				return nil
+			})
+		})
 	}
 }

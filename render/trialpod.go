@@ -78,7 +78,10 @@ func (o Owner) trialShape(name, namespace, image string, spec SandboxClassSpec) 
 	shapeLabels := shape.GetLabels()
 	shapeLabels[LabelTrialShape] = "true"
 	shape.SetLabels(shapeLabels)
-	shape.SetAnnotations(map[string]string{AnnotationTrialImages: strings.Join(spec.TrialImages, ",")})
+	// The shape outlives the launcher's right to make pods (launcherAccess): when the class is
+	// deleted in the background, the garbage collector deletes the binding first.
+	shape.SetAnnotations(map[string]string{AnnotationTrialImages: strings.Join(spec.TrialImages, ","),
+		evalsi.AnnotationOutlives: "RoleBinding/" + launcherRole(name)})
 	// A trial needs no evalsid (it has no token, and the launcher hands it its work): DNS and
 	// what its class opens (spec.egress) alone.
 	egress := appendEgress([]any{dnsEgress()}, spec.Egress)
@@ -91,7 +94,7 @@ func (o Owner) trialShape(name, namespace, image string, spec SandboxClassSpec) 
 // and not the trials, reach the API server: at apiServer (CIDRs) when the platform names it,
 // else at any address on the API server's ports.
 func (o Owner) launcherAccess(name, namespace string, apiServer []string) []*unstructured.Unstructured {
-	role := name + "-launcher"
+	role := launcherRole(name)
 	launchers := o.selector()
 	launchers[evalsi.LabelComponent] = "launcher"
 	return []*unstructured.Unstructured{
@@ -111,6 +114,9 @@ func (o Owner) launcherAccess(name, namespace string, apiServer []string) []*uns
 		}}),
 	}
 }
+
+// launcherRole names the Role and RoleBinding of the launcher of the pool name.
+func launcherRole(name string) string { return name + "-launcher" }
 
 // apiServerEgress is the egress rule to the Kubernetes API server's ports, at cidrs when given.
 func apiServerEgress(cidrs []string) map[string]any {

@@ -70,6 +70,9 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 		}
 	}
 
+	for _, want := range desired {
+		dependOnSibling(want, live)
+	}
 	out := Children{}
 	var stale []pendingApply
 	for _, want := range desired {
@@ -200,6 +203,25 @@ func applyWaves(stale []pendingApply) [][]pendingApply {
 		}
 	}
 	return slices.DeleteFunc([][]pendingApply{accounts, rest}, func(w []pendingApply) bool { return len(w) == 0 })
+}
+
+// dependOnSibling gives want, when it names a sibling it outlives (evalsi.AnnotationOutlives),
+// a second owner reference, to that sibling as it is live: the garbage collector then deletes
+// want only once the sibling is gone, also when the owner's deletion deletes both. Until the
+// sibling is live (its first apply, in this reconcile), want goes without it; the sibling's
+// creation reconciles the owner again, and want is applied with it then.
+func dependOnSibling(want *unstructured.Unstructured, live Children) {
+	kind, name, ok := strings.Cut(want.GetAnnotations()[evalsi.AnnotationOutlives], "/")
+	if !ok {
+		return
+	}
+	sibling := live.Get(kind, want.GetNamespace(), name)
+	if sibling == nil || sibling.GetDeletionTimestamp() != nil {
+		return
+	}
+	want.SetOwnerReferences(append(want.GetOwnerReferences(), metav1.OwnerReference{
+		APIVersion: sibling.APIVersion(), Kind: kind, Name: name, UID: sibling.GetUID(),
+	}))
 }
 
 // deletionOrder is the order the children no longer desired go in, the reverse of applyWaves's:
