@@ -47,35 +47,42 @@ var protoMessages = map[string]string{
 // Read reads the JSON schemas in schemaDir and the .proto files in protoDir.
 func Read(schemaDir, protoDir string) (*Source, error) {
 	src := &Source{schemas: map[string]map[string]any{}, protos: map[string]message{}}
-	files, err := filepath.Glob(filepath.Join(schemaDir, "*.json"))
-	if err != nil {
-		return nil, err
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
+	err := readEach(filepath.Join(schemaDir, "*.json"), func(name string, data []byte) error {
 		var doc map[string]any
 		if err := json.Unmarshal(data, &doc); err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
+			return err
 		}
-		src.schemas[filepath.Base(f)] = doc
-	}
-	protos, err := filepath.Glob(filepath.Join(protoDir, "*.proto"))
+		src.schemas[name] = doc
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range protos {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
+	err = readEach(filepath.Join(protoDir, "*.proto"), func(_ string, data []byte) error {
 		for name, m := range parseMessages(string(data)) {
 			src.protos[name] = m
 		}
+		return nil
+	})
+	return src, err
+}
+
+// readEach hands each file matching pattern to take, by its base name.
+func readEach(pattern string, take func(name string, data []byte) error) error {
+	files, err := filepath.Glob(pattern)
+	if err != nil {
+		return err
 	}
-	return src, nil
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err == nil {
+			err = take(filepath.Base(f), data)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	return nil
 }
 
 // Spec is the CRD schema of kind's spec (schema file file): each property with its type when the
