@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -36,7 +37,7 @@ Example:
 			&cli.StringSliceFlag{Name: "secret-certificate", Usage: "NAMESPACE/SECRET=SERVICEACCOUNT: keep in that Secret a certificate naming that account, for a client that reads its certificate from a Secret (KEDA's ClusterTriggerAuthentication); renewed at two thirds of its lifetime and when the CA changes (repeatable)"},
 			&cli.IntFlag{Name: "workers", Value: 2, Usage: "requests issued in parallel"},
 			&cli.DurationFlag{Name: "resync", Value: time.Minute, Usage: "how often the ClusterTrustBundle is compared with the CA directory"},
-			&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz (0 disables)"},
+			&cli.StringFlag{Name: "health-probe-bind-address", Value: ":8081", Usage: "address of /healthz and /readyz (ready: signing, and the CA reads) (0 disables)"},
 		}, command.LogFlags...),
 		Action: func(c *cli.Context) error {
 			if c.Duration("certificate-lifetime") < time.Hour {
@@ -54,19 +55,6 @@ Example:
 			if err != nil {
 				return err
 			}
-			if addr := c.String("health-probe-bind-address"); addr != "0" {
-				l, err := net.Listen("tcp", addr)
-				if err != nil {
-					return err
-				}
-				srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })}
-				go func() {
-					if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-						log.Error("serving /healthz", "err", err)
-					}
-				}()
-				defer srv.Close()
-			}
 			var secrets []podcert.SecretCertificate
 			for _, v := range c.StringSlice("secret-certificate") {
 				sc, err := podcert.ParseSecretCertificate(v)
@@ -78,6 +66,28 @@ Example:
 			s := &podcert.Signer{Secrets: secrets, Client: client, Name: c.String("signer-name"), Log: log,
 				CA:     podcert.CASecret{Client: client, Namespace: c.String("namespace"), Name: c.String("ca-secret")},
 				Policy: podcert.Policy{Lifetime: c.Duration("certificate-lifetime"), TrustDomain: c.String("trust-domain")}}
+			if addr := c.String("health-probe-bind-address"); addr != "0" {
+				l, err := net.Listen("tcp", addr)
+				if err != nil {
+					return err
+				}
+				health := http.NewServeMux()
+				health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+				health.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+					if err := s.Ready(r.Context()); err != nil {
+						http.Error(w, err.Error(), http.StatusServiceUnavailable)
+						return
+					}
+					fmt.Fprintln(w, "ok")
+				})
+				srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: health}
+				go func() {
+					if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						log.Error("serving /healthz and /readyz", "err", err)
+					}
+				}()
+				defer srv.Close()
+			}
 			log.Info("signing pod certificates", "signer", s.Name, "lifetime", s.Policy.Lifetime)
 			return s.Run(c.Context, c.Int("workers"), c.Duration("resync"))
 		},

@@ -2,8 +2,10 @@ package podcert
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
@@ -35,6 +37,22 @@ type Signer struct {
 
 	requests certlisters.PodCertificateRequestLister
 	queue    workqueue.TypedRateLimitingInterface[string]
+	// signing is set once Run's workers take requests.
+	signing atomic.Bool
+}
+
+// Ready says whether the signer can sign now (its readiness probe): its workers take requests,
+// and its CA reads from its Secret. Otherwise it says why: kubelets' requests for new pods wait
+// meanwhile, and a CA that no longer reads (its Secret deleted or broken) needs a person, since
+// the signer never makes a second CA behind the back of those who trust the first.
+func (s *Signer) Ready(ctx context.Context) error {
+	if !s.signing.Load() {
+		return errors.New("not signing yet: waiting for the PodCertificateRequests to be listed")
+	}
+	if _, err := s.CA.Read(ctx); err != nil {
+		return fmt.Errorf("the CA cannot be read: %w", err)
+	}
+	return nil
 }
 
 // Run issues requests until ctx ends, with workers in parallel, and every resync keeps the CA's
@@ -76,6 +94,8 @@ func (s *Signer) Run(ctx context.Context, workers int, resync time.Duration) err
 			}
 		}()
 	}
+	s.signing.Store(true)
+	defer s.signing.Store(false)
 	for {
 		if err := PublishTrustBundle(ctx, s.Client, s.Name, s.CA); err != nil {
 			s.Log.Error("publishing the CA bundle", "signer", s.Name, "err", err)

@@ -286,3 +286,44 @@ func pemBlock(t *testing.T, data []byte) []byte {
 	}
 	return block.Bytes
 }
+
+// TestSignerReadyOnlyWhileItCanSign asks the signer's readiness (its /readyz) as the kubelet
+// would: not ready before it takes requests; ready once it does; not ready, naming the CA,
+// while its CA's Secret is gone (it makes no second CA behind the back of those who trust the
+// first); ready again once the Secret is back.
+func TestSignerReadyOnlyWhileItCanSign(t *testing.T) {
+	c := shared.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := c.Clientset()
+	ns := "podcert-ready"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	signer := &podcert.Signer{Client: admin, Name: "evals.si/ready-test", CA: podcert.CASecret{Client: admin, Namespace: ns, Name: "ca"},
+		Policy: podcert.Policy{Lifetime: 24 * time.Hour, TrustDomain: "cluster.local"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := signer.Ready(ctx); err == nil || !strings.Contains(err.Error(), "not signing yet") {
+		t.Errorf("before it runs: %v, want not signing yet", err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- signer.Run(sctx, 1, time.Second) }()
+	defer func() { stop(); clustertest.Await(t, "the signer", done) }()
+	clustertest.Eventually(t, ctx, "the signer ready", func() error { return signer.Ready(ctx) })
+	secret, err := admin.CoreV1().Secrets(ns).Get(ctx, "ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.CoreV1().Secrets(ns).Delete(ctx, "ca", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := signer.Ready(ctx); err == nil || !strings.Contains(err.Error(), "the CA cannot be read") {
+		t.Errorf("with its CA's Secret gone: %v, want the CA named", err)
+	}
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "ca"}, Data: secret.Data}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := signer.Ready(ctx); err != nil {
+		t.Errorf("with its CA back: %v", err)
+	}
+}
