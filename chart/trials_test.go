@@ -183,3 +183,46 @@ func TestTrialPodsHeldToTheirShape(t *testing.T) {
 		t.Errorf("another rung's pool pod with no trial shape: %v", err)
 	}
 }
+
+// TestPodRungClassDeletedInTheBackgroundOnly installs evalsi-crds and deletes SandboxClasses
+// (dryRun=All) as an administrator would: a pod rung class is refused a foreground deletion,
+// which would delete its trial shape before its launcher's RoleBinding (the garbage collector
+// deletes dependents first, down the chain the operator makes with evals.si/outlives), and is
+// deleted in the background as kubectl does by default; a class of another rung is deleted
+// either way.
+func TestPodRungClassDeletedInTheBackgroundOnly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	installCRDsChart(t)
+	classes := env.Dynamic().Resource(evalsiv.SandboxClasses)
+	for name, rung := range map[string]string{"deleted-pod-rung": "pod", "deleted-landlock": "landlock"} {
+		class := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "evals.si/v1alpha1", "kind": "SandboxClass",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"rung": rung}}}
+		if _, err := classes.Create(ctx, class, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { classes.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	deleteAs := func(name string, propagation metav1.DeletionPropagation) error {
+		return classes.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &propagation, DryRun: []string{metav1.DryRunAll}})
+	}
+	clustertest.Eventually(t, ctx, "the deletion policy in force", func() error {
+		err := deleteAs("deleted-pod-rung", metav1.DeletePropagationForeground)
+		if err == nil || !strings.Contains(err.Error(), "is deleted in the background") {
+			return fmt.Errorf("a foreground deletion of a pod rung class: %v", err)
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		name        string
+		propagation metav1.DeletionPropagation
+	}{
+		{"deleted-pod-rung", metav1.DeletePropagationBackground},
+		{"deleted-landlock", metav1.DeletePropagationForeground},
+		{"deleted-landlock", metav1.DeletePropagationBackground},
+	} {
+		if err := deleteAs(tc.name, tc.propagation); err != nil {
+			t.Errorf("%s deleted in the %s: %v", tc.name, tc.propagation, err)
+		}
+	}
+}
