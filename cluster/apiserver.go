@@ -27,25 +27,37 @@ func (c *Cluster) StopAPIServer() {
 // StartAPIServer starts kube-apiserver again after StopAPIServer, with the same port and
 // arguments, and returns once it is ready.
 func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	n, err := c.restartExited("kube-apiserver")
+	if err != nil || n == nil {
+		return err
+	}
+	hc, err := rest.HTTPClientFor(c.Config)
+	if err != nil {
+		return err
+	}
+	return n.poll(ctx, 100*time.Millisecond, httpOK(hc, c.Config.Host+"/readyz"))
+}
+
+// restartExited starts the component called name again when it has exited, and returns it (nil
+// when it still runs).
+func (c *Cluster) restartExited(name string) (*process, error) {
+	c.procsMu.Lock()
+	defer c.procsMu.Unlock()
 	for i, p := range c.procs {
-		if p.name != "kube-apiserver" {
+		if p.name != name {
 			continue
 		}
 		if !p.exited() {
-			return nil
+			return nil, nil
 		}
 		n, err := p.restart()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		c.procs[i] = n
-		hc, err := rest.HTTPClientFor(c.Config)
-		if err != nil {
-			return err
-		}
-		return n.poll(ctx, 100*time.Millisecond, httpOK(hc, c.Config.Host+"/readyz"))
+		return n, nil
 	}
-	return fmt.Errorf("no kube-apiserver to start")
+	return nil, fmt.Errorf("no %s to start", name)
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context, bin, etcdURL string) error {

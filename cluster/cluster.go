@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,9 +75,13 @@ type Cluster struct {
 	// Node is the real node (Options.RealNode), else nil.
 	Node *RealNode
 
-	pki       certFiles
-	net       *serviceNetwork
+	pki certFiles
+	net *serviceNetwork
+	// procsMu guards procs, which a supervised component's restart changes (superviseKwok), and
+	// stopping, set once Stop begins.
+	procsMu   sync.Mutex
 	procs     []*process
+	stopping  bool
 	ownsDir   bool
 	nodeCount int
 	opts      Options
@@ -164,10 +169,13 @@ func (c *Cluster) Stop() {
 		c.Node.stop()
 		c.Node = nil
 	}
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		c.procs[i].stop(10 * time.Second)
+	c.procsMu.Lock()
+	procs := c.procs
+	c.procs, c.stopping = nil, true
+	c.procsMu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop(10 * time.Second)
 	}
-	c.procs = nil
 	if c.net != nil {
 		c.net.stop()
 	}
@@ -231,6 +239,8 @@ func (c *Cluster) ServiceAccountSigningKey() string { return c.pki.SAKey }
 // PIDs returns the process ids of the running components.
 func (c *Cluster) PIDs() []int {
 	var pids []int
+	c.procsMu.Lock()
+	defer c.procsMu.Unlock()
 	for _, p := range c.procs {
 		if !p.exited() {
 			pids = append(pids, p.cmd.Process.Pid)
@@ -325,8 +335,43 @@ func (c *Cluster) startKwok(a Assets) error {
 	for _, s := range a.KwokStages {
 		args = append(args, "--config="+s)
 	}
-	_, err = c.start("kwok", a.Kwok, args...)
+	p, err := c.start("kwok", a.Kwok, args...)
+	if err == nil {
+		go c.superviseKwok(p)
+	}
 	return err
+}
+
+// kwokRestarts bounds how often superviseKwok starts KWOK again.
+const kwokRestarts = 5
+
+// superviseKwok starts KWOK again when it exits while the cluster runs: v0.8.0 can crash at a
+// stage's first match (a concurrent map write in its CEL type registry, which took down a fresh
+// clone's control plane for a whole package), and it keeps no state of its own, so a new one
+// carries on from the API server. The crash stays in kwok.log.previous.
+func (c *Cluster) superviseKwok(p *process) {
+	for range kwokRestarts {
+		<-p.done
+		c.procsMu.Lock()
+		if c.stopping {
+			c.procsMu.Unlock()
+			return
+		}
+		n, err := p.restart()
+		if err == nil {
+			for i := range c.procs {
+				if c.procs[i] == p {
+					c.procs[i] = n
+				}
+			}
+		}
+		c.procsMu.Unlock()
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c.opts.Progress, "kwok exited (%v): started again\n", p.err)
+		p = n
+	}
 }
 
 func (c *Cluster) start(name, bin string, args ...string) (*process, error) {
@@ -340,12 +385,16 @@ func (c *Cluster) startEnv(name, bin string, env []string, args ...string) (*pro
 	if err != nil {
 		return nil, err
 	}
+	c.procsMu.Lock()
 	c.procs = append(c.procs, p)
+	c.procsMu.Unlock()
 	return p, nil
 }
 
 // process returns the running component called name.
 func (c *Cluster) process(name string) *process {
+	c.procsMu.Lock()
+	defer c.procsMu.Unlock()
 	for _, p := range c.procs {
 		if p.name == name {
 			return p

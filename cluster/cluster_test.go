@@ -363,3 +363,29 @@ func TestWithoutReplicaSets(t *testing.T) {
 		t.Errorf("%d pods, want none", len(pods.Items))
 	}
 }
+
+// TestKwokStartedAgainWhenItExits kills KWOK (SIGKILL, as its own crash ends it): the cluster
+// starts it again, and a node added afterwards becomes Ready. KWOK v0.8.0 once crashed at a
+// stage's first match in a fresh clone's run and took a package's control plane with it.
+func TestKwokStartedAgainWhenItExits(t *testing.T) {
+	ctx := testContext(t)
+	c, err := Start(ctx, Options{WithoutKubectl: true, Progress: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	first := c.process("kwok")
+	if err := syscall.Kill(first.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	if err := c.AddNodes(ctx, 1, nil); err != nil {
+		t.Fatalf("adding a node after KWOK was killed: %v", err)
+	}
+	if c.process("kwok") == first {
+		t.Error("the killed KWOK is still the cluster's")
+	}
+	if _, err := os.Stat(first.log + ".previous"); err != nil {
+		t.Errorf("the killed KWOK's log was not kept: %v", err)
+	}
+}

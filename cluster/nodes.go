@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // kwokAnnotation marks the nodes that KWOK manages.
@@ -60,9 +62,8 @@ func (c *Cluster) addNodes(ctx context.Context, n int, capacity map[string]strin
 		}
 		names = append(names, name)
 	}
-	kwok := c.process("kwok")
 	for _, name := range names {
-		err := kwok.poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		err := c.pollKwok(ctx, func(ctx context.Context) error {
 			node, err := nodes.Get(ctx, name, getOpts)
 			if err != nil {
 				return err
@@ -77,6 +78,28 @@ func (c *Cluster) addNodes(ctx context.Context, n int, capacity map[string]strin
 		}
 	}
 	return nil
+}
+
+// pollKwok polls check as the running KWOK's process does (process.poll), and goes on with the
+// one superviseKwok starts when it exits.
+func (c *Cluster) pollKwok(ctx context.Context, check func(context.Context) error) error {
+	for range kwokRestarts + 1 {
+		kwok := c.process("kwok")
+		if kwok == nil {
+			return errors.New("no kwok runs: the cluster is stopped")
+		}
+		err := kwok.poll(ctx, 100*time.Millisecond, check)
+		if err == nil || !kwok.exited() || ctx.Err() != nil {
+			return err
+		}
+		// Wait for its successor.
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return c.process("kwok") != kwok, nil
+		}); err != nil {
+			return kwok.failure(err)
+		}
+	}
+	return c.process("kwok").failure(errors.New("it exited too often"))
 }
 
 // conditionTrue reports whether obj's status condition of type t is True.
