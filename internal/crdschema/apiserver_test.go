@@ -35,7 +35,7 @@ func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 // plane: each field is listed, and each prints the description its schema gives it.
 func TestKubectlExplainDescribesEverySpecField(t *testing.T) {
 	c := shared.Get(t)
-	src, err := Read("../../schemas", "../../apiclient/proto/evalsi/v1")
+	src, err := Read("../../apiclient/proto/evalsi/v1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestKubectlExplainDescribesEverySpecField(t *testing.T) {
 	}
 	for _, k := range evalsi.Kinds {
 		t.Run(k.Kind, func(t *testing.T) {
-			spec, err := src.Spec(k.Kind, k.SchemaFile())
+			spec, err := src.Spec(k.Kind)
 			if err != nil {
 				t.Fatal(err)
 			}

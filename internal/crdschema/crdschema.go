@@ -21,6 +21,9 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"evals.si/operator/evalsi"
+	"evals.si/operator/schemas"
 )
 
 // Source is what the spec schemas are written from: the kinds' JSON schemas and the protos.
@@ -44,52 +47,49 @@ var protoMessages = map[string]string{
 	"TraceSource":      "TraceSourceSpec",
 }
 
-// Read reads the JSON schemas in schemaDir and the .proto files in protoDir.
-func Read(schemaDir, protoDir string) (*Source, error) {
+// Read takes the kinds' JSON schemas from package schemas, the ones validation compiles, and
+// reads the .proto files in protoDir.
+func Read(protoDir string) (*Source, error) {
 	src := &Source{schemas: map[string]map[string]any{}, protos: map[string]message{}}
-	err := readEach(filepath.Join(schemaDir, "*.json"), func(name string, data []byte) error {
-		var doc map[string]any
-		if err := json.Unmarshal(data, &doc); err != nil {
-			return err
+	for _, k := range evalsi.Kinds {
+		schema, common, err := schemas.Source(k.Kind)
+		if err != nil {
+			return nil, err
 		}
-		src.schemas[name] = doc
-		return nil
-	})
+		for file, data := range map[string][]byte{k.SchemaFile(): schema, "common.json": common} {
+			var doc map[string]any
+			if err := json.Unmarshal(data, &doc); err != nil {
+				return nil, fmt.Errorf("%s: %w", file, err)
+			}
+			src.schemas[file] = doc
+		}
+	}
+	files, err := filepath.Glob(filepath.Join(protoDir, "*.proto"))
 	if err != nil {
 		return nil, err
 	}
-	err = readEach(filepath.Join(protoDir, "*.proto"), func(_ string, data []byte) error {
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
 		for name, m := range parseMessages(string(data)) {
 			src.protos[name] = m
 		}
-		return nil
-	})
-	return src, err
+	}
+	return src, nil
 }
 
-// readEach hands each file matching pattern to take, by its base name.
-func readEach(pattern string, take func(name string, data []byte) error) error {
-	files, err := filepath.Glob(pattern)
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err == nil {
-			err = take(filepath.Base(f), data)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-	}
-	return nil
-}
-
-// Spec is the CRD schema of kind's spec (schema file file): each property with its type when the
+// Spec is the CRD schema of kind's spec: each property with its type when the
 // JSON schema gives one, and its description, from the JSON schema or, for a kind whose spec is a
 // proto message, from the field's comment. A property described in both places, or in neither, is
 // an error: each has one source.
-func (s *Source) Spec(kind, file string) (map[string]any, error) {
+func (s *Source) Spec(kind string) (map[string]any, error) {
+	k, ok := evalsi.KindNamed(kind)
+	if !ok {
+		return nil, fmt.Errorf("%q is not an evals.si kind", kind)
+	}
+	file := k.SchemaFile()
 	root, ok := s.schemas[file]
 	if !ok {
 		return nil, fmt.Errorf("no schema %s", file)

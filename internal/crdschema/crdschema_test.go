@@ -15,13 +15,13 @@ import (
 // and the protos' comments: each CRD's spec schema is what Spec writes (`make golden` rewrites
 // them), so a field added to a schema without a description, or described twice, fails here.
 func TestGoldenCRDsDescribeTheSpecs(t *testing.T) {
-	src, err := Read("../../schemas", "../../apiclient/proto/evalsi/v1")
+	src, err := Read("../../apiclient/proto/evalsi/v1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range evalsi.Kinds {
 		t.Run(k.Kind, func(t *testing.T) {
-			spec, err := src.Spec(k.Kind, k.SchemaFile())
+			spec, err := src.Spec(k.Kind)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +59,7 @@ func TestEveryPropertyHasOneDescription(t *testing.T) {
 				t.Fatal(err)
 			}
 			src.schemas["evalrun.json"] = doc
-			_, err := src.Spec("EvalRun", "evalrun.json")
+			_, err := src.Spec("EvalRun")
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)

@@ -117,7 +117,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 			return err
 		}
 		logDir, apiHost = n.Dir, c.Node.IP
-		go forwardToAPIServer(runCtx, n.Host, c.Config.Host)
+		go func() {
+			if err := forwardToAPIServer(runCtx, n.Host, c.Config.Host); err != nil {
+				fmt.Fprintln(out, "the host's port to the API server stopped (kubectl in another shell no longer reaches it):", err)
+			}
+		}()
 		fmt.Fprintln(out, "pushing the images of make images to the node's registry")
 		images, err := release.PushArchives(ctx, root, c.Node.Registry+"/evalsi")
 		if err != nil {
