@@ -66,6 +66,9 @@ type Config struct {
 	// AllowUnsupportedMinor reconciles on a Kubernetes minor other than evalsi.KubernetesMinor
 	// (with a warning); by default the engine refuses to.
 	AllowUnsupportedMinor bool
+	// Metrics, when set, are what the operator and its process record into, for a caller that
+	// reads them itself; a new set when nil.
+	Metrics *engine.Metrics
 }
 
 // defaultClassRecheck is how often an object waiting on its SandboxClass looks again without an
@@ -140,7 +143,7 @@ func New(cfg Config) (*Operator, error) {
 		}
 	}
 	op.api = api
-	e, err := op.newEngine(shard.Whole, nil, nil)
+	e, err := op.newEngine(shard.Whole, cfg.Metrics, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/reconcile/engine"
 	"evals.si/operator/reconcile/process"
 	"evals.si/operator/shard"
 	"evals.si/operator/shard/holding"
@@ -491,6 +492,12 @@ func twoMembersAndStandby(t *testing.T, ctx context.Context, ns string) (first, 
 // error.
 func startReplica(t *testing.T, ctx context.Context, ns, name string, pc process.Config, log io.Writer) (stop func()) {
 	t.Helper()
+	return startReplicaRecording(t, ctx, ns, name, pc, log, nil)
+}
+
+// startReplicaRecording is startReplica recording into metrics (its own when nil).
+func startReplicaRecording(t *testing.T, ctx context.Context, ns, name string, pc process.Config, log io.Writer, metrics *engine.Metrics) (stop func()) {
+	t.Helper()
 	rc := rest.CopyConfig(env.Config)
 	rc.UserAgent = name
 	pc.LeaderElect, pc.LeaderElectionNamespace, pc.LeaderElectionName = true, ns, "evalsi-operator"
@@ -499,7 +506,7 @@ func startReplica(t *testing.T, ctx context.Context, ns, name string, pc process
 	go func() {
 		done <- RunManager(mctx, ManagerConfig{
 			Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
-				Log: slog.New(slog.NewTextHandler(log, nil))},
+				Log: slog.New(slog.NewTextHandler(log, nil)), Metrics: metrics},
 			Config: pc,
 		})
 	}()
@@ -557,9 +564,9 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	// holds its share, or stands by.
 	var victim string
 	var cut []shard.Shard
+	var holders []string // of each shard, before the cut
 	clustertest.Eventually(t, ctx, "the replicas share the shards", func() error {
-		victim, cut = "", nil
-		var holders []string
+		victim, cut, holders = "", nil, nil
 		for i := range shards {
 			s := shard.Shard{Index: i, Count: shards}
 			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, process.ShardLease("evalsi-operator", s), metav1.GetOptions{})
@@ -584,9 +591,13 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 	waitJudgesAvailable(t, ctx, ns, n)
 
 	replicas[victim].cut.Store(true)
-	before := map[string]int{} // a survivor may have held the victim's shard at the start
+	before := map[string]map[string]float64{} // a survivor may have held the victim's shard at the start
 	for _, name := range survivors {
-		before[name] = len(replicas[name].logs.String())
+		before[name] = shardMoves(t, replicas[name].metrics)
+	}
+	// since are the moves a survivor made with s since the cut.
+	since := func(name string, s shard.Shard, mv string) float64 {
+		return shardMoves(t, replicas[name].metrics)[s.String()+" "+mv] - before[name][s.String()+" "+mv]
 	}
 	all, err := env.Dynamic().Resource(evalsi.Evaluators).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -602,7 +613,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 		}
 	}
 	// The Lease first: with no Evaluator in the cut shard, the pools are "repaired" at once. A
-	// replica takes a Lease before it logs that it holds the shard: its line is waited for too.
+	// replica takes a Lease before it counts that it took the shard: its count is waited for too.
 	takers := map[shard.Shard]string{}
 	clustertest.Eventually(t, ctx, "the cut-off replica's shards held by the others", func() error {
 		for _, s := range cut {
@@ -614,8 +625,8 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 			if !slices.Contains(survivors, h) {
 				return fmt.Errorf("shard %s held by %q", s, h)
 			}
-			if !strings.Contains(replicas[h].logs.String()[before[h]:], fmt.Sprintf("msg=\"holding a shard\" shard=%s ", s)) {
-				return fmt.Errorf("%s holds shard %s's Lease and has not logged it yet", h, s)
+			if since(h, s, "took_warm")+since(h, s, "took_cold") == 0 {
+				return fmt.Errorf("%s holds shard %s's Lease and has not counted it yet", h, s)
 			}
 			takers[s] = h
 		}
@@ -631,41 +642,37 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 		}
 		return nil
 	})
-	// othersLogs are the logs of the survivors other than name since the cut, to tell who took a
-	// shard and why.
-	othersLogs := func(name string) string {
-		var out strings.Builder
-		for _, other := range survivors {
-			if other != name {
-				fmt.Fprintf(&out, "%s:\n%s", other, replicas[other].logs.String()[before[other]:])
+	// judgedLate reports whether another survivor than name warmed a shard name held at the
+	// cut because name was late to renew its Lease.
+	judgedLate := func(name string) bool {
+		for i, h := range holders {
+			s := shard.Shard{Index: i, Count: shards}
+			if h == name && slices.ContainsFunc(survivors, func(other string) bool { return other != name && since(other, s, "warmed_late") > 0 }) {
+				return true
 			}
 		}
-		return out.String()
+		return false
 	}
 	for _, s := range cut {
 		var warmers []string
 		excused := 0 // warmers judged late themselves, whose shard another survivor took
 		for _, name := range survivors {
-			logs := replicas[name].logs.String()[before[name]:]
-			warming := strings.Index(logs, fmt.Sprintf("msg=\"warming a shard: its holder is late to renew its Lease\" shard=%s", s))
-			if warming < 0 {
+			if since(name, s, "warmed_late") == 0 {
 				continue
 			}
 			warmers = append(warmers, name)
-			holding := strings.Index(logs, fmt.Sprintf("msg=\"holding a shard\" shard=%s ", s))
 			switch {
-			case takers[s] != name && judgedLate(othersLogs(name), name):
+			case takers[s] != name && judgedLate(name):
 				// The warmer was slow to renew its own shards (a loaded machine): another survivor
 				// counted it gone, as countMembers does a replica late on every shard it holds, and
 				// took the shard without waiting for it. Safe, only cold.
 				t.Logf("%s warmed shard %s and was judged late itself; %s took the shard", name, s, takers[s])
 				excused++
 			case takers[s] != name:
-				t.Errorf("%s warmed shard %s, and %s took it\n%s\nthe others' logs:\n%s", name, s, takers[s], logs, othersLogs(name))
-			case holding < warming:
-				t.Errorf("%s held shard %s before it warmed it\n%s", name, s, logs)
-			case !strings.Contains(strings.SplitN(logs[holding:], "\n", 2)[0], "warm=true"):
-				t.Errorf("%s took shard %s with a new engine, not the warm one\n%s", name, s, logs)
+				t.Errorf("%s warmed shard %s, and %s took it", name, s, takers[s])
+			case since(name, s, "took_warm") == 0:
+				// Its warm engine was left unused.
+				t.Errorf("%s took shard %s with a new engine, not the warm one", name, s)
 			}
 		}
 		// One survivor warms the shard and takes it. A warmer judged late may be one more: the
@@ -699,8 +706,10 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 		})
 		time.Sleep(2 * timings.RetryPeriod) // a round for each to count the others again
 		for _, name := range survivors {
-			if logs := replicas[name].logs.String()[before[name]:]; strings.Contains(logs, `msg="draining a shard`) {
-				t.Errorf("%s handed a shard over after the cut\n%s\nthe others' logs:\n%s", name, logs, othersLogs(name))
+			for i := range shards {
+				if s := (shard.Shard{Index: i, Count: shards}); since(name, s, "drained") > 0 {
+					t.Errorf("%s drained shard %s after the cut", name, s)
+				}
 			}
 		}
 	}
@@ -754,6 +763,8 @@ type cuttableReplica struct {
 	// keptFrom, when set, are Leases whose requests fail, as cut makes every request fail.
 	keptFrom atomic.Pointer[[]string]
 	logs     syncBuffer
+	// metrics are what the replica records, its shard moves among them (shardMoves).
+	metrics *engine.Metrics
 	// stop stops the replica and waits until it has stopped.
 	stop func()
 	// writes are the object writes (not of Leases or Events) the replica sends once recording is
@@ -777,7 +788,7 @@ func startCuttableReplicas(t *testing.T, ctx context.Context, ns string, names [
 		}
 	})
 	for _, name := range names {
-		r := &cuttableReplica{}
+		r := &cuttableReplica{metrics: engine.NewMetrics()}
 		replicas[name] = r
 		rc := rest.CopyConfig(env.Config)
 		rc.UserAgent = name
@@ -806,7 +817,7 @@ func startCuttableReplicas(t *testing.T, ctx context.Context, ns string, names [
 			// A cut-off replica cannot release its Leases; it may end with an error.
 			_ = RunManager(mctx, ManagerConfig{
 				Engine: Config{Rest: rc, Namespace: ns, Render: testOptions, DiscoveryInterval: 300 * time.Millisecond,
-					Log: slog.New(slog.NewTextHandler(&r.logs, nil))},
+					Log: slog.New(slog.NewTextHandler(&r.logs, nil)), Metrics: r.metrics},
 				Config: pc,
 			})
 		}()
@@ -858,15 +869,28 @@ func TestMemberAndStandbyCutOffTogether(t *testing.T) {
 	deleteEveryPool(t, ctx, ns, n, "every pool repaired by the replica left")
 }
 
-// judgedLate reports whether logs show a replica warming the shards of replica, which it judged
-// late to renew them.
-func judgedLate(logs, replica string) bool {
-	for line := range strings.Lines(logs) {
-		if strings.Contains(line, `msg="warming a shard: its holder is late to renew its Lease"`) && strings.Contains(line, "holder="+replica+"\n") {
-			return true
+// shardMoves reads the evalsi_shard_moves_total series of a replica's metrics, by "shard move"
+// ("1/2 took_warm").
+func shardMoves(t *testing.T, m *engine.Metrics) map[string]float64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "evalsi_shard_moves_total" {
+			continue
+		}
+		for _, series := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range series.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out[labels["shard"]+" "+labels["move"]] = series.GetCounter().GetValue()
 		}
 	}
-	return false
+	return out
 }
 
 // shardsOfEvaluators returns the shard, of shards, of each Evaluator of ns by name.
@@ -1003,24 +1027,29 @@ func TestJoinerTakesItsShardWarm(t *testing.T) {
 	const n, shards = 8, 2
 	createJudges(t, ctx, ns, n)
 	timings := process.LeaseTimings{LeaseDuration: 40 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
-	var logA, logB syncBuffer
-	startReplica(t, ctx, ns, "replica-a", process.Config{Shards: shards, Lease: timings}, &logA)
+	a, b := engine.NewMetrics(), engine.NewMetrics()
+	startReplicaRecording(t, ctx, ns, "replica-a", process.Config{Shards: shards, Lease: timings}, io.Discard, a)
 	waitJudgesAvailable(t, ctx, ns, n)
-	startReplica(t, ctx, ns, "replica-b", process.Config{Shards: shards, Lease: timings}, &logB)
+	startReplicaRecording(t, ctx, ns, "replica-b", process.Config{Shards: shards, Lease: timings}, io.Discard, b)
+	var taken string // the shard the joiner took
 	clustertest.Eventually(t, ctx, "the joiner holds a shard", func() error {
-		if !strings.Contains(logB.String(), "msg=\"holding a shard\"") {
-			return errors.New("it holds none")
+		for m, times := range shardMoves(t, b) {
+			if s, mv, _ := strings.Cut(m, " "); times > 0 && (mv == "took_warm" || mv == "took_cold") {
+				taken = s
+				return nil
+			}
 		}
-		return nil
+		return errors.New("it holds none")
 	})
-	if !strings.Contains(logB.String(), "warming a shard: its holder hands it over to this replica") {
-		t.Errorf("the joiner did not warm the shard it takes:\n%s", logB.String())
+	bMoves, aMoves := shardMoves(t, b), shardMoves(t, a)
+	if bMoves[taken+" warmed_handover"] != 1 {
+		t.Errorf("the joiner did not warm shard %s, which it took: %v", taken, bMoves)
 	}
-	if !strings.Contains(logB.String(), "warm=true") {
-		t.Errorf("the joiner took its shard cold:\n%s", logB.String())
+	if bMoves[taken+" took_warm"] != 1 {
+		t.Errorf("the joiner took shard %s cold: %v", taken, bMoves)
 	}
-	if !strings.Contains(logA.String(), "warmedByTaker=true") {
-		t.Errorf("the holder drained the shard without the joiner saying it warmed it:\n%s", logA.String())
+	if aMoves[taken+" handed_over_warmed"] != 1 || aMoves[taken+" handed_over_unwarmed"] != 0 {
+		t.Errorf("the holder did not hand shard %s over once the joiner said it warmed it: %v", taken, aMoves)
 	}
 	deleteEveryPool(t, ctx, ns, n, "every pool repaired by the two replicas")
 }

@@ -83,7 +83,9 @@ func (h *shardHolder) holdBack(others []holding.Lease, share int, now time.Time)
 			keep = append(keep, i)
 			continue
 		}
-		h.log.Info("handing a shard over", "shard", shard.Shard{Index: i, Count: h.count}.String(), "warmedByTaker", warmed)
+		s := shard.Shard{Index: i, Count: h.count}
+		h.moves.count(s, handedOver(warmed))
+		h.log.Info("handing a shard over", "shard", s.String(), "warmedByTaker", warmed)
 	}
 	return keep
 }
@@ -102,6 +104,6 @@ func (h *shardHolder) warmJoining(ctx context.Context, holders map[int]holding.L
 	}
 	h.mu.Unlock()
 	for _, i := range start {
-		h.startWarm(ctx, i, "warming a shard: its holder hands it over to this replica", holders[i].Holder)
+		h.startWarm(ctx, i, warmedHandover, "warming a shard: its holder hands it over to this replica", holders[i].Holder)
 	}
 }

@@ -198,7 +198,12 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 	} else {
 		id := cmp.Or(cfg.Identity, NewIdentity())
 		h := &shardHolder{kube: e.Kube(), log: log, namespace: cfg.LeaderElectionNamespace, name: cfg.LeaderElectionName,
-			count: count, id: id, timings: cfg.Lease, run: e.RunShard, synced: e.ShardSynced, onHeld: func(n int) { held.Store(int32(n)) }}
+			count: count, id: id, timings: cfg.Lease, run: e.RunShard, synced: e.ShardSynced, onHeld: func(n int) { held.Store(int32(n)) },
+			moves: newMoves(count)}
+		if err := e.Registry().Register(h.moves.counter); err != nil {
+			return fmt.Errorf("registering the shard moves metric: %w", err)
+		}
+		defer e.Registry().Unregister(h.moves.counter)
 		log.Info("holding shards", "shards", count, "namespace", cfg.LeaderElectionNamespace, "lease", cfg.LeaderElectionName, "identity", id)
 		go func() { done <- holdShards(ctx, h) }()
 	}

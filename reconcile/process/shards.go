@@ -56,8 +56,10 @@ type shardHolder struct {
 	// run reconciles a shard until its context ends; with writable set, only once it is closed.
 	run  func(ctx context.Context, s shard.Shard, writable <-chan struct{}) error
 	errc chan error
-	// onHeld is told how many shards are held whenever that changes.
+	// onHeld is told how many shards are held whenever that changes; moves counts what the
+	// replica does with each shard.
 	onHeld func(n int)
+	moves  moves
 
 	// conflict is the Lease of replicas with another number of shards last seen held ("").
 	conflict string
@@ -291,6 +293,7 @@ func (h *shardHolder) act(ctx context.Context, r holding.Round, members int, why
 		h.drop(tries[i])
 	}
 	for _, i := range plan.Drain {
+		h.moves.count(tries[i].Shard, drained)
 		h.log.Info("draining a shard", "why", why, "shard", tries[i].String(), "replicas", members, "fairShare", r.Share)
 		h.drop(tries[i])
 	}

@@ -117,6 +117,7 @@ func (h *shardHolder) lead(lctx context.Context, t *shardTry) {
 	t.mu.Lock()
 	t.leading, t.engine = true, e
 	t.mu.Unlock()
+	h.moves.count(t.Shard, took(warm))
 	h.log.Info("holding a shard", "shard", t.String(), "lease", ShardLease(h.name, t.Shard), "identity", h.id, "warm", warm)
 	h.heldChanged()
 	select {

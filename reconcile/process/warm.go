@@ -78,13 +78,15 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]holding.Leas
 	}
 	slices.Sort(late)
 	for _, i := range late {
-		h.startWarm(ctx, i, "warming a shard: its holder is late to renew its Lease", holders[i].Holder)
+		h.startWarm(ctx, i, warmedLate, "warming a shard: its holder is late to renew its Lease", holders[i].Holder)
 	}
 }
 
-// startWarm starts the engine of shard i without writes, and logs why (the shard's holder too).
-func (h *shardHolder) startWarm(ctx context.Context, i int, why, holder string) {
+// startWarm starts the engine of shard i without writes, counts the move mv and logs why (the
+// shard's holder too).
+func (h *shardHolder) startWarm(ctx context.Context, i int, mv move, why, holder string) {
 	s := shard.Shard{Index: i, Count: h.count}
+	h.moves.count(s, mv)
 	h.log.Info(why, "shard", s.String(), "holder", holder)
 	e := h.startEngine(ctx, s, make(chan struct{}))
 	h.mu.Lock()
