@@ -52,12 +52,12 @@ func (c Children) Get(kind, namespace, name string) *cached.Child {
 // (Request.Refused) is not applied again: the refusal stands. It returns the live children after
 // the changes.
 func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*unstructured.Unstructured) (Children, error) {
-	e, owner := c.e, r.Object
+	owner := r.Object
 	live := Children{}
 	ns := c.childNamespace()
 	informers := map[string]*informer{}
-	for _, gvr := range c.kind.Children {
-		inf := e.childInformer(gvr, ns)
+	for _, gvr := range c.kind.ChildResources {
+		inf := c.informers.childInformer(gvr, ns)
 		if inf == nil {
 			continue
 		}
@@ -93,14 +93,14 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 			// something else and is applied.
 			return nil, &TerminalError{Reason: evalsi.ReasonInvalidSpec, Refused: r.Refused, Err: errors.New(stalledMessage(owner))}
 		}
-		e.log.Debug("applying child", "owner", owner.GetName(), "child", key, "why", why)
+		c.log.Debug("applying child", "owner", owner.GetName(), "child", key, "why", why)
 		stale = append(stale, pendingApply{key: key, want: want, cur: cur, why: why})
 	}
 	// The applies of a wave go out together, so that a new pool waits for two round trips rather
 	// than one per child. Every applied child is remembered, even when another of its wave failed.
 	var applied []string
 	for _, wave := range applyWaves(stale) {
-		e.applyWave(ctx, wave, informers, owner)
+		c.applyWave(ctx, wave, informers, owner)
 		var first error // in the rendering's order, as when the applies went one by one
 		for _, a := range wave {
 			if a.err != nil {
@@ -123,7 +123,7 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 		c.Eventf(owner, corev1.EventTypeNormal, "Updated", "updated %s", strings.Join(applied, ", "))
 	}
 	for _, stale := range deletionOrder(live) {
-		if err := e.deleteChild(ctx, stale); err != nil {
+		if err := c.deleteChild(ctx, stale); err != nil {
 			c.warnRefused(owner, err)
 			return nil, err
 		}
@@ -168,11 +168,11 @@ type pendingApply struct {
 // applyWave applies the children of wave at once, each remembered by its informer as soon as its
 // apply returns, before the informer can show it: its echo queues nothing. A child owner does
 // not have yet is applied only when its name is free (claimName).
-func (e *Engine) applyWave(ctx context.Context, wave []pendingApply, informers map[string]*informer, owner *unstructured.Unstructured) {
+func (c *Controller) applyWave(ctx context.Context, wave []pendingApply, informers map[string]*informer, owner *unstructured.Unstructured) {
 	var wg sync.WaitGroup
 	for i := range wave {
 		a := &wave[i]
-		gvr, _ := e.resourceOf(a.want.GetAPIVersion(), a.want.GetKind())
+		gvr, _ := c.served.resourceOfKind(a.want.GetAPIVersion(), a.want.GetKind())
 		inf := informers[gvr.Resource]
 		if a.cur == nil && inf != nil {
 			if a.err = claimName(inf, a.want, owner); a.err != nil {
@@ -180,7 +180,7 @@ func (e *Engine) applyWave(ctx context.Context, wave []pendingApply, informers m
 			}
 		}
 		wg.Go(func() {
-			if a.obj, a.err = e.apply(ctx, a.want, a.cur); a.err == nil && inf != nil {
+			if a.obj, a.err = c.apply(ctx, a.want, a.cur); a.err == nil && inf != nil {
 				inf.written.Remember(a.obj)
 			}
 		})
@@ -266,14 +266,14 @@ func staleness(want *unstructured.Unstructured, live *cached.Child) string {
 // Deployment rendered without spec.replicas (a ScaledObject owns scaling) first hands its
 // replicas to a separate manager, if the operator owned them; cur is the cached live object, nil
 // when there is none.
-func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur *cached.Child) (*cached.Child, error) {
-	gvr, ok := e.resourceOf(want.GetAPIVersion(), want.GetKind())
+func (c *Controller) apply(ctx context.Context, want *unstructured.Unstructured, cur *cached.Child) (*cached.Child, error) {
+	gvr, ok := c.served.resourceOfKind(want.GetAPIVersion(), want.GetKind())
 	if !ok {
 		return nil, fmt.Errorf("no served resource of %s %s: its kind declares no such child", want.GetAPIVersion(), want.GetKind())
 	}
 	if gvr == deployments && cur != nil {
 		if _, set, _ := unstructured.NestedFieldNoCopy(want.Object, "spec", "replicas"); !set {
-			if err := e.handOverReplicas(ctx, want); err != nil {
+			if err := c.handOverReplicas(ctx, want); err != nil {
 				return nil, err
 			}
 		}
@@ -284,7 +284,7 @@ func (e *Engine) apply(ctx context.Context, want *unstructured.Unstructured, cur
 	}
 	// The query of metav1.PatchOptions{FieldManager, Force: true, FieldValidation}, written out:
 	// the parameter codec converts the options by reflection at each call.
-	raw, err := cached.RawResult(e.rest.Patch(types.ApplyPatchType).AbsPath(cached.ResourcePath(gvr, want.GetNamespace()), want.GetName()).
+	raw, err := cached.RawResult(c.rest.Patch(types.ApplyPatchType).AbsPath(cached.ResourcePath(gvr, want.GetNamespace()), want.GetName()).
 		Param("fieldManager", FieldManager).Param("force", "true").Param("fieldValidation", evalsi.ChildFieldValidation).
 		SetHeader("Accept", cached.AcceptChild).Body(body).Do(ctx))
 	if apierrors.IsInvalid(err) {
@@ -313,8 +313,8 @@ func refusedChild(want *unstructured.Unstructured, err error) error {
 // handOverReplicas keeps a Deployment's current replica count when the operator stops applying
 // spec.replicas: if the operator's manager owns the field, another manager applies the same value
 // first, so that the field stays owned and is not reset to its default of 1.
-func (e *Engine) handOverReplicas(ctx context.Context, want *unstructured.Unstructured) error {
-	client := e.client.Resource(deployments).Namespace(want.GetNamespace())
+func (c *Controller) handOverReplicas(ctx context.Context, want *unstructured.Unstructured) error {
+	client := c.client.Resource(deployments).Namespace(want.GetNamespace())
 	cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -354,13 +354,13 @@ func ownsReplicas(deploy *unstructured.Unstructured) (bool, error) {
 }
 
 // deleteChild deletes a child that is no longer desired, if it is still the object seen.
-func (e *Engine) deleteChild(ctx context.Context, child *cached.Child) error {
-	gvr, ok := e.resourceOf(child.APIVersion(), child.Kind())
+func (c *Controller) deleteChild(ctx context.Context, child *cached.Child) error {
+	gvr, ok := c.served.resourceOfKind(child.APIVersion(), child.Kind())
 	if !ok {
 		return fmt.Errorf("no served resource of %s %s", child.APIVersion(), child.Kind())
 	}
 	uid := child.GetUID()
-	err := e.client.Resource(gvr).Namespace(child.Namespace).Delete(ctx, child.Name, metav1.DeleteOptions{
+	err := c.client.Resource(gvr).Namespace(child.Namespace).Delete(ctx, child.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid},
 	})
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
@@ -64,14 +63,4 @@ type Config struct {
 	// Events, when set, is the process's (shared by the engines of its shards, each writing its
 	// own shard's Events); else the engine starts its own broadcasters.
 	Events *Events
-}
-
-// Tenancy decides where an object may act.
-type Tenancy interface {
-	// Project returns the project obj acts in, or an error that says why it may act in none
-	// (the engine reports it as ProjectNotAllowed and makes no call and no child for it).
-	Project(obj *unstructured.Unstructured) (string, error)
-	// OnChange calls fn with each namespace whose bindings or labels changed, so that its
-	// objects are reconciled again, until the returned function is called.
-	OnChange(fn func(namespace string)) (stop func())
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine/cached"
@@ -27,56 +25,25 @@ import (
 // shortly rather than take every child for missing.
 var errCacheNotSynced = errors.New("the children's cache has not synced yet")
 
-// Controller is the queue and workers of one kind, and what its Reconciler may use of the engine.
-type Controller struct {
-	e     *Engine
-	kind  *Kind
-	queue workqueue.TypedRateLimitingInterface[string]
-	// metrics are the queue's; its gauges leave the series when run has shut the queue down.
-	metrics *queueGauge
-	// notReady are its objects not Ready, for the metrics; they leave with the queue's gauges.
-	notReady *notReadyObjects
-	inf      *informer
-	// held are the objects whose reconcile a warm engine could not finish without a write: they
-	// go back on the queue once the engine may write (hold, release).
-	held heldKeys
-}
-
-// heldKeys are the keys of a warm engine's objects that wait for it to write.
-type heldKeys struct {
-	mu       sync.Mutex
-	keys     map[string]struct{}
-	released bool
-}
-
-func newController(e *Engine, k *Kind) *Controller {
-	m := e.metrics.queues.forQueue(k.Controller, e.cfg.Shard.String(), e.Writable)
-	q := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Controller, MetricsProvider: m},
-	)
-	return &Controller{e: e, kind: k, queue: q, metrics: m, notReady: e.metrics.notReady.forController(k.Controller, e.cfg.Shard.String(), e.Writable)}
-}
-
 // Kind returns the controller's kind.
 func (c *Controller) Kind() *Kind { return c.kind }
 
 // Log returns the engine's logger.
-func (c *Controller) Log() *slog.Logger { return c.e.log }
+func (c *Controller) Log() *slog.Logger { return c.log }
 
 // Dynamic and Kube return the engine's clients, for what a kind reads that no cache holds.
-func (c *Controller) Dynamic() dynamic.Interface { return c.e.client }
-func (c *Controller) Kube() kubernetes.Interface { return c.e.kube }
+func (c *Controller) Dynamic() dynamic.Interface { return c.client }
+func (c *Controller) Kube() kubernetes.Interface { return c.kube }
 
 // Project returns the project obj acts in, as the engine checks it before each reconcile.
-func (c *Controller) Project(obj *unstructured.Unstructured) (string, error) { return c.e.project(obj) }
+func (c *Controller) Project(obj *unstructured.Unstructured) (string, error) { return c.project(obj) }
 
 // Served reports whether discovery last saw gvr served.
-func (c *Controller) Served(gvr schema.GroupVersionResource) bool { return c.e.isServed(gvr) }
+func (c *Controller) Served(gvr schema.GroupVersionResource) bool { return c.served.isServed(gvr) }
 
 // Synced reports whether the controller's cache has synced and the engine reconciles.
 func (c *Controller) Synced() bool {
-	return c.inf.shared.HasSynced() && c.e.VersionRefusal() == ""
+	return c.inf.shared.HasSynced() && c.VersionRefusal() == ""
 }
 
 // Enqueue adds the key namespace/name (name for a cluster-scoped kind) to the queue.
@@ -94,7 +61,7 @@ func (c *Controller) objects(followed bool) map[string]*unstructured.Unstructure
 	out := map[string]*unstructured.Unstructured{}
 	for _, o := range c.inf.shared.GetStore().List() {
 		co := o.(*cached.Owner)
-		if followed && !co.Followed || !c.e.cfg.Shard.Contains(string(co.GetUID())) {
+		if followed && !co.Followed || !c.shard.Contains(string(co.GetUID())) {
 			continue
 		}
 		obj, err := co.Object()
@@ -112,19 +79,19 @@ func (c *Controller) objects(followed bool) map[string]*unstructured.Unstructure
 
 // Event records an Event about obj.
 func (c *Controller) Event(obj *unstructured.Unstructured, eventType, reason, message string) {
-	c.e.recorder.Event(obj, eventType, reason, message)
+	c.recorder.Event(obj, eventType, reason, message)
 }
 
 // Eventf records an Event about obj with a formatted message.
 func (c *Controller) Eventf(obj *unstructured.Unstructured, eventType, reason, format string, args ...any) {
-	c.e.recorder.Eventf(obj, eventType, reason, format, args...)
+	c.recorder.Eventf(obj, eventType, reason, format, args...)
 }
 
 // Lookup returns a copy of the object name in namespace of resource gvr: from the cache of a
 // running controller of that resource, else read from the API server. It returns a NotFound
 // error when there is none.
 func (c *Controller) Lookup(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, error) {
-	if inf := c.e.ownerInformer(gvr); inf != nil && inf.shared.HasSynced() {
+	if inf := c.informers.ownerInformer(gvr); inf != nil && inf.shared.HasSynced() {
 		key := name
 		if namespace != "" {
 			key = namespace + "/" + name
@@ -138,14 +105,14 @@ func (c *Controller) Lookup(ctx context.Context, gvr schema.GroupVersionResource
 		}
 		return obj, nil
 	}
-	return c.e.client.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	return c.client.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // DeleteObject deletes obj, an object of the controller's kind, if it is still the same object
 // (its UID): one deleted already, or replaced by another of its name, is left alone.
 func (c *Controller) DeleteObject(ctx context.Context, obj *unstructured.Unstructured) error {
 	uid := obj.GetUID()
-	err := c.e.client.Resource(c.kind.Resource).Namespace(obj.GetNamespace()).Delete(ctx, obj.GetName(),
+	err := c.client.Resource(c.kind.Resource).Namespace(obj.GetNamespace()).Delete(ctx, obj.GetName(),
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
@@ -159,14 +126,14 @@ func (c *Controller) childNamespace() string {
 	if c.kind.ChildNamespace != "" {
 		return c.kind.ChildNamespace
 	}
-	return c.e.cfg.Namespace
+	return c.namespace
 }
 
 // enqueue adds an object's namespace/name key.
 func (c *Controller) enqueue(obj any) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
-		c.e.log.Error("cannot key object", "controller", c.kind.Controller, "err", err)
+		c.log.Error("cannot key object", "controller", c.kind.Controller, "err", err)
 		return
 	}
 	c.queue.Add(key)
@@ -186,7 +153,7 @@ func (c *Controller) enqueueAll() {
 func (c *Controller) enqueueNamespace(namespace string) {
 	objs, err := c.inf.shared.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 	if err != nil {
-		c.e.log.Error("listing a namespace's objects", "controller", c.kind.Controller, "err", err)
+		c.log.Error("listing a namespace's objects", "controller", c.kind.Controller, "err", err)
 		return
 	}
 	for _, o := range objs {
@@ -199,24 +166,24 @@ func (c *Controller) enqueueNamespace(namespace string) {
 // workers reconcile without writing, and the objects that need a write are queued again once
 // the engine may write (hold, release).
 func (c *Controller) run(ctx context.Context) {
-	defer c.e.metrics.notReady.release(c.notReady)
-	defer c.metrics.release()
+	defer c.metrics.notReady.release(c.notReady)
+	defer c.queueGauges.release()
 	defer c.queue.ShutDown()
 	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), c.inf.shared.HasSynced) {
 		return
 	}
-	c.e.log.Info("controller synced", "controller", c.kind.Controller, "queued", c.queue.Len(), "took", time.Since(start).Round(time.Millisecond).String())
-	if !c.e.Writable() {
-		c.e.log.Info("controller warms: it reconciles without writing until the shard's Lease is taken", "controller", c.kind.Controller)
+	c.log.Info("controller synced", "controller", c.kind.Controller, "queued", c.queue.Len(), "took", time.Since(start).Round(time.Millisecond).String())
+	if !c.Writable() {
+		c.log.Info("controller warms: it reconciles without writing until the shard's Lease is taken", "controller", c.kind.Controller)
 		go func() {
-			if c.e.waitWritable(ctx) {
+			if c.waitWritable(ctx) {
 				c.release()
 			}
 		}()
 	}
 	done := make(chan struct{})
-	for range c.e.cfg.Workers {
+	for range c.workers {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for c.processNext(ctx) {
@@ -225,7 +192,7 @@ func (c *Controller) run(ctx context.Context) {
 	}
 	<-ctx.Done()
 	c.queue.ShutDown()
-	for range c.e.cfg.Workers {
+	for range c.workers {
 		<-done
 	}
 }
@@ -254,7 +221,7 @@ func (c *Controller) release() {
 	keys := h.keys
 	h.keys, h.released = nil, true
 	h.mu.Unlock()
-	c.e.log.Info("controller writes: the shard's Lease is taken", "controller", c.kind.Controller, "held", len(keys))
+	c.log.Info("controller writes: the shard's Lease is taken", "controller", c.kind.Controller, "held", len(keys))
 	for key := range keys {
 		c.queue.Add(key)
 	}
@@ -271,8 +238,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 
 	start := time.Now()
 	outcome, err := c.reconcileKey(ctx, key)
-	c.e.waiters.note(c.queue, key, err)
-	c.e.apiWaiters.note(c.queue, key, err)
+	c.waiters.note(c.queue, key, err)
+	c.apiWaiters.note(c.queue, key, err)
 	result := "success"
 	switch {
 	case err == nil:
@@ -289,7 +256,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		// A write raced with another (often our own status write not yet in the cache): the
 		// informer brings the new version, and the retry starts from it.
 		result = "conflict"
-		c.e.log.Debug("conflict; retrying", "controller", c.kind.Controller, "key", key, "err", err)
+		c.log.Debug("conflict; retrying", "controller", c.kind.Controller, "key", key, "err", err)
 		c.queue.AddRateLimited(key)
 	case isWarmRefusal(err):
 		// A warm engine reached a write: the object waits until this replica holds the shard.
@@ -301,28 +268,28 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		// renew deadline): the shard's holder stops this engine within a round, or the next
 		// renewal extends the hold and the retry writes.
 		result = "requeue"
-		c.e.log.Debug("not written: the shard's hold ended", "controller", c.kind.Controller, "key", key, "err", err)
+		c.log.Debug("not written: the shard's hold ended", "controller", c.kind.Controller, "key", key, "err", err)
 		c.queue.AddAfter(key, time.Second)
 	case IsTerminal(err):
 		result = "terminal"
-		c.e.log.Warn("reconcile failed; not retrying until the object changes", "controller", c.kind.Controller, "key", key, "err", err)
+		c.log.Warn("reconcile failed; not retrying until the object changes", "controller", c.kind.Controller, "key", key, "err", err)
 		c.queue.Forget(key)
 	default:
 		result = "error"
-		c.e.log.Error("reconcile failed; retrying", "controller", c.kind.Controller, "key", key, "err", err)
+		c.log.Error("reconcile failed; retrying", "controller", c.kind.Controller, "key", key, "err", err)
 		c.queue.AddRateLimited(key)
 	}
-	c.e.metrics.observeReconcile(c.kind.Controller, c.e.cfg.Shard.String(), result, time.Since(start))
+	c.metrics.observeReconcile(c.kind.Controller, c.shard.String(), result, time.Since(start))
 	return true
 }
 
 // reconcileKey reads the object from the cache, runs the reconcile with a timeout and a panic
 // guard, and writes the status it decided.
 func (c *Controller) reconcileKey(ctx context.Context, key string) (outcome Outcome, err error) {
-	if c.e.VersionRefusal() != "" {
+	if c.VersionRefusal() != "" {
 		// On an unsupported Kubernetes minor nothing is written; discovery checks the version
 		// again, and the objects are looked at once it is supported.
-		return Outcome{RequeueAfter: c.e.cfg.DiscoveryInterval}, nil
+		return Outcome{RequeueAfter: c.discoveryInterval}, nil
 	}
 	obj, err := c.inf.owner(key)
 	if err != nil {
@@ -330,11 +297,11 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 	}
 	if obj == nil {
 		// Deleted: children go with their owner (garbage collection); nothing to do.
-		c.e.validated.forget(key)
+		c.validated.forget(key)
 		c.notReady.observe(key, nil)
 		return Outcome{}, nil
 	}
-	if !c.e.cfg.Shard.Contains(string(obj.GetUID())) {
+	if !c.shard.Contains(string(obj.GetUID())) {
 		// A Shared kind's object of another shard: cached here to be read, reconciled there.
 		c.notReady.observe(key, nil)
 		return Outcome{}, nil
@@ -342,7 +309,7 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 	// Whatever the reconcile ends with, the status obj holds then is the object's (the one
 	// written, or the one it had).
 	defer func() { c.notReady.observe(key, obj) }()
-	ctx, cancel := context.WithTimeout(ctx, c.e.cfg.ReconcileTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.reconcileTimeout)
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
@@ -359,7 +326,7 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (outcome Outc
 	if outcome.Status == nil && te == nil {
 		return outcome, err
 	}
-	written, serr := c.e.writeStatus(ctx, c, obj, outcome.Status, te)
+	written, serr := c.writeStatus(ctx, c.kind.Resource, obj, outcome.Status, te)
 	if serr != nil {
 		return outcome, errors.Join(err, serr)
 	}
@@ -377,7 +344,7 @@ func (c *Controller) reconcileObject(ctx context.Context, key string, obj *unstr
 	if obj.GetNamespace() != "" {
 		// Before anything else: an object whose namespace may not act in the project it names
 		// makes no call and no child (a namespace editor must not act in another team's name).
-		project, err := c.e.project(obj)
+		project, err := c.project(obj)
 		if err != nil {
 			return c.projectNotAllowed(ctx, obj, err)
 		}
@@ -392,7 +359,7 @@ func (c *Controller) reconcileObject(ctx context.Context, key string, obj *unstr
 	if k := c.kind; k.Validate != nil && obj.GetDeletionTimestamp() == nil && r.Refused == "" {
 		// An object that entered while the webhook was off meets the same rules here, once per
 		// generation.
-		if err := c.e.validated.check(key, obj, k.Validate); err != nil {
+		if err := c.validated.check(key, obj, k.Validate); err != nil {
 			return Outcome{}, Terminal(evalsi.ReasonInvalidSpec, err)
 		}
 		r.SpecChecked = true
@@ -414,12 +381,10 @@ func (c *Controller) projectNotAllowed(ctx context.Context, obj *unstructured.Un
 	return Outcome{Status: NotReady(evalsi.ReasonProjectNotAllowed, err.Error())}, nil
 }
 
-// project is the project obj acts in.
-func (e *Engine) project(obj *unstructured.Unstructured) (string, error) {
-	if e.cfg.Tenancy == nil {
-		return obj.GetNamespace(), nil
-	}
-	return e.cfg.Tenancy.Project(obj)
+// setFinalizer adds or removes finalizer on obj, an object of the controller's kind
+// (patchFinalizer).
+func (c *Controller) setFinalizer(ctx context.Context, obj *unstructured.Unstructured, finalizer string, present bool) error {
+	return c.patchFinalizer(ctx, c.kind.Resource, obj, finalizer, present)
 }
 
 // trimStack keeps the first lines of a stack trace for a log line.

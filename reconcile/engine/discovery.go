@@ -36,20 +36,12 @@ func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
 	want := map[schema.GroupVersionResource]bool{}
 	for _, k := range e.wanted() {
 		want[k.Resource] = true
-		for _, c := range k.Children {
+		for _, c := range k.ChildResources {
 			want[c] = true
 		}
 	}
-	served := e.servedResources(want)
-	var changed []schema.GroupVersionResource
-	e.mu.Lock()
-	for gvr := range want {
-		if served[gvr] != e.served[gvr] {
-			changed = append(changed, gvr)
-		}
-	}
-	e.served = served
-	e.mu.Unlock()
+	served := e.askServed(want)
+	changed := e.served.replace(served, want)
 
 	for _, k := range e.wanted() {
 		if k.Off != nil {
@@ -72,7 +64,7 @@ func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
 			}
 			c = e.startController(ctx, k, wg)
 		}
-		for _, gvr := range k.Children {
+		for _, gvr := range k.ChildResources {
 			if !slices.Contains(changed, gvr) {
 				continue
 			}
@@ -91,8 +83,8 @@ func (e *Engine) discover(ctx context.Context, wg *sync.WaitGroup) {
 	e.mu.Unlock()
 }
 
-// servedResources returns which of want the API server serves, by discovery of their groups.
-func (e *Engine) servedResources(want map[schema.GroupVersionResource]bool) map[schema.GroupVersionResource]bool {
+// askServed returns which of want the API server serves, by discovery of their groups.
+func (e *Engine) askServed(want map[schema.GroupVersionResource]bool) map[schema.GroupVersionResource]bool {
 	out := map[schema.GroupVersionResource]bool{}
 	byGV := map[schema.GroupVersion][]schema.GroupVersionResource{}
 	for gvr := range want {
@@ -101,14 +93,11 @@ func (e *Engine) servedResources(want map[schema.GroupVersionResource]bool) map[
 	for gv, gvrs := range byGV {
 		list, err := e.discovery.ServerResourcesForGroupVersion(gv.String())
 		if err != nil {
-			e.mu.Lock()
-			prev := e.served
-			e.mu.Unlock()
 			if !apierrors.IsNotFound(err) {
 				// Keep what was known rather than tear controllers down on a passing error.
 				e.log.Warn("discovery failed", "groupVersion", gv.String(), "err", err)
 				for _, gvr := range gvrs {
-					out[gvr] = prev[gvr]
+					out[gvr] = e.served.isServed(gvr)
 				}
 			}
 			continue
@@ -117,42 +106,12 @@ func (e *Engine) servedResources(want map[schema.GroupVersionResource]bool) map[
 			for _, gvr := range gvrs {
 				if r.Name == gvr.Resource {
 					out[gvr] = true
-					e.mu.Lock()
-					e.kinds[gv.WithKind(r.Kind)] = gvr
-					e.mu.Unlock()
+					e.served.learnKind(gv.WithKind(r.Kind), gvr)
 				}
 			}
 		}
 	}
 	return out
-}
-
-// resourceOf returns the resource of objects of apiVersion and kind, as discovery saw it, and
-// false when discovery has not seen it served.
-func (e *Engine) resourceOf(apiVersion, kind string) (schema.GroupVersionResource, bool) {
-	gv, err := schema.ParseGroupVersion(apiVersion)
-	if err != nil {
-		return schema.GroupVersionResource{}, false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if gvr, ok := e.kinds[gv.WithKind(kind)]; ok || apiVersion != "" {
-		return gvr, ok
-	}
-	// An object read without its apiVersion: the one served resource of its kind.
-	for gvk, gvr := range e.kinds {
-		if gvk.Kind == kind {
-			return gvr, true
-		}
-	}
-	return schema.GroupVersionResource{}, false
-}
-
-// isServed reports whether discovery last saw gvr.
-func (e *Engine) isServed(gvr schema.GroupVersionResource) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.served[gvr]
 }
 
 // checkServerVersion reads the server's version, records it in the metrics, and logs when the
@@ -183,12 +142,6 @@ func (e *Engine) checkServerVersion() bool {
 		e.lastVersionWhy = why
 	}
 	return reconcile
-}
-
-// versionRefusal says why the engine does not reconcile on this server, or "" when it does.
-func (e *Engine) VersionRefusal() string {
-	why, _ := e.refusal.Load().(string)
-	return why
 }
 
 // sayOff writes, once for each reason, that controller k is off and why.
@@ -229,4 +182,41 @@ func (e *Engine) mayNotWatch(ctx context.Context, k *Kind) string {
 		}
 	}
 	return ""
+}
+
+// startController starts the informer, the child informers, the workers and the Run of kind k.
+func (e *Engine) startController(ctx context.Context, k *Kind, wg *sync.WaitGroup) *Controller {
+	c := newController(e.services, k)
+	ns := e.cfg.Namespace
+	if !k.Namespaced {
+		ns = ""
+	}
+	c.inf = e.ensureInformer(ctx, k.Resource, ns, k, func(obj any) {
+		c.enqueue(obj)
+		e.wakeReferrers(k.Name, obj)
+	})
+	for _, gvr := range k.ChildResources {
+		if e.served.isServed(gvr) {
+			e.ensureInformer(ctx, gvr, c.childNamespace(), nil, e.enqueueOwner)
+		}
+	}
+	// Published only once built: Synced (behind /readyz) reads c.inf of every published controller.
+	e.mu.Lock()
+	e.controllers[k.Controller] = c
+	e.mu.Unlock()
+	e.log.Info("controller started", "controller", k.Controller, "workers", e.cfg.Workers)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.run(ctx)
+	}()
+	if k.Run != nil {
+		// A warm engine's follower reads too: what it reads is what the warm reconciles compare.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k.Run(ctx, c)
+		}()
+	}
+	return c
 }

@@ -7,19 +7,22 @@
 //
 // What its informers keep of each object, and the codecs that read objects off the wire into it,
 // are the leaf package cached, which knows nothing of the engine. The files here are one concept
-// each, most of them methods of the two types every reconcile passes through, Engine (this file)
-// and Controller (controller.go). The uses that run from a file back up to one that stands above
-// it are of those two types and of what they hold: a method's receiver or a callback's parameter
-// (kind.go's Run and referrers.go take a Controller; referrers.go, informers.go and discovery.go
-// add methods to Engine, and call its startController and controllerOfKind), the Engine a
-// Controller belongs to, and the Controller's methods grouped by concept elsewhere (setFinalizer
-// in lifecycle.go, refused in status.go). kind.go's field Children shares its name with the type
-// in children.go and uses nothing of it.
+// each, and each uses only files beneath it:
+//   - the parts an engine shares with its controllers (services.go): clients, logger, metrics,
+//     Event recorder, what discovery saw (served.go), the running informers (informer.go), the
+//     spec checks passed, the objects waiting on an API, the version's verdict, and the status
+//     and finalizer writes (status.go, finalizers.go) made through them;
+//   - the contract with kinds (kind.go): Kind, Request, Reconciler and the Controller a Request
+//     carries, which embeds the services and holds nothing else of its engine;
+//   - the Controller's queue and workers (controller.go), and what kinds call on it: SyncChildren
+//     (children.go) and the finalizer lifecycle for external objects (lifecycle.go);
+//   - the Engine (engine.go), which makes the services; its informers (informers.go), the
+//     wake-ups of referrers (referrers.go), discovery, which starts controllers
+//     (discovery.go), and Run (run.go).
 package engine
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -28,22 +31,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/shard"
 )
-
-// FieldManager is the one field manager of every write the operator makes.
-const FieldManager = evalsi.FieldManager
 
 // restClientConfig is the configuration of the engine's REST client, over rc: it sends JSON and
 // decodes errors in either media type, since built-in children are read as protobuf
@@ -55,43 +51,26 @@ func restClientConfig(rc *rest.Config) *rest.Config {
 	return c
 }
 
-// Engine runs the controllers of its kinds.
+// Engine runs the controllers of its kinds: it discovers which are served and starts and stops
+// their controllers and informers, handing each controller the services it shares with them.
 type Engine struct {
+	services
+	cfg Config
 	// discovery answers which resources are served and the server's version (Config.Discovery).
 	discovery *cached.Discovery
 	// events writes the engine's Events (Config.Events).
 	events *Events
-	cfg    Config
-	client dynamic.Interface
-	kube   kubernetes.Interface
-	// rest is a REST client for what the engine decodes itself: children (cached.ChildListWatch, apply;
-	// protobuf where served) and owners and the answers to status writes (JSON).
-	rest     rest.Interface
-	recorder record.EventRecorder
-	metrics  *Metrics
-	log      *slog.Logger
 
-	mu     sync.Mutex
-	served map[schema.GroupVersionResource]bool
-	// kinds are the resources of the kinds discovery saw, for applying and deleting children.
-	kinds       map[schema.GroupVersionKind]schema.GroupVersionResource
-	informers   map[informerKey]*informer
+	mu          sync.Mutex
 	controllers map[string]*Controller
 	synced      bool
 
 	// offLogged remembers why each controller was last said to be off, so that a reason is
-	// written once; only Run's goroutine uses it.
-	offLogged map[string]string
-	// refusal is why the engine does not reconcile on this server's Kubernetes version ("" when
-	// it does); lastVersionWhy is the version verdict last logged (Run's goroutine only).
-	refusal        atomic.Value
+	// written once; lastVersionWhy is the version verdict last logged. Only Run's goroutine
+	// uses them.
+	offLogged      map[string]string
 	lastVersionWhy string
-	// waiters are the objects waiting for an external API to come back; apiWaiters those waiting
-	// for the API server, which gate finds back.
-	waiters, apiWaiters waiters
-	gate                *cached.APIGate
-	// validated remembers the spec checks already passed (Kind.Validate), by object.
-	validated validations
+	gate           *cached.APIGate
 }
 
 // New returns an engine for cfg. It makes no request until Run.
@@ -159,12 +138,16 @@ func New(cfg Config) (*Engine, error) {
 		events = NewEvents(cfg.Namespace)
 	}
 	return &Engine{
-		cfg: cfg, client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log, discovery: d, events: events,
-		waiters:     waiters{away: IsAway, requeued: m.requeuedOnAnswer},
-		apiWaiters:  waiters{away: cached.Unreachable, requeued: m.requeuedOnAPIServer},
-		served:      map[schema.GroupVersionResource]bool{},
-		kinds:       map[schema.GroupVersionKind]schema.GroupVersionResource{},
-		informers:   map[informerKey]*informer{},
+		cfg: cfg,
+		services: services{
+			namespace: cfg.Namespace, shard: cfg.Shard, workers: cfg.Workers, reconcileTimeout: cfg.ReconcileTimeout,
+			discoveryInterval: cfg.DiscoveryInterval, clock: cfg.Clock, tenancy: cfg.Tenancy, writable: cfg.Writable,
+			client: client, kube: kube, rest: rcl, metrics: m, log: cfg.Log,
+			served: newServedSet(), informers: newInformerSet(), validated: &validations{}, refusal: &atomic.Value{},
+			waiters:    &waiters{away: IsAway, requeued: m.requeuedOnAnswer},
+			apiWaiters: &waiters{away: cached.Unreachable, requeued: m.requeuedOnAPIServer},
+		},
+		discovery: d, events: events,
 		controllers: map[string]*Controller{},
 		offLogged:   map[string]string{},
 	}, nil
@@ -221,105 +204,6 @@ func (e *Engine) ExternalAnswered() { e.waiters.answered() }
 func (e *Engine) apiServerBack() {
 	e.log.Info("the API server answers again; reconciling what waited on it")
 	e.apiWaiters.answered()
-}
-
-// Run starts the controllers whose resources are served and keeps looking for resources that
-// appear later, until ctx ends.
-func (e *Engine) Run(ctx context.Context) error {
-	ctx = withWritable(ctx, e.cfg.Writable)
-	var leaveEvents func()
-	e.recorder, leaveEvents = e.events.join(ctx, e.cfg.Shard, e.kube)
-	defer leaveEvents()
-	e.gate = cached.NewAPIGate(ctx, func(ctx context.Context) error {
-		return e.rest.Get().AbsPath("/readyz").Do(ctx).Error()
-	}, e.apiServerBack, e.metrics.unreachableCalls)
-	if t := e.cfg.Tenancy; t != nil {
-		defer t.OnChange(e.enqueueNamespace)()
-	}
-
-	var wg sync.WaitGroup
-	defer func() {
-		e.stopInformers()
-		wg.Wait()
-		// Its shard's series go with it: its holder counts them from now on.
-		e.metrics.forgetShard(e.cfg.Shard.String())
-	}()
-	wg.Add(1)
-	// While objects wait on an external API, one is retried every canaryInterval (waiters.go).
-	go func() {
-		defer wg.Done()
-		wait.UntilWithContext(ctx, func(context.Context) { e.waiters.retryOne() }, canaryInterval)
-	}()
-	t := time.NewTicker(e.cfg.DiscoveryInterval)
-	defer t.Stop()
-	for {
-		e.discover(ctx, &wg)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// startController starts the informer, the child informers, the workers and the Run of kind k.
-func (e *Engine) startController(ctx context.Context, k *Kind, wg *sync.WaitGroup) *Controller {
-	c := newController(e, k)
-	ns := e.cfg.Namespace
-	if !k.Namespaced {
-		ns = ""
-	}
-	c.inf = e.ensureInformer(ctx, k.Resource, ns, k, func(obj any) {
-		c.enqueue(obj)
-		e.wakeReferrers(k.Name, obj)
-	})
-	for _, gvr := range k.Children {
-		if e.isServed(gvr) {
-			e.ensureInformer(ctx, gvr, c.childNamespace(), nil, e.enqueueOwner)
-		}
-	}
-	// Published only once built: Synced (behind /readyz) reads c.inf of every published controller.
-	e.mu.Lock()
-	e.controllers[k.Controller] = c
-	e.mu.Unlock()
-	e.log.Info("controller started", "controller", k.Controller, "workers", e.cfg.Workers)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		c.run(ctx)
-	}()
-	if k.Run != nil {
-		// A warm engine's follower reads too: what it reads is what the warm reconciles compare.
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k.Run(ctx, c)
-		}()
-	}
-	return c
-}
-
-// Writable reports whether the engine may write: Config.Writable is nil or closed.
-func (e *Engine) Writable() bool {
-	select {
-	case <-e.cfg.Writable:
-		return true
-	default:
-		return e.cfg.Writable == nil
-	}
-}
-
-// waitWritable waits until the engine may write, and reports false if ctx ended first.
-func (e *Engine) waitWritable(ctx context.Context) bool {
-	if e.cfg.Writable == nil {
-		return true
-	}
-	select {
-	case <-e.cfg.Writable:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // enqueueNamespace queues every object of namespace, of every running controller: its binding or

@@ -5,80 +5,22 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine/cached"
 )
 
-// informerKey names one informer: a resource in a namespace ("" for all).
-type informerKey struct {
-	gvr       schema.GroupVersionResource
-	namespace string
-}
-
-// informer is a running shared informer and the operator's own writes it has not shown yet.
-// Informers keep only what the engine reads: a cached object is never written back, so nothing it
-// lacks can reach the API server. Children are decoded into a cached.Child (cached.ChildListWatch). Owners are
-// handed to render and their status is written from them, so they keep everything but
-// managedFields and kubectl's copy of the last applied object (cached.Owner, cached.OwnerListWatch).
-type informer struct {
-	shared cache.SharedIndexInformer
-	// handled tells whether the engine's handler has had the informer's initial list.
-	handled cache.ResourceEventHandlerRegistration
-	stop    chan struct{}
-	// written holds objects the operator just wrote, until the informer has seen them, so that
-	// a reconcile right after a write neither writes again nor conflicts with it.
-	written *cached.RecentWrites
-	// children holds a child informer's objects by controller owner (nil for owners).
-	children *cached.ChildrenByOwner
-	// strangers, of a child informer, holds the metadata of the objects of its resource and
-	// namespace that the operator did not make: the names its new children must not take.
-	strangers cache.SharedIndexInformer
-}
-
-// synced reports whether the informer has listed its objects and its handler has had them all.
-func (i *informer) synced() bool {
-	return i.handled.HasSynced() && (i.strangers == nil || i.strangers.HasSynced())
-}
-
-// stranger returns the object the operator did not make that is called name in namespace, or nil.
-func (i *informer) stranger(namespace, name string) *cached.Child {
-	o, exists, err := i.strangers.GetStore().GetByKey(namespace + "/" + name)
-	if err != nil || !exists {
-		return nil
-	}
-	return o.(*cached.Child)
-}
-
-// owner returns a copy of the owner of key: the informer's, or the operator's newer write of it;
-// nil when the informer does not have it (deleted, whatever status was last written).
-func (i *informer) owner(key string) (*unstructured.Unstructured, error) {
-	o, exists, err := i.shared.GetStore().GetByKey(key)
-	if err != nil || !exists {
-		return nil, err
-	}
-	return i.written.Newer(key, o.(*cached.Owner)).(*cached.Owner).Object()
-}
-
-// ownedBy returns the children whose controller owner has the UID owner, each the informer's or
-// the operator's newer write of it, with those written but not shown yet.
-func (i *informer) ownedBy(owner string) []*cached.Child {
-	return i.children.OwnedBy(types.UID(owner), i.written)
-}
-
 // ensureInformer starts (once) an informer of gvr in namespace whose events go to enqueue. Child
 // informers select by the managed-by label and hold their children by controller owner
 // (cached.ChildrenByOwner); their events go to the owner's controller (enqueueOwner). Objects are pruned
 // to what the engine reads before they enter the cache.
 func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner *Kind, enqueue func(obj any)) *informer {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.informers.mu.Lock()
+	defer e.informers.mu.Unlock()
 	key := informerKey{gvr, namespace}
-	if i, ok := e.informers[key]; ok {
+	if i, ok := e.informers.byKey[key]; ok {
 		return i
 	}
 	var inf cache.SharedIndexInformer
@@ -157,7 +99,10 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 		panic(fmt.Sprintf("adding the handler of the %s informer: %v", gvr, err))
 	}
 	i.handled = handled
-	e.informers[key] = i
+	e.informers.byKey[key] = i
+	if !child {
+		e.informers.owners[gvr] = i
+	}
 	go inf.RunWithContext(stopContext(ctx, i.stop))
 	if i.strangers != nil {
 		go i.strangers.RunWithContext(stopContext(ctx, i.stop))
@@ -165,55 +110,25 @@ func (e *Engine) ensureInformer(ctx context.Context, gvr schema.GroupVersionReso
 	return i
 }
 
-// stopContext returns a context that ends with ctx or when stop is closed.
-func stopContext(ctx context.Context, stop chan struct{}) context.Context {
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-stop:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
-	return ctx
-}
-
+// stopInformer stops the informer of a child resource that is no longer served.
 func (e *Engine) stopInformer(key informerKey) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if i, ok := e.informers[key]; ok {
+	e.informers.mu.Lock()
+	defer e.informers.mu.Unlock()
+	if i, ok := e.informers.byKey[key]; ok {
 		close(i.stop)
-		delete(e.informers, key)
+		delete(e.informers.byKey, key)
 	}
 }
 
+// stopInformers stops every informer, as the engine stops.
 func (e *Engine) stopInformers() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for key, i := range e.informers {
+	e.informers.mu.Lock()
+	defer e.informers.mu.Unlock()
+	for key, i := range e.informers.byKey {
 		close(i.stop)
-		delete(e.informers, key)
+		delete(e.informers.byKey, key)
 	}
-}
-
-// childInformer returns the running informer of a child resource, or nil when it is not served.
-func (e *Engine) childInformer(gvr schema.GroupVersionResource, namespace string) *informer {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.informers[informerKey{gvr, namespace}]
-}
-
-// ownerInformer returns the informer of the running controller whose kind's resource is gvr, or
-// nil.
-func (e *Engine) ownerInformer(gvr schema.GroupVersionResource) *informer {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, c := range e.controllers {
-		if c.kind.Resource == gvr && c.inf != nil {
-			return c.inf
-		}
-	}
-	return nil
+	clear(e.informers.owners)
 }
 
 // enqueueOwner queues the controller owner of a child.

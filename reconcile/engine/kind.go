@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine/cached"
@@ -20,8 +22,8 @@ type Kind struct {
 	Name       string
 	Resource   schema.GroupVersionResource
 	Namespaced bool
-	// Children are the resources of its children, watched by the managed-by label.
-	Children []schema.GroupVersionResource
+	// ChildResources are the resources of its children, watched by the managed-by label.
+	ChildResources []schema.GroupVersionResource
 	// ChildNamespace, when set, is where all of its children live (a cluster-scoped kind's pools);
 	// else the owner's namespace.
 	ChildNamespace string
@@ -113,4 +115,37 @@ func (k *Kind) asks() *cached.Asks {
 // name, kind, resource and scope; the caller adds what it watches, owns and needs.
 func NewKind(k evalsi.APIKind) *Kind {
 	return &Kind{Controller: k.Controller, Name: k.Kind, Resource: k.Resource, Namespaced: k.Namespaced}
+}
+
+// Controller is the queue and workers of one kind, and what its Reconciler may use of the engine.
+type Controller struct {
+	// services are what it shares with its engine: it holds nothing else of it.
+	services
+	kind  *Kind
+	queue workqueue.TypedRateLimitingInterface[string]
+	// queueGauges are the queue's; they leave the series when run has shut the queue down.
+	queueGauges *queueGauge
+	// notReady are its objects not Ready, for the metrics; they leave with the queue's gauges.
+	notReady *notReadyObjects
+	inf      *informer
+	// held are the objects whose reconcile a warm engine could not finish without a write: they
+	// go back on the queue once the engine may write (hold, release).
+	held heldKeys
+}
+
+// heldKeys are the keys of a warm engine's objects that wait for it to write.
+type heldKeys struct {
+	mu       sync.Mutex
+	keys     map[string]struct{}
+	released bool
+}
+
+// newController returns the controller of kind k, with the services of its engine.
+func newController(s services, k *Kind) *Controller {
+	m := s.metrics.queues.forQueue(k.Controller, s.shard.String(), s.Writable)
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Controller, MetricsProvider: m},
+	)
+	return &Controller{services: s, kind: k, queue: q, queueGauges: m, notReady: s.metrics.notReady.forController(k.Controller, s.shard.String(), s.Writable)}
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // External is what a kind keeps in an external API (evalsid) for each of its objects, behind
@@ -122,52 +120,10 @@ func outcomeOf(obs Observation, err error) (Outcome, error) {
 	return Outcome{Status: obs.Status, RequeueAfter: obs.RequeueAfter}, err
 }
 
-// setFinalizer adds or removes finalizer on obj with a JSON patch that tests the current list
-// first, so that it neither loses another controller's finalizer nor conflicts on an unrelated
-// change. obj is updated to the patched object.
-func (c *Controller) setFinalizer(ctx context.Context, obj *unstructured.Unstructured, finalizer string, present bool) error {
-	return c.e.setFinalizer(ctx, c.kind, obj, finalizer, present)
-}
-
-// setFinalizer is Controller.setFinalizer for an object of kind k.
-func (e *Engine) setFinalizer(ctx context.Context, k *Kind, obj *unstructured.Unstructured, finalizer string, present bool) error {
-	cur := obj.GetFinalizers()
-	if slices.Contains(cur, finalizer) == present {
-		return nil
-	}
-	next := slices.DeleteFunc(slices.Clone(cur), func(f string) bool { return f == finalizer })
-	if present {
-		next = append(next, finalizer)
-	}
-	var ops []map[string]any
-	if cur == nil {
-		ops = []map[string]any{{"op": "add", "path": "/metadata/finalizers", "value": next}}
-	} else {
-		ops = []map[string]any{
-			{"op": "test", "path": "/metadata/finalizers", "value": cur},
-			{"op": "replace", "path": "/metadata/finalizers", "value": next},
-		}
-	}
-	patch, err := json.Marshal(ops)
-	if err != nil {
-		return err
-	}
-	got, err := e.client.Resource(k.Resource).Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-	if err != nil {
-		verb := "removing"
-		if present {
-			verb = "adding"
-		}
-		return fmt.Errorf("%s finalizer %s: %w", verb, finalizer, err)
-	}
-	obj.Object = got.Object
-	return nil
-}
-
 // stillHeld reads obj afresh and reports whether it still carries finalizer. obj is updated to
 // what was read.
 func (c *Controller) stillHeld(ctx context.Context, obj *unstructured.Unstructured, finalizer string) (bool, error) {
-	fresh, err := c.e.client.Resource(c.kind.Resource).Namespace(obj.GetNamespace()).Get(ctx, obj.GetName(), metav1.GetOptions{})
+	fresh, err := c.client.Resource(c.kind.Resource).Namespace(obj.GetNamespace()).Get(ctx, obj.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -196,7 +152,7 @@ func (e *Engine) ReleaseFinalizers(ctx context.Context) (int, error) {
 			if !slices.Contains(obj.GetFinalizers(), k.Finalizer) {
 				continue
 			}
-			if err := e.setFinalizer(ctx, k, obj, k.Finalizer, false); err != nil {
+			if err := e.patchFinalizer(ctx, k.Resource, obj, k.Finalizer, false); err != nil {
 				return released, fmt.Errorf("%s %s/%s: %w", k.Name, obj.GetNamespace(), obj.GetName(), err)
 			}
 			released++

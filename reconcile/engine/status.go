@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine/cached"
@@ -26,9 +27,9 @@ const refusedField = "refused"
 // writes the result when it differs from what obj holds; it records an Event when the Ready
 // condition changed. It returns the object written as the cache keeps it, or nil when nothing
 // was: nothing is written at steady state.
-func (e *Engine) writeStatus(ctx context.Context, c *Controller, obj *unstructured.Unstructured, st *Status, te *TerminalError) (*cached.Owner, error) {
+func (s *services) writeStatus(ctx context.Context, resource schema.GroupVersionResource, obj *unstructured.Unstructured, st *Status, te *TerminalError) (*cached.Owner, error) {
 	old, _, _ := unstructured.NestedMap(obj.Object, "status")
-	next := mergeStatus(old, st, te, obj.GetGeneration(), e.cfg.Clock.Now())
+	next := mergeStatus(old, st, te, obj.GetGeneration(), s.clock.Now())
 	if SameJSON(old, next) {
 		return nil, nil
 	}
@@ -37,7 +38,7 @@ func (e *Engine) writeStatus(ctx context.Context, c *Controller, obj *unstructur
 	if err != nil {
 		return nil, fmt.Errorf("encoding status: %w", err)
 	}
-	raw, err := cached.RawResult(e.rest.Put().AbsPath(cached.ResourcePath(c.kind.Resource, obj.GetNamespace()), obj.GetName(), "status").
+	raw, err := cached.RawResult(s.rest.Put().AbsPath(cached.ResourcePath(resource, obj.GetNamespace()), obj.GetName(), "status").
 		Param("fieldManager", FieldManager).Body(body).Do(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("writing status: %w", err)
@@ -56,7 +57,7 @@ func (e *Engine) writeStatus(ctx context.Context, c *Controller, obj *unstructur
 		}
 		reason, _ := after["reason"].(string)
 		msg, _ := after["message"].(string)
-		e.recorder.Event(obj, kind, reason, msg)
+		s.recorder.Event(obj, kind, reason, msg)
 	}
 	return written, nil
 }

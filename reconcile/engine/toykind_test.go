@@ -41,7 +41,7 @@ var (
 func greetingKind() *engine.Kind {
 	return &engine.Kind{
 		Controller: "greeting", Name: "Greeting", Resource: greetings, Namespaced: true,
-		Children: []schema.GroupVersionResource{configMaps},
+		ChildResources: []schema.GroupVersionResource{configMaps},
 		Reconciler: engine.ReconcilerFunc(func(ctx context.Context, r *engine.Request) (engine.Outcome, error) {
 			text, _, _ := unstructured.NestedString(r.Object.Object, "spec", "text")
 			if text == "" {

@@ -48,7 +48,7 @@ var (
 func Evaluators(opts Options) *engine.Kind {
 	k := engine.NewKind(evalsi.EvaluatorKind)
 	k.Validate = schemas.Validate // once a generation: render only decodes it then (Request.SpecChecked)
-	k.Children = poolChildren
+	k.ChildResources = poolChildren
 	k.Reconciler = pools{opts: opts}
 	k.Refers = usesClass
 	return k
@@ -67,7 +67,7 @@ func usesClass(obj *unstructured.Unstructured) []engine.Ref {
 func SandboxClasses(opts Options) *engine.Kind {
 	k := engine.NewKind(evalsi.SandboxClassKind)
 	k.Validate = schemas.Validate // once a generation: render only decodes it then (Request.SpecChecked)
-	k.Children = classChildren
+	k.ChildResources = classChildren
 	k.ChildNamespace = opts.Render.SandboxNamespace
 	k.Reconciler = pools{opts: opts, sandbox: true}
 	k.Shared = true // Evaluators and EvalRuns of every shard read their class.
@@ -78,7 +78,7 @@ func SandboxClasses(opts Options) *engine.Kind {
 func CheckpointServers(opts Options) *engine.Kind {
 	k := engine.NewKind(evalsi.CheckpointServerKind)
 	k.Validate = schemas.Validate // once a generation: render only decodes it then (Request.SpecChecked)
-	k.Children = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.Services, evalsi.NetworkPolicies}
+	k.ChildResources = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.Services, evalsi.NetworkPolicies}
 	k.Reconciler = checkpointServers{opts: opts}
 	k.Shared = true // EvalRuns of every shard read and wait on their target server.
 	return k
