@@ -22,6 +22,9 @@ type APIKind struct {
 	// Workload is whether the operator renders it into Kubernetes objects (a pool of pods), which
 	// the webhook can dry-run; the others are kept in evalsid.
 	Workload bool
+	// SpecMessage, of a kind kept in evalsid, is the proto message (evalsi.v1) whose JSON form is
+	// its spec, which describes its fields in the CRD (internal/crdschema).
+	SpecMessage string
 }
 
 // The evals.si kinds.
@@ -29,9 +32,9 @@ var (
 	EvaluatorKind        = APIKind{Kind: "Evaluator", Resource: Evaluators, Namespaced: true, Controller: "evaluator", Workload: true}
 	SandboxClassKind     = APIKind{Kind: "SandboxClass", Resource: SandboxClasses, Controller: "sandboxclass", Workload: true}
 	CheckpointServerKind = APIKind{Kind: "CheckpointServer", Resource: CheckpointServers, Namespaced: true, Controller: "checkpointserver", Workload: true}
-	EvalRunKind          = APIKind{Kind: "EvalRun", Resource: EvalRuns, Namespaced: true, Controller: "evalrun"}
-	OnlineEvalPolicyKind = APIKind{Kind: "OnlineEvalPolicy", Resource: OnlineEvalPolicies, Namespaced: true, Controller: "onlineevalpolicy"}
-	TraceSourceKind      = APIKind{Kind: "TraceSource", Resource: TraceSources, Namespaced: true, Controller: "tracesource"}
+	EvalRunKind          = APIKind{Kind: "EvalRun", Resource: EvalRuns, Namespaced: true, Controller: "evalrun", SpecMessage: "RunSpec"}
+	OnlineEvalPolicyKind = APIKind{Kind: "OnlineEvalPolicy", Resource: OnlineEvalPolicies, Namespaced: true, Controller: "onlineevalpolicy", SpecMessage: "PolicySpec"}
+	TraceSourceKind      = APIKind{Kind: "TraceSource", Resource: TraceSources, Namespaced: true, Controller: "tracesource", SpecMessage: "TraceSourceSpec"}
 )
 
 // Kinds are the kinds of the evals.si API, in the order the operator runs their controllers: the

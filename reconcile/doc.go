@@ -54,23 +54,32 @@
 // # Adding a kind
 //
 // One row in the vocabulary's table (evalsi.Kinds: kind, resource, scope, controller name,
-// whether it renders pods) is read by the schemas, render's dispatch and name rules, the webhook's
-// rules, make dev's table and the test that keeps the engine neutral. What is left, about ten
-// files:
-//   - evalsi/evalsi.go and evalsi/kinds.go: its resource and its row;
+// whether it renders pods, the proto message of its spec) is read by the schemas, render's name
+// rules, the webhook's rules, make dev's table, the CRDs' spec descriptions, the charts' lists of
+// kinds and the test that keeps the engine neutral. Adding a kind touches these nine files
+// (evalsi/TestAddingAKindTouchesTheListedFiles holds every hand-written file that names each
+// kind to this list, and counts it):
+//   - evalsi/evalsi.go: its resource;
+//   - evalsi/kinds.go: its row;
 //   - schemas/<kind>.json: its spec's schema (the file the row names);
-//   - render: its spec's Go type, decoding and renderer (renderers, held to the table by
-//     TestEveryKindRenders), and its golden files under testdata/render;
-//   - a package beside workloads, runs and monitors whose function returns its engine.Kind
-//     (engine.NewKind of its row, with children, finalizer, Validate and Reconciler), added to
-//     kinds in operator.go; its Reconciler renders bare children, which SyncChildren stamps
-//     (engine.StampChild);
-//   - chart/evalsi-crds/files/crds: its CRD, whose spec schema `make golden` writes from the
-//     JSON schema (internal/crdschema); chart/evalsi/values.yaml: its controller among the
-//     defaults, for a namespaced kind. Every other list of kinds in the charts (the webhook's
-//     rules, the creator policy, the aggregated and per-kind roles, the binder, the uninstall
-//     hook) ranges over each chart's files/kinds.yaml, which `make golden` writes from the table;
-//     TestChartsListEveryKind reads the rendered lists back.
+//   - render/<kind>.go: its spec's Go type, decoding and renderer (render/apispecs.go for a kind
+//     kept in evalsid);
+//   - render/render.go: its renderer among the renderers, held to the table by
+//     TestEveryKindRenders;
+//   - reconcile/<package>/<kind>.go: the function that returns its engine.Kind (engine.NewKind
+//     of its row, with children, finalizer, Validate and Reconciler), in a package beside
+//     workloads, runs and monitors; its Reconciler renders bare children, which SyncChildren
+//     stamps (engine.StampChild);
+//   - reconcile/operator.go: that function among the operator's kinds;
+//   - chart/evalsi-crds/files/crds/<resource>.yaml: its CRD, whose spec schema `make golden`
+//     writes from the JSON schema (internal/crdschema);
+//   - chart/evalsi/values.yaml: its controller among the defaults, for a namespaced kind.
+//
+// Beside them: its golden files, which `make golden` writes, as it writes each chart's
+// files/kinds.yaml, over which every other list of kinds in the charts ranges (the webhook's
+// rules, the creator policy, the aggregated and per-kind roles, the binder, the uninstall hook;
+// TestChartsListEveryKind reads the rendered lists back); and, for a kind kept in evalsid, its
+// proto message and evalsid's service, which are the platform API's change, not the operator's.
 //
 // The engine needs nothing else: reconcile/engine/toykind_test.go adds one, a Greeting that
 // renders a bare ConfigMap, in one file, and runs it on one shard of two.

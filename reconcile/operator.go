@@ -93,8 +93,8 @@ func kinds(cfg Config, api *apiclient.Client, namespaces *tenancy.Namespaces, fo
 		workloads.Evaluators(w),
 		workloads.SandboxClasses(w),
 		workloads.CheckpointServers(w),
-		runs.Kind(api, runs.Options{Follower: follower, PollInterval: cfg.RunPollInterval, TTL: cfg.EvalRunTTL, ClassRefusal: w.ClassRefusal, ClassRecheck: w.ClassRecheck}),
-		monitors.Policies(api),
+		runs.EvalRuns(api, runs.Options{Follower: follower, PollInterval: cfg.RunPollInterval, TTL: cfg.EvalRunTTL, ClassRefusal: w.ClassRefusal, ClassRecheck: w.ClassRecheck}),
+		monitors.OnlineEvalPolicies(api),
 		monitors.TraceSources(api),
 	}
 }

@@ -40,13 +40,6 @@ type protoField struct {
 	typ, comment string
 }
 
-// protoMessages are the proto messages whose JSON form is a kind's spec.
-var protoMessages = map[string]string{
-	"EvalRun":          "RunSpec",
-	"OnlineEvalPolicy": "PolicySpec",
-	"TraceSource":      "TraceSourceSpec",
-}
-
 // Read takes the kinds' JSON schemas from package schemas, the ones validation compiles, and
 // reads the .proto files in protoDir.
 func Read(protoDir string) (*Source, error) {
@@ -95,7 +88,7 @@ func (s *Source) Spec(kind string) (map[string]any, error) {
 		return nil, fmt.Errorf("no schema %s", file)
 	}
 	var msg message
-	if name, ok := protoMessages[kind]; ok {
+	if name := k.SpecMessage; name != "" {
 		if msg, ok = s.protos[name]; !ok {
 			return nil, fmt.Errorf("%s: no proto message %s", kind, name)
 		}

@@ -14,10 +14,10 @@ import (
 	"evals.si/operator/render"
 )
 
-// Policies is the OnlineEvalPolicy kind, kept in MonitorService through api. Policy names are
+// OnlineEvalPolicies is the OnlineEvalPolicy kind, kept in MonitorService through api. Policy names are
 // global on the server: a name another project holds, or another object of the project, is a
 // Conflict.
-func Policies(api *apiclient.Client) *engine.Kind {
+func OnlineEvalPolicies(api *apiclient.Client) *engine.Kind {
 	so := serverObject{
 		what:   "policy",
 		decode: func(obj *unstructured.Unstructured) (proto.Message, error) { return render.PolicySpec(obj) },

@@ -48,8 +48,8 @@ type Options struct {
 // targetRecheck is how often a run waiting on its CheckpointServer looks again.
 const targetRecheck = 2 * time.Second
 
-// Kind is the EvalRun kind, reconciled through api.
-func Kind(api *apiclient.Client, opts Options) *engine.Kind {
+// EvalRuns is the EvalRun kind, reconciled through api.
+func EvalRuns(api *apiclient.Client, opts Options) *engine.Kind {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
 	}
