@@ -7,19 +7,12 @@ package process
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 
@@ -87,10 +80,9 @@ func NewIdentity() string {
 	return host + "_" + string(uuid.NewUUID())
 }
 
-// Run serves health and metrics and runs e on the shards this replica holds (every object when
-// it does not elect) until ctx ends or an engine fails.
+// Run serves the process's endpoints (serving.go) and runs e on the shards this replica holds
+// (shards.go; every object when it does not elect) until ctx ends or an engine fails.
 func Run(ctx context.Context, cfg Config, e Engine) error {
-	var err error
 	log := e.Log()
 	count := max(cfg.Shards, 1)
 	if err := shard.Validate(count); err != nil {
@@ -115,79 +107,11 @@ func Run(ctx context.Context, cfg Config, e Engine) error {
 	defer cancel()
 	errc := make(chan error, 3)
 
-	health := http.NewServeMux()
-	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	// Ready means serving what it holds. A replica waiting for a shard is ready: it serves its
-	// other endpoints. One that holds shards is ready once their caches have synced; after that a
-	// shard it takes is reported while its caches sync, not failed, so that readiness does not
-	// flap at every handover (a rollout waits on the first sync alone).
-	var wasReady atomic.Bool
-	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if why := e.VersionRefusal(); why != "" {
-			http.Error(w, why, http.StatusServiceUnavailable)
-			return
-		}
-		syncing := held.Load() > 0 && !e.Synced()
-		if syncing && !wasReady.Load() {
-			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
-			return
-		}
-		wasReady.Store(true)
-		if syncing {
-			fmt.Fprintln(w, "ok; taking a shard: its caches are syncing")
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	metrics := http.NewServeMux()
-	var metricsHandler http.Handler = promhttp.HandlerFor(e.Registry(), promhttp.HandlerOpts{})
-	var metricsTLS *tls.Config
-	if cfg.MetricsSecure {
-		if cfg.MetricsClients == nil {
-			metricsHandler = authorizeMetrics(e.Kube(), cfg.MetricsTokenAudience, metricsHandler)
-		}
-		if cfg.MetricsCertDir != "" {
-			dir := &pki.Dir{Path: cfg.MetricsCertDir}
-			if _, err := dir.GetCertificate(nil); err != nil {
-				return fmt.Errorf("the metrics certificate: %w", err)
-			}
-			metricsTLS = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: dir.GetCertificate}
-		} else if metricsTLS, err = selfSignedTLS(); err != nil {
-			return fmt.Errorf("making the metrics certificate: %w", err)
-		}
-		metricsTLS = cfg.MetricsClients.Require(metricsTLS)
+	stopServing, err := serve(cfg, e, func() bool { return held.Load() > 0 }, errc)
+	if err != nil {
+		return err
 	}
-	metrics.Handle("/metrics", metricsHandler)
-	profiles := http.NewServeMux()
-	profiles.HandleFunc("/debug/pprof/", pprof.Index)
-	profiles.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	profiles.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	profiles.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	profiles.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	for _, s := range []struct {
-		name, addr string
-		h          http.Handler
-		tls        *tls.Config
-	}{{"health", cfg.HealthAddr, health, nil}, {"metrics", cfg.MetricsAddr, metrics, metricsTLS}, {"pprof", cfg.PprofAddr, profiles, nil}} {
-		if s.addr == "" || s.addr == "0" {
-			continue
-		}
-		l, err := net.Listen("tcp", s.addr)
-		if err != nil {
-			return fmt.Errorf("listening for %s on %s: %w", s.name, s.addr, err)
-		}
-		log.Info("serving", "endpoint", s.name, "address", l.Addr().String(), "tls", s.tls != nil)
-		if s.tls != nil {
-			l = tls.NewListener(l, s.tls)
-		}
-		srv := &http.Server{Handler: s.h, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("%s server: %w", s.name, err)
-			}
-		}()
-		defer srv.Close()
-	}
+	defer stopServing()
 
 	// done reports the end of the engines: when ctx ends, once every engine stopped and every
 	// Lease was released.
