@@ -11,27 +11,16 @@ import (
 	"strings"
 	"sync"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/reconcile/engine/cached"
 	"evals.si/operator/unstructuredjson"
 )
-
-// deployments are apps/v1 Deployments, whose spec.replicas an autoscaler may own (handOverReplicas).
-var deployments = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-
-// replicasHandoverManager briefly owns a Deployment's spec.replicas while the operator stops
-// applying it, so that dropping the field from the operator's apply does not reset it to 1.
-const replicasHandoverManager = "evalsi-operator-replicas-handover"
 
 // Children maps a child's "Kind/namespace/name" to what the cache holds of it.
 type Children map[string]*cached.Child
@@ -99,7 +88,7 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 	// The applies of a wave go out together, so that a new pool waits for two round trips rather
 	// than one per child. Every applied child is remembered, even when another of its wave failed.
 	var applied []string
-	for _, wave := range applyWaves(stale) {
+	for _, wave := range applyWaves(c.kind.ChildOrder, stale) {
 		c.applyWave(ctx, wave, informers, owner)
 		var first error // in the rendering's order, as when the applies went one by one
 		for _, a := range wave {
@@ -122,7 +111,7 @@ func (c *Controller) SyncChildren(ctx context.Context, r *Request, desired []*un
 	if len(applied) > 0 {
 		c.Eventf(owner, corev1.EventTypeNormal, "Updated", "updated %s", strings.Join(applied, ", "))
 	}
-	for _, stale := range deletionOrder(live) {
+	for _, stale := range deletionOrder(c.kind.ChildOrder, live) {
 		if err := c.deleteChild(ctx, stale); err != nil {
 			c.warnRefused(owner, err)
 			return nil, err
@@ -188,21 +177,18 @@ func (c *Controller) applyWave(ctx context.Context, wave []pendingApply, informe
 	wg.Wait()
 }
 
-// applyWaves splits the children to apply into the waves they go out in: ServiceAccounts and
-// PodTemplates first, as a pod the Deployment controller creates before its service account
-// exists is refused and retried only after a backoff, and a pod rung launcher may make trial pods
-// only once its class's trial shape (a PodTemplate, which the API server holds its pods to) is
-// there; then every other child at once, its Role among them.
-func applyWaves(stale []pendingApply) [][]pendingApply {
-	var accounts, rest []pendingApply
+// applyWaves splits the children to apply into the waves they go out in: those order applies
+// first, then every other child at once.
+func applyWaves(order *ChildOrder, stale []pendingApply) [][]pendingApply {
+	var first, rest []pendingApply
 	for _, a := range stale {
-		if kind := a.want.GetKind(); kind == "ServiceAccount" || kind == "PodTemplate" {
-			accounts = append(accounts, a)
+		if order != nil && slices.Contains(order.ApplyFirst, a.want.GetKind()) {
+			first = append(first, a)
 		} else {
 			rest = append(rest, a)
 		}
 	}
-	return slices.DeleteFunc([][]pendingApply{accounts, rest}, func(w []pendingApply) bool { return len(w) == 0 })
+	return slices.DeleteFunc([][]pendingApply{first, rest}, func(w []pendingApply) bool { return len(w) == 0 })
 }
 
 // dependOnSibling gives want, when it names a sibling it outlives (evalsi.AnnotationOutlives),
@@ -224,16 +210,16 @@ func dependOnSibling(want *unstructured.Unstructured, live Children) {
 	}))
 }
 
-// deletionOrder is the order the children no longer desired go in, the reverse of applyWaves's:
-// rights first (Roles, RoleBindings: a pod rung launcher's, when its class changes rung), trial
-// shapes last (PodTemplates: the API server holds a launcher's pods to its shape, so the shape
-// outlasts the launcher's right to make them), the rest between, each group by name.
-func deletionOrder(live map[string]*cached.Child) []*cached.Child {
+// deletionOrder is the order the children no longer desired go in: those order deletes first,
+// then the others, then those it deletes last, each group by kind and name.
+func deletionOrder(order *ChildOrder, live map[string]*cached.Child) []*cached.Child {
 	rank := func(c *cached.Child) int {
-		switch c.Kind() {
-		case "Role", "RoleBinding":
+		switch {
+		case order == nil:
+			return 1
+		case slices.Contains(order.DeleteFirst, c.Kind()):
 			return 0
-		case "PodTemplate":
+		case slices.Contains(order.DeleteLast, c.Kind()):
 			return 2
 		}
 		return 1
@@ -271,9 +257,9 @@ func (c *Controller) apply(ctx context.Context, want *unstructured.Unstructured,
 	if !ok {
 		return nil, fmt.Errorf("no served resource of %s %s: its kind declares no such child", want.GetAPIVersion(), want.GetKind())
 	}
-	if gvr == deployments && cur != nil {
-		if _, set, _ := unstructured.NestedFieldNoCopy(want.Object, "spec", "replicas"); !set {
-			if err := c.handOverReplicas(ctx, want); err != nil {
+	if path := c.kind.Handover[want.GetKind()]; path != nil && cur != nil {
+		if _, set, _ := unstructured.NestedFieldNoCopy(want.Object, path...); !set {
+			if err := c.handOver(ctx, gvr, want, path); err != nil {
 				return nil, err
 			}
 		}
@@ -308,49 +294,6 @@ func refusedChild(want *unstructured.Unstructured, err error) error {
 	return &TerminalError{Reason: evalsi.ReasonInvalidSpec, Refused: rendering(want),
 		Err: fmt.Errorf("%s %s (rendering %s) was refused by the API server: %w",
 			want.GetKind(), want.GetName(), want.GetAnnotations()[evalsi.AnnotationSpecHash], err)}
-}
-
-// handOverReplicas keeps a Deployment's current replica count when the operator stops applying
-// spec.replicas: if the operator's manager owns the field, another manager applies the same value
-// first, so that the field stays owned and is not reset to its default of 1.
-func (c *Controller) handOverReplicas(ctx context.Context, want *unstructured.Unstructured) error {
-	client := c.client.Resource(deployments).Namespace(want.GetNamespace())
-	cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading Deployment %s/%s: %w", want.GetNamespace(), want.GetName(), err)
-	}
-	owns, err := ownsReplicas(cur)
-	if err != nil || !owns {
-		return err
-	}
-	replicas, _, _ := unstructured.NestedInt64(cur.Object, "spec", "replicas")
-	handover := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apps/v1", "kind": "Deployment",
-		"metadata": map[string]any{"name": want.GetName(), "namespace": want.GetNamespace()},
-		"spec":     map[string]any{"replicas": replicas},
-	}}
-	_, err = client.Apply(ctx, want.GetName(), handover, metav1.ApplyOptions{FieldManager: replicasHandoverManager, Force: true})
-	if err != nil {
-		return fmt.Errorf("handing over replicas of Deployment %s/%s: %w", want.GetNamespace(), want.GetName(), err)
-	}
-	return nil
-}
-
-// ownsReplicas reports whether the operator's apply manager owns deploy's spec.replicas, read
-// from its managed fields by client-go's ExtractDeployment.
-func ownsReplicas(deploy *unstructured.Unstructured) (bool, error) {
-	var d appsv1.Deployment
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(deploy.Object, &d); err != nil {
-		return false, fmt.Errorf("reading Deployment %s: %w", deploy.GetName(), err)
-	}
-	owned, err := appsv1ac.ExtractDeployment(&d, FieldManager)
-	if err != nil {
-		return false, fmt.Errorf("reading the fields the operator owns in Deployment %s: %w", deploy.GetName(), err)
-	}
-	return owned.Spec != nil && owned.Spec.Replicas != nil, nil
 }
 
 // deleteChild deletes a child that is no longer desired, if it is still the object seen.

@@ -9,6 +9,9 @@ import (
 	"evals.si/operator/reconcile/engine/cached"
 )
 
+// poolOrder is an order like the one package workloads declares for a pool's children.
+var poolOrder = &ChildOrder{ApplyFirst: []string{"ServiceAccount", "PodTemplate"}, DeleteFirst: []string{"Role", "RoleBinding"}, DeleteLast: []string{"PodTemplate"}}
+
 // ServiceAccounts go out before the children whose pods run as them; the rest go together.
 func TestApplyWaves(t *testing.T) {
 	for name, tc := range map[string]struct {
@@ -27,7 +30,7 @@ func TestApplyWaves(t *testing.T) {
 				stale = append(stale, pendingApply{want: &unstructured.Unstructured{Object: map[string]any{"kind": k}}})
 			}
 			var got [][]string
-			for _, wave := range applyWaves(stale) {
+			for _, wave := range applyWaves(poolOrder, stale) {
 				var kinds []string
 				for _, a := range wave {
 					kinds = append(kinds, a.want.GetKind())
@@ -55,7 +58,7 @@ func TestDeletionOrder(t *testing.T) {
 		live[kn[0]+"/"+kn[1]] = c
 	}
 	var got []string
-	for _, c := range deletionOrder(live) {
+	for _, c := range deletionOrder(poolOrder, live) {
 		got = append(got, c.Kind())
 	}
 	want := []string{"Role", "RoleBinding", "Deployment", "NetworkPolicy", "ServiceAccount", "PodTemplate"}

@@ -24,6 +24,14 @@ type Kind struct {
 	Namespaced bool
 	// ChildResources are the resources of its children, watched by the managed-by label.
 	ChildResources []schema.GroupVersionResource
+	// ChildOrder orders the applies and deletions of its children by their kinds (nil: all at
+	// once, the deletions by name).
+	ChildOrder *ChildOrder
+	// Handover names, by child kind, a field path its Reconciler may stop rendering once another
+	// writer takes the field over (a Deployment's spec.replicas, once a ScaledObject scales it):
+	// before the first apply without it, the field's value is handed to a manager of its own,
+	// so that the field is kept rather than reset to its default by the apply that drops it.
+	Handover map[string][]string
 	// ChildNamespace, when set, is where all of its children live (a cluster-scoped kind's pools);
 	// else the owner's namespace.
 	ChildNamespace string
@@ -54,6 +62,16 @@ type Kind struct {
 	// Off, when it returns a sentence, keeps the controller off (its configuration lacks what it
 	// needs); the engine logs the sentence once.
 	Off func() string
+}
+
+// ChildOrder orders a kind's children by their kinds: who must exist before whom.
+type ChildOrder struct {
+	// ApplyFirst go out in a wave before the other children: what those need to exist (the
+	// ServiceAccount a Deployment's pods run as; a trial shape launchers' pods are held to).
+	ApplyFirst []string
+	// DeleteFirst go before the other children no longer desired (rights), DeleteLast after
+	// them (what the others' deletion still needs gone before it).
+	DeleteFirst, DeleteLast []string
 }
 
 // Ref names an object of one of the engine's kinds: the Kind, and the object's key in that kind's

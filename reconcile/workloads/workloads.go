@@ -44,11 +44,27 @@ var (
 	classChildren = append(slices.Clone(poolChildren), evalsi.Roles, evalsi.RoleBindings, evalsi.PodTemplates)
 )
 
+// poolOrder is the order of a pool's children: its ServiceAccount and trial shape go first, as a
+// pod the Deployment controller creates before its service account exists is refused and retried
+// only after a backoff, and a pod rung launcher may make trial pods only once its class's trial
+// shape (a PodTemplate, which the API server holds its pods to) is there; its Role goes with the
+// rest. No longer desired, the launcher's rights go first and the trial shape last, so that there
+// is no moment when the launcher may make pods and its shape is gone.
+var poolOrder = &engine.ChildOrder{
+	ApplyFirst:  []string{"ServiceAccount", "PodTemplate"},
+	DeleteFirst: []string{"Role", "RoleBinding"},
+	DeleteLast:  []string{"PodTemplate"},
+}
+
+// scaledReplicas is the field a pool's Deployment is rendered without once its ScaledObject
+// scales it (KEDA's HPA then owns it): its value is handed over rather than reset to 1.
+var scaledReplicas = map[string][]string{"Deployment": {"spec", "replicas"}}
+
 // Evaluators is the Evaluator kind.
 func Evaluators(opts Options) *engine.Kind {
 	k := engine.NewKind(evalsi.EvaluatorKind)
 	k.Validate = schemas.Validate // once a generation: render only decodes it then (Request.SpecChecked)
-	k.ChildResources = poolChildren
+	k.ChildResources, k.ChildOrder, k.Handover = poolChildren, poolOrder, scaledReplicas
 	k.Reconciler = pools{opts: opts}
 	k.Refers = usesClass
 	return k
@@ -67,7 +83,7 @@ func usesClass(obj *unstructured.Unstructured) []engine.Ref {
 func SandboxClasses(opts Options) *engine.Kind {
 	k := engine.NewKind(evalsi.SandboxClassKind)
 	k.Validate = schemas.Validate // once a generation: render only decodes it then (Request.SpecChecked)
-	k.ChildResources = classChildren
+	k.ChildResources, k.ChildOrder, k.Handover = classChildren, poolOrder, scaledReplicas
 	k.ChildNamespace = opts.Render.SandboxNamespace
 	k.Reconciler = pools{opts: opts, sandbox: true}
 	k.Shared = true // Evaluators and EvalRuns of every shard read their class.
@@ -79,6 +95,7 @@ func CheckpointServers(opts Options) *engine.Kind {
 	k := engine.NewKind(evalsi.CheckpointServerKind)
 	k.Validate = schemas.Validate // once a generation: render only decodes it then (Request.SpecChecked)
 	k.ChildResources = []schema.GroupVersionResource{evalsi.ServiceAccounts, evalsi.Deployments, evalsi.Services, evalsi.NetworkPolicies}
+	k.ChildOrder = poolOrder // its ServiceAccount first
 	k.Reconciler = checkpointServers{opts: opts}
 	k.Shared = true // EvalRuns of every shard read and wait on their target server.
 	return k
