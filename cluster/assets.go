@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"evals.si/operator/internal/checkout"
 )
 
 // Versions of the control plane that the tests and `make dev` run, and of the tools the tests and
@@ -279,7 +281,7 @@ func (b builder) controlPlaneGoMod(ctx context.Context) ([]byte, error) {
 // operatorModules lists the modules of the operator's build ("path version"), from the checkout
 // that holds the working directory; none outside one.
 func operatorModules(ctx context.Context) ([]string, error) {
-	root, err := Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		return nil, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/checkout"
 )
 
 // The minor the operator supports is the one the tests' control plane runs.
@@ -47,7 +48,7 @@ func TestControlPlaneSharesTheOperatorsModules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"evals.si/operator/internal/checkout"
 )
 
 // TestKilledIsolatedRunLeavesNothing kills a real node's test binary (SIGKILL, as a CI timeout or
@@ -22,7 +24,7 @@ func TestKilledIsolatedRunLeavesNothing(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	root, err := Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

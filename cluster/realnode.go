@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"evals.si/operator/internal/checkout"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -348,7 +349,7 @@ func (n *RealNode) run(ctx context.Context, name string, args ...string) error {
 
 // buildPause builds the pause program into the cluster's directory.
 func (c *Cluster) buildPause(ctx context.Context) (string, error) {
-	root, err := Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		return "", err
 	}

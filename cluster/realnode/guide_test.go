@@ -22,6 +22,7 @@ import (
 
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
+	"evals.si/operator/internal/checkout"
 	"evals.si/operator/internal/guide"
 	"evals.si/operator/internal/pki"
 	"evals.si/operator/isolation"
@@ -39,7 +40,7 @@ func TestInstallGuide(t *testing.T) {
 	c, node := realNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	root, err := cluster.Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

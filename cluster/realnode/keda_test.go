@@ -27,6 +27,7 @@ import (
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/evalsid"
+	"evals.si/operator/internal/checkout"
 	"evals.si/operator/internal/pki"
 	"evals.si/operator/podcert"
 )
@@ -49,7 +50,7 @@ func TestKEDAScalesARealPool(t *testing.T) {
 	const ns = "autoscale"
 	const reader, readerSecret = "evalsi-queue-reader", "evalsi-queue-reader-tls"
 	images := pushImages(t, ctx, node)
-	root, err := cluster.Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"evals.si/operator/cluster"
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/cmd/evalsi-release/release"
+	"evals.si/operator/internal/checkout"
 	"evals.si/operator/isolation"
 )
 
@@ -59,7 +60,7 @@ func realNode(t *testing.T) (*cluster.Cluster, *cluster.RealNode) {
 			return
 		}
 		world.node = world.c.Node
-		root, err := cluster.Checkout()
+		root, err := checkout.Root()
 		if err != nil {
 			world.err = err
 			return

@@ -27,6 +27,7 @@ import (
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/cmd/evalsi-release/release"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/checkout"
 )
 
 // TestCheckpointServerServesOnTheRealNode runs a CheckpointServer on the stand-in vLLM image
@@ -45,7 +46,7 @@ func TestCheckpointServerServesOnTheRealNode(t *testing.T) {
 	const ns, name, served, key = "serving", "step-900", "run1-step900", "test-key-not-a-secret"
 	images := pushImages(t, ctx, node)
 
-	root, err := cluster.Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,7 @@ spec:
 // digest. It returns their repositories and digests as bin/images/images.env names them.
 func pushImages(t *testing.T, ctx context.Context, node *cluster.RealNode) release.Pushed {
 	t.Helper()
-	root, err := cluster.Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

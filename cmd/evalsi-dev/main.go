@@ -19,6 +19,7 @@ import (
 	"evals.si/operator/cluster"
 	"evals.si/operator/cmd/evalsi-dev/devenv"
 	"evals.si/operator/cmd/evalsi-release/release"
+	"evals.si/operator/internal/checkout"
 	"evals.si/operator/internal/command"
 )
 
@@ -78,7 +79,7 @@ func app() *cli.App {
 func onRealNode(ctx context.Context, dev devenv.Options, out io.Writer) error {
 	isolation := cluster.Isolation{Progress: out, HostDir: true}
 	if !cluster.Inside() {
-		root, err := cluster.Checkout()
+		root, err := checkout.Root()
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 
 	"evals.si/operator/cluster"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/checkout"
 	"evals.si/operator/render"
 )
 
@@ -28,7 +29,7 @@ import (
 func TestMakeDevOnAnExistingCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
-	root, err := cluster.Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

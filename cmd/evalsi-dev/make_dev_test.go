@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"evals.si/operator/cluster"
 	"evals.si/operator/evalsi"
+	"evals.si/operator/internal/checkout"
 	"evals.si/operator/internal/maketest"
 	"evals.si/operator/internal/manifest"
 )
@@ -49,7 +49,7 @@ func makeDev(t *testing.T, args ...string) (run *maketest.Run, ready <-chan stru
 // being Ready.
 func makeDevExcept(t *testing.T, notReady []string, args ...string) (run *maketest.Run, ready <-chan struct{}) {
 	t.Helper()
-	root, err := cluster.Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

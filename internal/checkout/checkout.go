@@ -1,4 +1,6 @@
-package cluster
+// Package checkout finds the checkout of the operator that the tests and the development
+// environment run from.
+package checkout
 
 import (
 	"bytes"
@@ -10,11 +12,11 @@ import (
 // operatorModule is the module whose checkout the tests and the development environment run from.
 const operatorModule = "evals.si/operator"
 
-// Checkout returns the root of the checkout that holds the working directory: the directory of
-// the go.mod of the operator's module, found upwards. The development environment reads the CRDs,
+// Root returns the root of the checkout that holds the working directory: the directory of the
+// go.mod of the operator's module, found upwards. The development environment reads the CRDs,
 // the charts and the examples from it, as they are on disk; the control plane's build takes the
-// versions of the modules the operator shares with it from it (controlPlaneRequirements).
-func Checkout() (string, error) {
+// versions of the modules the operator shares with it from it.
+func Root() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

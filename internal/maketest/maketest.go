@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"evals.si/operator/cluster"
+	"evals.si/operator/internal/checkout"
 )
 
 // Run is one make command started by a test.
@@ -33,7 +33,7 @@ type Run struct {
 // to watch as it comes, and kills what is left of it when the test ends.
 func Start(t *testing.T, watch func(line string), args ...string) *Run {
 	t.Helper()
-	root, err := cluster.Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 	"evals.si/operator/cmd/evalsi-release/release"
 	"evals.si/operator/evalsi"
 	"evals.si/operator/evalsid"
+	"evals.si/operator/internal/checkout"
 	"evals.si/operator/internal/manifest"
 	"evals.si/operator/reconcile"
 	"evals.si/operator/render"
@@ -61,9 +62,9 @@ type Target struct{ Kubeconfig, Context string }
 // Run starts a control plane with a GPU node (or uses opts.Existing), installs the CRDs (and
 // KEDA's), runs the admission webhook, serves the reference evalsid, runs the operator, applies
 // the examples, and prints a table of the evals.si resources whenever it changes, until ctx ends.
-// It reads the CRDs, the chart's policies and the examples from the checkout (Checkout). On an existing cluster it removes at the end what it created.
+// It reads the CRDs, the chart's policies and the examples from the checkout (checkout.Root). On an existing cluster it removes at the end what it created.
 func Run(ctx context.Context, opts Options, out io.Writer) error {
-	root, err := cluster.Checkout()
+	root, err := checkout.Root()
 	if err != nil {
 		return err
 	}
