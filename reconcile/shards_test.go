@@ -664,7 +664,7 @@ func cutOffReplica(t *testing.T, shards, replicaCount int) {
 			switch {
 			case takers[s] != name && judgedLate(name):
 				// The warmer was slow to renew its own shards (a loaded machine): another survivor
-				// counted it gone, as countMembers does a replica late on every shard it holds, and
+				// counted it gone, as holding.Count does a replica late on every shard it holds, and
 				// took the shard without waiting for it. Safe, only cold.
 				t.Logf("%s warmed shard %s and was judged late itself; %s took the shard", name, s, takers[s])
 				excused++

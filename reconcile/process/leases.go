@@ -347,42 +347,6 @@ func (h *shardHolder) renew(ctx context.Context, l *coordinationv1.Lease, now ti
 	return err == nil, err
 }
 
-// countMembers returns the replicas of others (their member slots) that count as live peers, and
-// how many are gone. A replica renews its member slot in its rounds of reads, but its shards'
-// Leases with electors of their own, so neither alone says it is gone:
-//   - late to renew its slot, it is gone only if it renews no shard Lease of holders on time
-//     either: one whose rounds were slow (a busy machine) still renews its shards;
-//   - late to renew every shard Lease it holds, it is gone even if its slot is not late yet: a
-//     replica that died or was cut off renewed its slot last in a round that may have come after
-//     its shards' last renewals, and until the slot is late too it would be counted live, given
-//     its own shards to warm (assignLate), and keep their share from the others.
-func countMembers(others []holding.Lease, holders map[int]holding.Lease) (peers []string, gone int) {
-	for _, m := range others {
-		held, onTime := renewals(m.Holder, holders)
-		if onTime == 0 && (m.Late || held > 0) {
-			gone++
-			continue
-		}
-		peers = append(peers, m.Holder)
-	}
-	return peers, gone
-}
-
-// renewals counts the shard Leases of holders that replica holds, and those it is not late to
-// renew.
-func renewals(replica string, holders map[int]holding.Lease) (held, onTime int) {
-	for _, l := range holders {
-		if l.Holder != replica {
-			continue
-		}
-		held++
-		if !l.Late {
-			onTime++
-		}
-	}
-	return held, onTime
-}
-
 // leave releases this replica's member slot, so that the others count it out at once, or the
 // standby Lease (it holds one or the other: keepStandby lets go of the standby Lease in the round
 // it takes a slot), so that the next replica in line stands by.

@@ -78,7 +78,7 @@ type shardHolder struct {
 	// warm are the engines of the shards this replica warms, by index, until it takes their
 	// Leases (lead adopts them) or sees them taken by another.
 	warm map[int]*shardEngine
-	// peers are the other replicas counted live (countMembers); warmer is, for each shard of a
+	// peers are the other replicas counted live (holding.Count); warmer is, for each shard of a
 	// late holder, the replica that warms it and takes it first (assignLate), and freeSince when
 	// this replica first saw that shard's Lease free. Only rebalance uses them.
 	peers     []string
@@ -223,22 +223,18 @@ func (h *shardHolder) rebalance(ctx context.Context) {
 	// (drained then, a shard taken would go back and forth). A replica that stands by is counted
 	// in for a slot that is vacant: it takes a gone member's shards (and its slot once it runs
 	// out), and the others leave them to it.
-	peers, gone := countMembers(others, holders)
-	members, idle, withPeer := h.membership(n-gone, gone)
-	if idle {
+	m := holding.Count(holding.Members{Count: h.count, Member: h.member != "", Standby: h.standby, StandbyPeer: h.standbyPeer, Others: others, Leases: holders})
+	if m.Idle {
 		// It stands by and no member is gone: the others warm what a late member holds.
 		h.standAside(ctx, n, "this replica stands by and no member is gone")
 		return
 	}
-	if withPeer {
-		peers = append(peers, h.standbyPeer)
-	}
-	h.peers = peers
-	share := (h.count + members - 1) / members
+	h.peers = m.Peers
+	share := m.Share
 	h.assignLate(holders, share, now)
 	r := h.round(holders, share, now)
 	r.HoldBack = h.holdBack(others, share, now)
-	h.act(ctx, r, members, "more replicas share the shards")
+	h.act(ctx, r, m.Members, "more replicas share the shards")
 	h.mu.Lock()
 	h.joining = holding.Joining(h.id, h.count, share, len(h.tries), holders)
 	h.mu.Unlock()

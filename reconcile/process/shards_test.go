@@ -1,7 +1,6 @@
 package process
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -76,35 +75,6 @@ func TestLeftToWarmer(t *testing.T) {
 			}
 			if got := h.leftToWarmer(0, seen.Add(tc.after)); got != tc.want {
 				t.Errorf("leftToWarmer after %s = %v, want %v", tc.after, got, tc.want)
-			}
-		})
-	}
-}
-
-// TestCountMembers counts out a replica late to renew its member slot only while it renews no
-// shard Lease on time either: one whose rounds of reads were slow still renews its shards. A
-// replica late with every shard it holds is counted out before its slot is late.
-func TestCountMembers(t *testing.T) {
-	for name, tc := range map[string]struct {
-		holders    map[int]holding.Lease
-		slotOnTime bool // b renews its member slot on time
-		wantPeers  []string
-		wantGone   int
-	}{
-		"renews a shard on time":   {holders: map[int]holding.Lease{0: {Holder: "b"}, 1: {Holder: "a"}}, wantPeers: []string{"c", "b"}},
-		"renews one of two":        {holders: map[int]holding.Lease{0: {Holder: "b", Late: true}, 1: {Holder: "b"}}, wantPeers: []string{"c", "b"}},
-		"late with all its shards": {holders: map[int]holding.Lease{0: {Holder: "b", Late: true}, 1: {Holder: "a"}}, wantPeers: []string{"c"}, wantGone: 1},
-		"holds no shard":           {holders: map[int]holding.Lease{0: {Holder: "a"}, 1: {Expired: true}}, wantPeers: []string{"c"}, wantGone: 1},
-		// Its slot renewed in a round after its shards' last renewals: it died or was cut off.
-		"slot on time, late with all its shards": {slotOnTime: true, holders: map[int]holding.Lease{0: {Holder: "b", Late: true}, 1: {Holder: "b", Late: true}, 2: {Holder: "a"}}, wantPeers: []string{"c"}, wantGone: 1},
-		"slot on time, late with one of two":     {slotOnTime: true, holders: map[int]holding.Lease{0: {Holder: "b", Late: true}, 1: {Holder: "b"}}, wantPeers: []string{"c", "b"}},
-		"slot on time, holds no shard":           {slotOnTime: true, holders: map[int]holding.Lease{0: {Holder: "a"}, 1: {Holder: "c"}}, wantPeers: []string{"c", "b"}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			// c renews its member slot on time, b is late to renew its own unless slotOnTime.
-			peers, gone := countMembers([]holding.Lease{{Holder: "c"}, {Holder: "b", Late: !tc.slotOnTime}}, tc.holders)
-			if !slices.Equal(peers, tc.wantPeers) || gone != tc.wantGone {
-				t.Errorf("countMembers = %v, %d gone; want %v, %d gone", peers, gone, tc.wantPeers, tc.wantGone)
 			}
 		})
 	}

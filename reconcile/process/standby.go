@@ -72,22 +72,3 @@ func (h *shardHolder) keepStandby(ctx context.Context, now time.Time, l *coordin
 	}
 	return nil
 }
-
-// membership returns how many replicas share the shards, given the live replicas holding member
-// slots (this one counted if it holds one) and those gone (countMembers). A replica that stands
-// by is counted in while a slot is vacant, as it takes the place of a member gone or leaving: by
-// the others (withPeer: the peer holding the standby Lease) when fewer live replicas than slots
-// hold one, by itself only when it saw a member gone (a slot it found free it takes instead, and
-// slots it read as missing may have been taken since by replicas starting beside it). idle is
-// whether this replica holds no shard: it stands by and no member is gone.
-func (h *shardHolder) membership(live, gone int) (members int, idle, withPeer bool) {
-	switch {
-	case h.standby && gone > 0:
-		return live + 1, false, false
-	case h.standby:
-		return max(live, 1), true, false
-	case h.standbyPeer != "" && live < h.count:
-		return live + 1, false, true
-	}
-	return max(live, 1), false, false
-}
