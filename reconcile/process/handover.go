@@ -18,21 +18,6 @@ import (
 	"evals.si/operator/shard/holding"
 )
 
-// AnnotationWarmed is the annotation of a replica's member slot that lists the shards it has
-// warmed to take from their holders ("2,5"), whose engines have synced.
-const AnnotationWarmed = "evals.si/warmed-shards"
-
-// warmedOf returns the shards l's annotation lists as warmed.
-func warmedOf(l *coordinationv1.Lease) []int {
-	var out []int
-	for f := range strings.SplitSeq(l.Annotations[AnnotationWarmed], ",") {
-		if i, err := strconv.Atoi(f); err == nil {
-			out = append(out, i)
-		}
-	}
-	return out
-}
-
 // announceWarmed writes into l, this replica's member slot about to be renewed, the shards it
 // warms to take from their holders whose engines have synced (none: no annotation).
 func (h *shardHolder) announceWarmed(l *coordinationv1.Lease) {
@@ -45,13 +30,13 @@ func (h *shardHolder) announceWarmed(l *coordinationv1.Lease) {
 	}
 	h.mu.Unlock()
 	if len(ready) == 0 {
-		delete(l.Annotations, AnnotationWarmed)
+		delete(l.Annotations, holding.AnnotationWarmed)
 		return
 	}
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	l.Annotations[AnnotationWarmed] = strings.Join(ready, ",")
+	l.Annotations[holding.AnnotationWarmed] = strings.Join(ready, ",")
 }
 
 // holdBack returns the shards this replica leads beyond share that it keeps this round: no other

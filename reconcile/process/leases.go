@@ -88,41 +88,20 @@ type observation struct {
 	since           time.Time
 }
 
-// observe returns l as this replica judges it at now. No one holds it when it names no
-// holder, or when l has not changed (renewed) for its duration since this replica first saw that
-// version. Unlike the Lease's renewTime, this does not trust another machine's clock, as client-go's
-// elector does not; this replica reads the Leases every RetryPeriod, so that a killed holder's
-// shard is taken about a Lease duration after its last renewal.
-// It also reports whether that holder, another replica, is late: l has not changed for
-// LeaseTimings.Late; then it notes when l runs out (shardHolder.expires). A Lease that ran out
-// still naming another replica is expired: its holder stopped renewing it, not released it.
+// observe returns l as this replica judges it at now (holding.Observe), remembering when it
+// first saw each version of each Lease, and notes when the first Lease of a late holder runs out
+// (shardHolder.expires).
 func (h *shardHolder) observe(l *coordinationv1.Lease, now time.Time) holding.Lease {
-	s := l.Spec
-	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.LeaseDurationSeconds == nil {
-		return holding.Lease{}
-	}
 	o, ok := h.seen[l.Name]
 	if !ok || o.resourceVersion != l.ResourceVersion {
 		o = observation{resourceVersion: l.ResourceVersion, since: now}
 		h.seen[l.Name] = o
 	}
-	if *s.HolderIdentity == h.id {
-		return holding.Lease{Holder: h.id}
-	}
-	duration := time.Duration(*s.LeaseDurationSeconds) * time.Second
-	quiet := now.Sub(o.since)
-	var renewed time.Time
-	if s.RenewTime != nil {
-		renewed = s.RenewTime.Time
-	}
-	if quiet > duration {
-		return holding.Lease{Expired: true, Renewed: renewed}
-	}
-	late := quiet > h.timings.late()
-	if expires := o.since.Add(duration); late && (h.expires.IsZero() || expires.Before(h.expires)) {
+	judged, expires := holding.Observe(l, h.id, o.since, now, h.timings.late())
+	if !expires.IsZero() && (h.expires.IsZero() || expires.Before(h.expires)) {
 		h.expires = expires
 	}
-	return holding.Lease{Holder: *s.HolderIdentity, Late: late, Renewed: renewed, Warmed: warmedOf(l)}
+	return judged
 }
 
 // take makes this replica the holder of the Lease name, which it judged free, unless another

@@ -4,47 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"evals.si/operator/shard/holding"
 )
-
-// TestObserve judges one version of a Lease at times after this replica first saw it: held, late,
-// and, once it ran out, expired only while it still names another replica (a released Lease names
-// no one; this replica's own is its own). Another replica's Lease carries its last renewal.
-func TestObserve(t *testing.T) {
-	timings := LeaseTimings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
-	first := time.Unix(1000, 0)
-	renewed := time.Unix(990, 0) // by the holder's clock, which observe does not trust
-	for name, tc := range map[string]struct {
-		holder, warmed string
-		after          time.Duration
-		want           holding.Lease
-	}{
-		"a member slot that says which shards its replica warmed": {holder: "b", warmed: "2,5", after: time.Second, want: holding.Lease{Holder: "b", Renewed: renewed, Warmed: []int{2, 5}}},
-		"renewed":                         {holder: "b", after: time.Second, want: holding.Lease{Holder: "b", Renewed: renewed}},
-		"late: three retry periods quiet": {holder: "b", after: 2 * time.Second, want: holding.Lease{Holder: "b", Late: true, Renewed: renewed}},
-		"ran out naming its holder":       {holder: "b", after: 5 * time.Second, want: holding.Lease{Expired: true, Renewed: renewed}},
-		"released":                        {holder: "", after: 5 * time.Second, want: holding.Lease{}},
-		"this replica's own":              {holder: "a", after: 5 * time.Second, want: holding.Lease{Holder: "a"}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			h := &shardHolder{id: "a", timings: timings, seen: map[string]observation{}}
-			seconds := int32(timings.LeaseDuration / time.Second)
-			l := &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: "shard-0-of-2", ResourceVersion: "7", Annotations: map[string]string{AnnotationWarmed: tc.warmed}},
-				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &tc.holder, LeaseDurationSeconds: &seconds, RenewTime: &metav1.MicroTime{Time: renewed}},
-			}
-			h.observe(l, first)
-			if diff := cmp.Diff(tc.want, h.observe(l, first.Add(tc.after)), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("observe after %s (-want +got):\n%s", tc.after, diff)
-			}
-		})
-	}
-}
 
 // TestLeftToWarmer gives the times at which a replica that did not warm a free shard looks at
 // it: it leaves the shard to its on-time warmer until that one has surely seen it free too.
@@ -77,5 +39,29 @@ func TestLeftToWarmer(t *testing.T) {
 				t.Errorf("leftToWarmer after %s = %v, want %v", tc.after, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestObserveTimesEachVersionFromWhenItWasSeen: a Lease is judged from when this replica first
+// saw its current version, so a renewal (a new version) starts the count again, and the first
+// late Lease's end is kept for the next round's timer.
+func TestObserveTimesEachVersionFromWhenItWasSeen(t *testing.T) {
+	timings := LeaseTimings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	h := &shardHolder{id: "a", timings: timings, seen: map[string]observation{}}
+	holder, seconds := "b", int32(4)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "shard-0-of-2", ResourceVersion: "7"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds}}
+	start := time.Unix(1000, 0)
+	h.observe(l, start)
+	if got := h.observe(l, start.Add(2*time.Second)); !got.Late || !h.expires.Equal(start.Add(4*time.Second)) {
+		t.Errorf("quiet for 2 s: %+v, runs out at %v; want late, at %v", got, h.expires, start.Add(4*time.Second))
+	}
+	l.ResourceVersion = "8" // renewed
+	h.expires = time.Time{}
+	if got := h.observe(l, start.Add(3*time.Second)); got.Late || got.Expired || !h.expires.IsZero() {
+		t.Errorf("just renewed: %+v, runs out at %v; want held on time", got, h.expires)
+	}
+	if got := h.observe(l, start.Add(6*time.Second)); got.Expired || got.Holder != "b" {
+		t.Errorf("3 s after the renewal was seen: %+v; want held by b", got)
 	}
 }
