@@ -14,10 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"evals.si/operator/internal/checkout"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"evals.si/operator/internal/checkout"
 )
 
 // The real node's addresses, inside the network namespace of RunIsolated: the node on a

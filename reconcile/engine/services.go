@@ -6,14 +6,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"evals.si/operator/evalsi"
-	"evals.si/operator/shard"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+
+	"evals.si/operator/evalsi"
+	"evals.si/operator/shard"
 )
 
 // FieldManager is the one field manager of every write the operator makes.

@@ -3,6 +3,7 @@ package process
 import (
 	"strconv"
 
+	"evals.si/operator/evalsi"
 	"evals.si/operator/shard"
 )
 
@@ -41,3 +42,7 @@ func OperatorLeases(name string, count int) []string {
 	}
 	return append(names, StandbyLease(name))
 }
+
+// LabelShards on each of the operator's Leases is the number of shards of the replica that wrote
+// it: replicas with another number slice the objects otherwise, and must not run beside it.
+const LabelShards = evalsi.Group + "/shards"

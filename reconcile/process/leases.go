@@ -12,81 +12,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"evals.si/operator/evalsi"
 	"evals.si/operator/shard"
 	"evals.si/operator/shard/holding"
 )
-
-// LeaseTimings are the timings of every Lease a replica holds: it renews each every RetryPeriod
-// and gives up after RenewDeadline without a renewal; another replica may take the Lease
-// LeaseDuration after its last renewal (ShardLeaseDuration for a shard's Lease). The margin
-// between the last two is the time a holder that lost its Lease has to stop writing; the shard
-// Lease's duration bounds how long a killed replica's shards wait for another.
-type LeaseTimings struct {
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// ShardLeaseDuration is the duration of the shards' Leases (LeaseDuration when zero): the
-	// member slots and the standby Lease count replicas, and keep LeaseDuration. Shorter, a
-	// killed replica's shards are taken sooner; but a holder must renew within RenewDeadline,
-	// which must be shorter still, so that an API server slow for that long makes it give up its
-	// shards, and another take them with their engines started anew.
-	ShardLeaseDuration time.Duration
-}
-
-// shardLease is the duration of the shards' Leases.
-func (t LeaseTimings) shardLease() time.Duration {
-	return cmp.Or(t.ShardLeaseDuration, t.LeaseDuration)
-}
-
-// DefaultLeaseTimings are those of Kubernetes' own controllers.
-var DefaultLeaseTimings = LeaseTimings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
-
-// Validate says what is wrong with t, naming the flag.
-func (t LeaseTimings) Validate() error {
-	switch {
-	case t.RetryPeriod <= 0:
-		return fmt.Errorf("--leader-elect-retry-period must be positive, not %s", t.RetryPeriod)
-	case float64(t.RenewDeadline) <= leaderelection.JitterFactor*float64(t.RetryPeriod):
-		return fmt.Errorf("--leader-elect-renew-deadline (%s) must be longer than %v times --leader-elect-retry-period (%s)", t.RenewDeadline, leaderelection.JitterFactor, t.RetryPeriod)
-	case t.LeaseDuration <= t.RenewDeadline:
-		return fmt.Errorf("--leader-elect-lease-duration (%s) must be longer than --leader-elect-renew-deadline (%s)", t.LeaseDuration, t.RenewDeadline)
-	case t.LeaseDuration%time.Second != 0:
-		return fmt.Errorf("--leader-elect-lease-duration must be whole seconds (a Lease counts in seconds), not %s", t.LeaseDuration)
-	case t.shardLease() <= t.RenewDeadline:
-		return fmt.Errorf("--shard-lease-duration (%s) must be longer than --leader-elect-renew-deadline (%s)", t.shardLease(), t.RenewDeadline)
-	case t.shardLease()%time.Second != 0:
-		return fmt.Errorf("--shard-lease-duration must be whole seconds (a Lease counts in seconds), not %s", t.shardLease())
-	}
-	return nil
-}
-
-// late is how long a Lease another replica holds may go without a renewal before this replica
-// judges its holder late: three renewals missed, where one may be missed to the two replicas'
-// reading and renewing out of step. A late holder's shards are warmed (shardHolder.warmLate).
-func (t LeaseTimings) late() time.Duration { return 3 * t.RetryPeriod }
-
-// warmerGrace is how long a replica whose rounds take up to round leaves a free shard to the
-// replica that warmed it (leftToWarmer): two round periods, a period being a RetryPeriod and a
-// round. Each replica judges a Lease run out a duration after its own first sight of the last
-// renewal, so the warmer may see the Lease free up to a period after another replica, and takes
-// it in its next round, up to a period later. With one RetryPeriod the two raced for it; on a
-// busy machine a round of reads takes seconds (the rounds of other replicas are judged by this
-// one's, against the same API server).
-func (t LeaseTimings) warmerGrace(round time.Duration) time.Duration {
-	return 2 * (t.RetryPeriod + round)
-}
-
-// LabelShards on each of the operator's Leases is the number of shards of the replica that wrote
-// it: replicas with another number slice the objects otherwise, and must not run beside it.
-const LabelShards = evalsi.Group + "/shards"
-
-// observation is a Lease's version and when this replica first saw it.
-type observation struct {
-	resourceVersion string
-	since           time.Time
-}
 
 // observe returns l as this replica judges it at now (holding.Observe), remembering when it
 // first saw each version of each Lease, and notes when the first Lease of a late holder runs out
@@ -252,68 +183,6 @@ func (h *shardHolder) labels() map[string]string {
 	return map[string]string{LabelShards: strconv.Itoa(h.count)}
 }
 
-// renewMember renews this replica's member slot, or takes a free one, and returns the slots of
-// the other replicas of this number of shards as this replica judges them (observe), and whether
-// this replica took its slot just now (joined). h.member is its own slot ("" when every slot is
-// held by others); it keeps the standby Lease too (keepStandby).
-func (h *shardHolder) renewMember(ctx context.Context, now time.Time) (others []holding.Lease, joined bool, err error) {
-	leases := h.kube.CoordinationV1().Leases(h.namespace)
-	// The standby Lease first: a standby takes a slot, then releases it, so that this replica
-	// finds it either standing by or holding the slot, never neither (then it would count itself
-	// alone and take the shards the standby takes).
-	standby, served, err := h.readStandby(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	mine := ""
-	var free []string
-	for j := range h.count {
-		name := MemberLease(h.name, j)
-		l, err := leases.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			free = append(free, name)
-			continue
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		switch observed := h.observe(l, now); {
-		case observed.Holder == h.id && mine == "":
-			h.announceWarmed(l)
-			renewed, err := h.renew(ctx, l, now)
-			if err != nil {
-				return nil, false, err
-			}
-			if renewed {
-				mine = name
-			}
-		case observed.Holder == "":
-			free = append(free, name)
-		case l.Labels[LabelShards] == strconv.Itoa(h.count):
-			// A replica with another number of shards reconciles nothing beside this one
-			// (holders): it is not counted.
-			others = append(others, observed)
-		}
-	}
-	for _, name := range free {
-		if mine != "" {
-			break
-		}
-		taken, err := h.take(ctx, name, h.timings.LeaseDuration)
-		if err != nil {
-			return nil, false, err
-		}
-		if taken {
-			mine, joined = name, true
-		}
-	}
-	h.member = mine
-	if err := h.keepStandby(ctx, now, standby, served); err != nil {
-		return nil, false, fmt.Errorf("keeping the standby Lease %s: %w", StandbyLease(h.name), err)
-	}
-	return others, joined, nil
-}
-
 // renew writes a new renewTime on l, a Lease this replica holds; it reports false when another
 // replica changed it since it was read.
 func (h *shardHolder) renew(ctx context.Context, l *coordinationv1.Lease, now time.Time) (bool, error) {
@@ -324,22 +193,6 @@ func (h *shardHolder) renew(ctx context.Context, l *coordinationv1.Lease, now ti
 		return false, nil
 	}
 	return err == nil, err
-}
-
-// leave releases this replica's member slot, so that the others count it out at once, or the
-// standby Lease (it holds one or the other: keepStandby lets go of the standby Lease in the round
-// it takes a slot), so that the next replica in line stands by.
-func (h *shardHolder) leave() {
-	name := h.member
-	if h.standby {
-		name = StandbyLease(h.name)
-	}
-	if name == "" {
-		return
-	}
-	if _, err := h.release(name); err != nil {
-		h.log.Warn("releasing this replica's Lease; it expires instead", "lease", name, "err", err)
-	}
 }
 
 // tenureLock is a shard Lease's lock that extends the shard's tenure by the renew deadline from

@@ -5,7 +5,6 @@ package process
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
@@ -13,24 +12,6 @@ import (
 
 	"evals.si/operator/shard"
 )
-
-// shardTry is an elector of one shard's Lease and, while it leads, the shard's engine.
-type shardTry struct {
-	shard.Shard
-	// stopElector ends the elector, which then releases the Lease if it holds it.
-	stopElector context.CancelFunc
-	elector     chan struct{}
-	mu          sync.Mutex
-	leading     bool
-	// engine runs while the elector leads (nil before).
-	engine *shardEngine
-}
-
-func (t *shardTry) isLeading() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.leading
-}
 
 // current returns the shards this replica tries or leads.
 func (h *shardHolder) current() []*shardTry {
