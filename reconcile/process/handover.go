@@ -7,7 +7,6 @@ package process
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,10 +38,9 @@ func (h *shardHolder) announceWarmed(l *coordinationv1.Lease) {
 	l.Annotations[holding.AnnotationWarmed] = strings.Join(ready, ",")
 }
 
-// holdBack returns the shards this replica leads beyond share that it keeps this round: no other
-// replica's member slot (others) says it warmed them, and less than a Lease duration passed since
-// this replica first would have drained them. It logs each one it lets go, and whether its taker
-// had warmed it.
+// holdBack returns the shards this replica leads beyond share that it keeps this round
+// (holding.HandOver, waiting up to a Lease duration for the taker to warm each), and counts and
+// logs each one it lets go, with whether its taker had warmed it.
 func (h *shardHolder) holdBack(others []holding.Lease, share int, now time.Time) []int {
 	var leading []int
 	for _, t := range h.current() {
@@ -50,29 +48,14 @@ func (h *shardHolder) holdBack(others []holding.Lease, share int, now time.Time)
 			leading = append(leading, t.Index)
 		}
 	}
-	would := holding.Drains(h.id, leading, share)
-	for i := range h.drainWanted {
-		if !slices.Contains(would, i) {
-			delete(h.drainWanted, i)
-		}
-	}
-	var keep []int
-	for _, i := range would {
-		warmed := slices.ContainsFunc(others, func(m holding.Lease) bool { return slices.Contains(m.Warmed, i) })
-		since, ok := h.drainWanted[i]
-		if !ok {
-			since = now
-			h.drainWanted[i] = now
-		}
-		if !warmed && now.Sub(since) < h.timings.LeaseDuration {
-			keep = append(keep, i)
-			continue
-		}
+	ho := holding.HandOver(holding.Drains(h.id, leading, share), others, h.drainWanted, now, h.timings.LeaseDuration)
+	h.drainWanted = ho.Since
+	for j, i := range ho.Release {
 		s := shard.Shard{Index: i, Count: h.count}
-		h.moves.count(s, handedOver(warmed))
-		h.log.Info("handing a shard over", "shard", s.String(), "warmedByTaker", warmed)
+		h.moves.count(s, handedOver(ho.Warmed[j]))
+		h.log.Info("handing a shard over", "shard", s.String(), "warmedByTaker", ho.Warmed[j])
 	}
-	return keep
+	return ho.Keep
 }
 
 // warmJoining starts the engines, without writes, of the shards this replica takes from their
