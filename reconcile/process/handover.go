@@ -50,10 +50,10 @@ func (h *shardHolder) holdBack(others []holding.Lease, share int, now time.Time)
 	}
 	ho := holding.HandOver(holding.Drains(h.id, leading, share), others, h.drainWanted, now, h.timings.LeaseDuration)
 	h.drainWanted = ho.Since
-	for j, i := range ho.Release {
-		s := shard.Shard{Index: i, Count: h.count}
-		h.moves.count(s, handedOver(ho.Warmed[j]))
-		h.log.Info("handing a shard over", "shard", s.String(), "warmedByTaker", ho.Warmed[j])
+	for _, r := range ho.Release {
+		s := shard.Shard{Index: r.Shard, Count: h.count}
+		h.moves.count(s, handedOver(r.Warmed))
+		h.log.Info("handing a shard over", "shard", s.String(), "warmedByTaker", r.Warmed)
 	}
 	return ho.Keep
 }

@@ -11,12 +11,16 @@ type Handover struct {
 	// Keep are the shards it keeps this round: no other replica's member slot says it warmed
 	// them, and less than the wait has passed since it first would have drained them.
 	Keep []int
-	// Release are the shards it lets go, in the order it would drain them, and Warmed whether
-	// each one's taker said it had warmed it.
-	Release []int
-	Warmed  []bool
+	// Release are the shards it lets go, in the order it would drain them.
+	Release []Release
 	// Since is when it first would have drained each shard it still would.
 	Since map[int]time.Time
+}
+
+// Release is a shard a replica lets go to a joiner, and whether the joiner said it had warmed it.
+type Release struct {
+	Shard  int
+	Warmed bool
 }
 
 // HandOver decides the handover of would, the shards a replica would drain, at now: others are
@@ -36,8 +40,7 @@ func HandOver(would []int, others []Lease, since map[int]time.Time, now time.Tim
 			out.Keep = append(out.Keep, i)
 			continue
 		}
-		out.Release = append(out.Release, i)
-		out.Warmed = append(out.Warmed, warmed)
+		out.Release = append(out.Release, Release{Shard: i, Warmed: warmed})
 	}
 	return out
 }
