@@ -43,11 +43,9 @@ func (h *shardHolder) leftToWarmer(i int, now time.Time) bool {
 // over to this replica (h.joining), then warms the shards of late holders that assignLate gave
 // this replica. nil holders stops them all.
 func (h *shardHolder) warmLate(ctx context.Context, holders map[int]holding.Lease) {
-	var stopped []*shardEngine
-	var late []int
+	var warm, tried []int
 	h.mu.Lock()
 	for i, e := range h.warm {
-		l, ok := holders[i]
 		select {
 		case <-e.done:
 			// Ended on its own (an error a leading engine would meet too): warmed again if
@@ -59,25 +57,22 @@ func (h *shardHolder) warmLate(ctx context.Context, holders map[int]holding.Leas
 			continue
 		default:
 		}
-		if ok && (l.Late && h.warmer[i] == h.id || l.Holder == "" || l.Holder == h.id || slices.Contains(h.joining, i)) {
-			continue
-		}
-		delete(h.warm, i)
-		stopped = append(stopped, e)
+		warm = append(warm, i)
 	}
-	for i, l := range holders {
-		_, warm := h.warm[i]
-		_, tried := h.tries[i]
-		if l.Late && h.warmer[i] == h.id && !warm && !tried {
-			late = append(late, i)
-		}
+	for i := range h.tries {
+		tried = append(tried, i)
+	}
+	stop, start := holding.Warming(h.id, holders, h.warmer, h.joining, warm, tried)
+	var stopped []*shardEngine
+	for _, i := range stop {
+		stopped = append(stopped, h.warm[i])
+		delete(h.warm, i)
 	}
 	h.mu.Unlock()
 	for _, e := range stopped {
 		e.halt()
 	}
-	slices.Sort(late)
-	for _, i := range late {
+	for _, i := range start {
 		h.startWarm(ctx, i, warmedLate, "warming a shard: its holder is late to renew its Lease", holders[i].Holder)
 	}
 }

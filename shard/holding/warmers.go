@@ -64,3 +64,27 @@ func bestWarmer(candidates []string, load map[string]int, share, i int, holder s
 	}
 	return best
 }
+
+// Warming says which shards replica self warms at a round: of those it warms now (warm), it stops
+// the ones whose Lease is held again on time by another replica (that one was only slow, or took
+// it) or that another replica warms now (warmers, this round's Warmers), but those a holder hands
+// over to it (joining); and it starts the shards of late holders given to it that it neither warms
+// nor tries yet (tried). Nil leases (it stands aside) stops them all. The same arguments give the
+// same answer, start in shard order.
+func Warming(self string, leases map[int]Lease, warmers map[int]string, joining, warm, tried []int) (stop, start []int) {
+	for _, i := range warm {
+		l, ok := leases[i]
+		if ok && (l.Late && warmers[i] == self || l.Holder == "" || l.Holder == self || slices.Contains(joining, i)) {
+			continue
+		}
+		stop = append(stop, i)
+	}
+	for i, l := range leases {
+		if l.Late && warmers[i] == self && !slices.Contains(warm, i) && !slices.Contains(tried, i) {
+			start = append(start, i)
+		}
+	}
+	slices.Sort(start)
+	slices.Sort(stop)
+	return stop, start
+}

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // TestAssignLateAgrees gives two surviving replicas the Leases of a late holder's shards, c's
@@ -165,4 +168,33 @@ func permutations(s []int) [][]int {
 		}
 	}
 	return out
+}
+
+// TestWarming stops a warm engine once its shard is held on time again or given to another
+// warmer, but not a shard a holder hands over to this replica, and starts the late shards given
+// to this replica that it does not warm or try yet.
+func TestWarming(t *testing.T) {
+	late := Lease{Holder: "b", Late: true}
+	for name, tc := range map[string]struct {
+		leases           map[int]Lease
+		warmers          map[int]string
+		joining          []int
+		warm, tried      []int
+		wantStop, wantGo []int
+	}{
+		"a late holder's shards given to this replica": {leases: map[int]Lease{0: late, 1: late, 2: {Holder: "a"}}, warmers: map[int]string{0: "a", 1: "c"}, wantGo: []int{0}},
+		"already warm or tried":                        {leases: map[int]Lease{0: late, 1: late}, warmers: map[int]string{0: "a", 1: "a"}, warm: []int{0}, tried: []int{1}},
+		"the holder renewed on time":                   {leases: map[int]Lease{0: {Holder: "b"}}, warmers: map[int]string{}, warm: []int{0}, wantStop: []int{0}},
+		"given to another warmer now":                  {leases: map[int]Lease{0: late}, warmers: map[int]string{0: "c"}, warm: []int{0}, wantStop: []int{0}},
+		"free, or taken by this replica":               {leases: map[int]Lease{0: {}, 1: {Holder: "a"}}, warm: []int{0, 1}},
+		"handed over to this replica":                  {leases: map[int]Lease{0: {Holder: "b"}}, joining: []int{0}, warm: []int{0}},
+		"standing aside: every warm engine stops":      {warm: []int{2, 0}, wantStop: []int{0, 2}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			stop, start := Warming("a", tc.leases, tc.warmers, tc.joining, tc.warm, tc.tried)
+			if diff := cmp.Diff([][]int{tc.wantStop, tc.wantGo}, [][]int{stop, start}, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Warming (-want +got stop, start):\n%s", diff)
+			}
+		})
+	}
 }
