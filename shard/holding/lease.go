@@ -1,12 +1,11 @@
 // Package holding decides which of an operator's shards a replica holds, from what it reads of
 // their Leases: who holds each Lease now (LeaseHolder, which the uninstall hook reads Leases
-// through too), how many replicas share the shards and their share (Count), which shards a
-// replica takes, drains or lets go at each round (Decide), and which replica warms each shard of
-// a late holder (Warmers) or of a holder over its share (Joining) and which warm engines start
-// and stop (Warming), how a late Lease is judged
-// (Observe) and when a holder lets a shard go to a joiner (HandOver). Its functions are pure: the
-// Lease protocol that reads and writes the Leases, and the engines that run the shards, are
-// package process's.
+// through too), how a replica judges another's Lease (Observe), how many replicas share the
+// shards and their share (Count), which shards a replica takes, drains or lets go at each round
+// (Decide), when it lets one go to a joiner (HandOver), which replica warms each shard of a late
+// holder (Warmers) or of a holder over its share (Joining), and which warm engines start and stop
+// (Warming). Its functions are pure: the Lease protocol that reads and writes the Leases, and the
+// engines that run the shards, are package process's.
 package holding
 
 import (
