@@ -57,17 +57,17 @@ type dashboard struct {
 
 // TestDashboardReadsOnlyExportedMetrics renders each chart's dashboard ConfigMap (monitoring on)
 // and holds its queries to what its program serves: every metric a query reads is one the
-// program's registry describes (the operator's: the engine's metrics, the shards gauge, the
-// certificates' expiry, the Go and process collectors; the webhook's: its reviews, the serving
-// certificate's expiry, the Go and process collectors) or Prometheus's own `up`; every query
-// parses as PromQL (promtool check rules, with Grafana's variables given values); and the rules
-// of Grafana's dashboard linter that apply here hold: a datasource variable every panel and
-// target uses, a namespace variable, each query selecting the namespace and the chart's scrape
-// job and taking rates over $__rate_interval, a title and a unit on each panel, and unique panel
-// ids.
+// program's registry describes (the operator's: the engine's metrics, the shards held and their
+// moves, the certificates' expiry, the Go and process collectors; the webhook's: its reviews, the
+// serving certificate's expiry, the Go and process collectors) or Prometheus's own `up`; every
+// query parses as PromQL (promtool check rules, with Grafana's variables given values); and the
+// rules of Grafana's dashboard linter that apply here hold: a datasource variable every panel
+// and target uses, a namespace variable, each query selecting the namespace and the chart's
+// scrape job and taking rates over $__rate_interval, a title and a unit on each panel, and
+// unique panel ids.
 func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
 	operator := engine.NewMetrics().Registry
-	operator.MustRegister(process.ShardsHeldMetric(func() float64 { return 0 }), pki.Expiry{})
+	operator.MustRegister(process.ShardsHeldMetric(func() float64 { return 0 }), process.ShardMovesMetric(2), pki.Expiry{})
 	hook := webhook.NewMetrics().Registry
 	hook.MustRegister(pki.ServedExpiry{Name: "webhook-serving"})
 	for _, c := range []struct {

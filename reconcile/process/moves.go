@@ -61,6 +61,10 @@ func newMoves(count int) moves {
 	return moves{counter: c}
 }
 
+// ShardMovesMetric is the counter evalsi_shard_moves_total of a replica of count shards, as
+// Run registers it, for what reads the process's metrics by name (its dashboard's test).
+func ShardMovesMetric(count int) prometheus.Collector { return newMoves(count).counter }
+
 // count counts one move of s; a holder without metrics (a unit test's) counts nothing.
 func (m moves) count(s shard.Shard, mv move) {
 	if m.counter != nil {
