@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"evals.si/operator/cluster/clustertest"
 	"evals.si/operator/evalsi"
@@ -620,5 +624,69 @@ func TestTrialShapeOutlivesTheLaunchersBinding(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestPoolChildrenGoInTheirKindsOrder holds package workloads' declared order of a pool's
+// children (Kind.ChildOrder) to the requests the engine sends: a pod rung class's ServiceAccount
+// and trial shape are applied in a wave before its Deployment, Role and the rest; when the class
+// leaves the pod rung, its launcher's Role and RoleBinding are deleted before its trial shape.
+func TestPoolChildrenGoInTheirKindsOrder(t *testing.T) {
+	ctx := testContext(t)
+	sandbox := newNamespace(t, ctx, testOptions.SandboxNamespace)
+	var mu sync.Mutex
+	var sent []string // "PATCH serviceaccounts", "DELETE roles", ...
+	rc := rest.CopyConfig(env.Config)
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			p := req.URL.Path
+			if (req.Method == http.MethodPatch || req.Method == http.MethodDelete) && strings.Contains(p, "/namespaces/"+sandbox+"/") && strings.Contains(p, "sandbox-ordered") {
+				parts := strings.Split(p, "/")
+				mu.Lock()
+				sent = append(sent, req.Method+" "+parts[len(parts)-2])
+				mu.Unlock()
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	startEngine(t, Config{Rest: rc, Controllers: []string{"sandboxclass"}})
+	create(t, ctx, evalsi.SandboxClasses, "", "SandboxClass", "ordered", map[string]any{"rung": "pod", "trialImages": []any{"python:3.13-slim"}, "allowedNamespaces": map[string]any{}})
+	t.Cleanup(func() { client(evalsi.SandboxClasses, "").Delete(ctx, "ordered", metav1.DeleteOptions{}) })
+	waitReady(t, ctx, evalsi.SandboxClasses, "", "ordered", "True", "Available")
+	// sentSoFar returns the requests recorded until now, and forgets them.
+	sentSoFar := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := sent
+		sent = nil
+		return out
+	}
+	applies := sentSoFar()
+	first := func(sent []string, resources ...string) int {
+		return slices.IndexFunc(sent, func(s string) bool { _, r, _ := strings.Cut(s, " "); return slices.Contains(resources, r) })
+	}
+	// The first reconcile's applies: the ServiceAccounts and the trial shape, then the rest (a
+	// later reconcile applies the trial shape again, owned by its RoleBinding too).
+	others := first(applies, "deployments", "roles", "rolebindings", "networkpolicies")
+	if others < 0 || !slices.Contains(applies[:others], "PATCH serviceaccounts") || !slices.Contains(applies[:others], "PATCH podtemplates") {
+		t.Errorf("applies %v: the ServiceAccount and the trial shape do not go before the other children", applies)
+	}
+
+	mergePatch(t, ctx, evalsi.SandboxClasses, "", "ordered", `{"spec":{"rung":"bubblewrap","trialImages":null}}`)
+	clustertest.Eventually(t, ctx, "the trial shape deleted", func() error {
+		if _, err := client(evalsi.PodTemplates, sandbox).Get(ctx, "sandbox-ordered-trial", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
+	})
+	var deletes []string
+	for _, s := range sentSoFar() {
+		if strings.HasPrefix(s, http.MethodDelete) {
+			deletes = append(deletes, s)
+		}
+	}
+	shape := slices.Index(deletes, "DELETE podtemplates")
+	if role, binding := slices.Index(deletes, "DELETE roles"), slices.Index(deletes, "DELETE rolebindings"); role != 0 && binding != 0 || role < 0 || binding < 0 || shape != len(deletes)-1 {
+		t.Errorf("deletions %v: the launcher's Role and RoleBinding do not go first and its trial shape last", deletes)
 	}
 }
